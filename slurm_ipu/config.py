@@ -1,0 +1,167 @@
+"""slurm-ipu's configuration: one OPTIONS table, from which the YAML schema, the environment
+twins (SLURM_IPU_<KEY>) and the documentation all come.
+
+Precedence, enforced in `load()` only: explicit overrides (command line) > SLURM_IPU_* env >
+the YAML file (--config, else $SLURM_IPU_CONFIG, else /etc/slurm-ipu/config.yaml) > defaults.
+The file starts with `version: 1`; an unknown key is an error that suggests the closest one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+DEFAULT_PATH = "/etc/slurm-ipu/config.yaml"
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str          # dotted YAML path
+    type: type
+    default: Any
+    help: str
+
+    @property
+    def env(self) -> str:
+        return "SLURM_IPU_" + self.key.upper().replace(".", "_")
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("vipu.command", str, "vipu", "the V-IPU CLI the hooks run (an absolute path: hooks have no PATH)"),
+    Option("vipu.host", str, None, "V-IPU controller host passed as --api-host; unset: vipu's own config"),
+    Option("vipu.port", int, None, "V-IPU controller port passed as --api-port; unset: vipu's own config"),
+    Option("vipu.timeout", float, 10.0, "seconds allowed for one vipu call"),
+    Option("vipu.retries", int, 2, "extra attempts for transient V-IPU failures"),
+    Option("vipu.emulator_flags", bool, False, "pass the emulator's --hosts/--owner-uid (lab and tests only)"),
+    Option("ipuof.host", str, None, "IPUOF_VIPU_API_HOST for tasks; unset: vipu.host"),
+    Option("ipuof.port", int, 8090, "IPUOF_VIPU_API_PORT for tasks"),
+    Option("partition.prefix", str, "slurm_", "partition name = prefix + job id (Graphcore's own plugin used slurm_)"),
+    Option("partition.allocation", str, None, "V-IPU allocation to create partitions in; unset: the server's default"),
+    Option("pod.ipus", int, 64, "IPUs in the Pod (the licence pool and the largest partition)"),
+    Option("prolog.deadline", float, 60.0, "seconds the prolog may take in all; keep below PrologEpilogTimeout"),
+    Option("prolog.max_attempts", int, 3, "prolog failures before the job is held instead of requeued"),
+    Option("epilog.deadline", float, 30.0, "seconds the epilog may take in all"),
+    Option("state_dir", str, "/var/lib/slurm-ipu", "durable journal of partitions the epilog could not remove"),
+    Option("slurm.conf", str, "/etc/slurm/slurm.conf", "slurm.conf the hooks pass as SLURM_CONF"),
+    Option("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live (hooks have no PATH)"),
+)
+BY_KEY = {o.key: o for o in OPTIONS}
+
+
+@dataclass(frozen=True)
+class Config:
+    values: dict[str, Any]
+    source: str
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def vipu_client(self):
+        from .vipu import VipuClient
+
+        return VipuClient(command=self["vipu.command"].split(), host=self["vipu.host"], port=self["vipu.port"],
+                          timeout=self["vipu.timeout"], retries=self["vipu.retries"],
+                          emulator_flags=self["vipu.emulator_flags"])
+
+
+def _coerce(opt: Option, value: Any, where: str) -> Any:
+    if value is None:
+        return None
+    if opt.type is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+    else:
+        try:
+            if opt.type is not str and isinstance(value, bool):
+                raise ValueError
+            return opt.type(value)
+        except (TypeError, ValueError):
+            pass
+    raise ConfigError(f"{where}: {opt.key}={value!r} is not a valid {opt.type.__name__} ({opt.help})")
+
+
+def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        full = f"{prefix}{key}"
+        if isinstance(value, dict) and not any(o.key == full for o in OPTIONS):
+            out.update(_flatten(value, full + "."))
+        else:
+            out[full] = value
+    return out
+
+
+def read_file(path: str, explicit: bool) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(f"config file {path} not found; create it from etc/slurm-ipu.yaml") from None
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected a mapping starting with 'version: 1'")
+    version = doc.pop("version", None)
+    if version != 1:
+        raise ConfigError(f"{path}: version {version!r} is not supported; start the file with 'version: 1'")
+    flat = _flatten(doc)
+    for key in flat:
+        if key not in BY_KEY:
+            near = difflib.get_close_matches(key, BY_KEY, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(BY_KEY)}"
+            raise ConfigError(f"{path}: unknown key {key!r}{hint}")
+    return flat
+
+
+def load(path: str | None = None, overrides: dict[str, Any] | None = None,
+         environ: dict[str, str] | None = None) -> Config:
+    env = os.environ if environ is None else environ
+    explicit = path or env.get("SLURM_IPU_CONFIG")
+    source = explicit or DEFAULT_PATH
+    layers = [
+        ("default", {o.key: o.default for o in OPTIONS}),
+        (source, read_file(source, explicit=bool(explicit))),
+        ("environment", {o.key: env[o.env] for o in OPTIONS if o.env in env}),
+        ("command line", {k: v for k, v in (overrides or {}).items() if v is not None}),
+    ]
+    values: dict[str, Any] = {}
+    for where, layer in layers:
+        for key, value in layer.items():
+            values[key] = _coerce(BY_KEY[key], value, where)
+    return Config(values, source)
+
+
+def example_yaml() -> str:
+    """The commented example in etc/, generated from the table (a test keeps them equal)."""
+    lines = ["# slurm-ipu configuration (/etc/slurm-ipu/config.yaml). Every key is optional.",
+             "# Precedence: command line > SLURM_IPU_<KEY> environment > this file > defaults.",
+             "version: 1"]
+    section = None
+    for opt in OPTIONS:
+        head, _, leaf = opt.key.rpartition(".")
+        if head != section:
+            section = head
+            if head:
+                lines.append(f"{head}:")
+        indent = "  " if head else ""
+        default = "null" if opt.default is None else str(opt.default).lower() if opt.type is bool else opt.default
+        lines.append(f"{indent}# {opt.help} (env {opt.env})")
+        lines.append(f"{indent}{leaf or opt.key}: {default}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,152 @@
+"""A small HTTP client for the emulator's API. Standard library only: the `vipu` shim runs it
+on every call from the Slurm hooks, so start-up must stay lean."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+
+from ..errors import VipuError, VipuUnavailable
+
+API_VERSION = "1.18.0"  # the V-IPU release whose CLI and API the emulator follows
+
+# Same table as service.CODES, without importing the server side (and sqlite) here.
+_ERRORS = {
+    "INVALID_ARGUMENT": "InvalidPartition",
+    "PERMISSION_DENIED": "PermissionDenied",
+    "NOT_FOUND": "PartitionNotFound",
+    "ALREADY_EXISTS": "PartitionExists",
+    "RESOURCE_EXHAUSTED": "InsufficientIpus",
+    "FAILED_PRECONDITION": "PartitionNotReady",
+    "INTERNAL": "VipuUnavailable",
+    "UNAVAILABLE": "VipuUnavailable",
+    "DEADLINE_EXCEEDED": "VipuUnavailable",
+}
+
+
+class ApiError(VipuError):
+    """Carries the wire code so the CLI can print it; `typed()` gives the real class."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+    def typed(self) -> VipuError:
+        from .. import errors
+
+        cls = getattr(errors, _ERRORS.get(self.code, "VipuUnavailable"))
+        return cls(str(self))
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+class Api:
+    def __init__(self, host: str = "127.0.0.1", port: int = 8090, timeout: float = 30.0,
+                 admin_socket: str | None = None, uid: int | None = None):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.admin_socket = admin_socket
+        self.uid = os.getuid() if uid is None else uid
+        self._conn: http.client.HTTPConnection | None = None
+
+    @property
+    def where(self) -> str:
+        return self.admin_socket or f"{self.host}:{self.port}"
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            if self.admin_socket:
+                self._conn = _UnixConnection(self.admin_socket, self.timeout)
+            else:
+                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"X-Vipu-Uid": str(self.uid), "Content-Type": "application/json"}
+        try:
+            conn = self._connection()
+            conn.request(method, path, body=data, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()  # a broken keep-alive connection is never reused
+            reason = "timed out" if isinstance(exc, TimeoutError | socket.timeout) else (
+                getattr(exc, "strerror", None) or type(exc).__name__)
+            raise VipuUnavailable(f"V-IPU server unavailable at {self.where}: {reason}") from None
+        try:
+            doc = json.loads(payload or b"{}")
+        except ValueError:
+            raise VipuUnavailable(f"V-IPU server at {self.where} sent a reply that is not JSON") from None
+        if resp.status >= 400:
+            err = doc.get("error", {}) if isinstance(doc, dict) else {}
+            raise ApiError(str(err.get("code", "INTERNAL")), str(err.get("message", f"HTTP {resp.status}")))
+        return doc
+
+    # Thin wrappers, named after the vipu verbs.
+    def version(self) -> dict:
+        return self.call("GET", "/v1/version")
+
+    def list_partitions(self) -> list[dict]:
+        return self.call("GET", "/v1/partitions")["partitions"]
+
+    def create_partition(self, **spec) -> dict:
+        return self.call("POST", "/v1/partitions", spec)
+
+    def get_partition(self, name: str) -> dict:
+        return self.call("GET", f"/v1/partitions/{_quote(name)}")
+
+    def remove_partition(self, name: str) -> dict:
+        return self.call("DELETE", f"/v1/partitions/{_quote(name)}")
+
+    def reset_partition(self, name: str) -> dict:
+        return self.call("POST", f"/v1/partitions/{_quote(name)}/reset")
+
+    def ipuof(self, name: str, gcd: int) -> dict:
+        return self.call("GET", f"/v1/partitions/{_quote(name)}/ipuof?gcd={int(gcd)}")
+
+    def allocations(self) -> list[dict]:
+        return self.call("GET", "/v1/allocations")["allocations"]
+
+    def attach(self, partition: str, gcd: int, uid: int, host: str) -> dict:
+        return self.call("POST", "/v1/attach", {"partition": partition, "gcd": gcd, "uid": uid, "host": host})
+
+    def faults(self, **changes) -> dict:
+        return self.call("POST", "/admin/faults", changes) if changes else self.call("GET", "/admin/faults")
+
+    def clear_faults(self) -> dict:
+        return self.call("DELETE", "/admin/faults")
+
+    def down(self, seconds: float = 0) -> dict:
+        return self.call("POST", "/admin/down", {"seconds": seconds})
+
+    def up(self) -> dict:
+        return self.call("POST", "/admin/up")
+
+    def crash(self) -> dict:
+        return self.call("POST", "/admin/crash")
+
+    def check(self) -> dict:
+        return self.call("GET", "/admin/check")
+
+
+def _quote(name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(name, safe="")

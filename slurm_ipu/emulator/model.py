@@ -1,0 +1,159 @@
+"""The emulated hardware: IPU-Link domains of IPU-Machines (agents), and allocations.
+
+IPUs are numbered globally: IPU i sits on agent i // 4, and agent a in ILD a // agents_per_ild.
+Agents are named ag0, ag1, ... in that order.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import rules
+from ..errors import ConfigError, InsufficientIpus
+
+PRESETS_DIR = Path(__file__).with_name("clusters")
+_KEYS = ("version", "name", "ilds", "agents_per_ild", "allocations")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    ilds: int
+    agents_per_ild: int
+    allocations: dict[str, frozenset[int]]  # allocation name -> agent indices
+
+    @property
+    def ipus_per_ild(self) -> int:
+        return self.agents_per_ild * rules.IPUS_PER_AGENT
+
+    @property
+    def num_agents(self) -> int:
+        return self.ilds * self.agents_per_ild
+
+    @property
+    def total_ipus(self) -> int:
+        return self.ilds * self.ipus_per_ild
+
+    def allocation_ipus(self, allocation: str) -> set[int]:
+        agents = self.allocations[allocation]
+        per = rules.IPUS_PER_AGENT
+        return {a * per + k for a in agents for k in range(per)}
+
+    def describe_ipu(self, ipu: int) -> dict:
+        agent = ipu // rules.IPUS_PER_AGENT
+        return {
+            "id": ipu,
+            "agent": f"ag{agent}",
+            "ild": agent // self.agents_per_ild,
+            "ipu_index_in_agent": ipu % rules.IPUS_PER_AGENT,
+        }
+
+
+def load_cluster(spec: str) -> Cluster:
+    """spec: a preset name (pod16, pod64, pod256) or a path to a YAML description."""
+    path = Path(spec)
+    if not path.suffix:
+        path = PRESETS_DIR / f"{spec}.yaml"
+        if not path.exists():
+            names = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+            raise ConfigError(
+                f"unknown cluster preset {spec!r}; use one of {', '.join(names)} "
+                "or a path to a YAML file"
+            )
+    import yaml  # lazy: only `serve` needs it
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read cluster file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
+    return cluster_from_dict(data, str(path))
+
+
+def _positive_int(data: dict, key: str, default: int, where: str) -> int:
+    value = data.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
+    return value
+
+
+def cluster_from_dict(data: object, where: str = "cluster") -> Cluster:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with keys {', '.join(_KEYS)}")
+    for key in data:
+        if key not in _KEYS:
+            near = difflib.get_close_matches(str(key), _KEYS, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
+    if data.get("version", 1) != 1:
+        raise ConfigError(f"{where}: unsupported version {data.get('version')!r}; use 1")
+    ilds = _positive_int(data, "ilds", 1, where)
+    per_ild = _positive_int(data, "agents_per_ild", rules.AGENTS_PER_ILD, where)
+    if not rules.is_power_of_two(per_ild):
+        raise ConfigError(f"{where}: agents_per_ild must be a power of two, got {per_ild}")
+    allocations = _allocations(data.get("allocations") or {"default": "all"}, ilds * per_ild, where)
+    return Cluster(str(data.get("name", "cluster")), ilds, per_ild, allocations)
+
+
+def _allocations(raw: object, num_agents: int, where: str) -> dict[str, frozenset[int]]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: allocations must map a name to 'all' or agent names")
+    out: dict[str, frozenset[int]] = {}
+    taken: set[int] = set()
+    for name, agents in raw.items():
+        idx = range(num_agents) if agents == "all" else [_agent_index(a, num_agents, where) for a in agents or []]
+        chosen = frozenset(idx)
+        if chosen & taken:
+            raise ConfigError(f"{where}: allocation {name!r} shares agents with another allocation")
+        taken |= chosen
+        out[str(name)] = chosen
+    return out
+
+
+def _agent_index(agent: object, num_agents: int, where: str) -> int:
+    text = str(agent)
+    if text.startswith("ag") and text[2:].isdigit() and int(text[2:]) < num_agents:
+        return int(text[2:])
+    raise ConfigError(f"{where}: unknown agent {text!r}; agents are ag0..ag{num_agents - 1}")
+
+
+# --- placement -------------------------------------------------------------------------
+
+def place(cluster: Cluster, shape: rules.Shape, free: set[int]) -> list[int]:
+    """Choose IPUs for `shape` among `free` ones: an aligned block of size/ILDs in each of
+    `num_ilds` ILDs. Best fit: prefer blocks inside busy regions, so large blocks stay whole
+    (a buddy allocator's habit); ties go to the lowest address."""
+    block = shape.ipus_per_ild
+    per_ild = cluster.ipus_per_ild
+    best: list[tuple[tuple, list[int]]] = []
+    for ild in range(cluster.ilds):
+        base = ild * per_ild
+        options = [
+            (_busyness(start, block, base, per_ild, free), list(range(start, start + block)))
+            for start in range(base, base + per_ild, block)
+            if all(i in free for i in range(start, start + block))
+        ]
+        if options:
+            best.append(min(options))
+    if len(best) < shape.num_ilds:
+        raise InsufficientIpus(
+            f"not enough free IPUs for a partition of {shape.size} IPUs over {shape.num_ilds} "
+            f"ILD(s): {len(free)} free, none in an aligned block of {block} in enough ILDs; "
+            "remove a partition or ask for fewer IPUs"
+        )
+    chosen = sorted(best)[: shape.num_ilds]
+    return sorted(i for _, ipus in chosen for i in ipus)
+
+
+def _busyness(start: int, block: int, base: int, per_ild: int, free: set[int]) -> tuple:
+    """Sort key: more busy IPUs in the enclosing 2x, 4x, ... blocks sorts first."""
+    key = []
+    size = block * 2
+    while size <= per_ild:
+        lo = base + ((start - base) // size) * size
+        key.append(-sum(1 for i in range(lo, lo + size) if i not in free))
+        size *= 2
+    return (tuple(key), start)

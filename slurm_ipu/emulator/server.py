@@ -1,0 +1,340 @@
+"""`vipu-emu serve`: the emulated V-IPU controller over HTTP/JSON on loopback.
+
+Two listeners: the API on TCP (what `vipu` talks to, and what the `down` fault closes), and an
+admin copy on a unix socket in the state directory that stays up while the TCP side is down,
+so a test can always bring the server back.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import logging
+import os
+import re
+import signal
+import socketserver
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+from ..errors import ConfigError, VipuError
+from .model import Cluster, load_cluster
+from .service import API_VERSION, CODES, OPS, Service, code_of
+
+log = logging.getLogger("slurm_ipu.emulator")
+MAX_BODY = 1 << 20
+ROUTES: list[tuple[str, re.Pattern, str]] = [
+    (m, re.compile(p), h)
+    for m, p, h in [
+        ("GET", r"^/v1/version$", "version"),
+        ("GET", r"^/v1/partitions$", "list"),
+        ("POST", r"^/v1/partitions$", "create"),
+        ("GET", r"^/v1/partitions/(?P<name>[^/]+)$", "get"),
+        ("DELETE", r"^/v1/partitions/(?P<name>[^/]+)$", "remove"),
+        ("POST", r"^/v1/partitions/(?P<name>[^/]+)/reset$", "reset"),
+        ("GET", r"^/v1/partitions/(?P<name>[^/]+)/ipuof$", "ipuof"),
+        ("GET", r"^/v1/allocations$", "allocations"),
+        ("POST", r"^/v1/attach$", "attach"),
+        ("GET", r"^/admin/faults$", "faults_get"),
+        ("POST", r"^/admin/faults$", "faults_set"),
+        ("DELETE", r"^/admin/faults$", "faults_clear"),
+        ("POST", r"^/admin/down$", "down"),
+        ("POST", r"^/admin/up$", "up"),
+        ("POST", r"^/admin/crash$", "crash"),
+        ("GET", r"^/admin/check$", "check"),
+    ]
+]
+
+
+class App:
+    """Routes requests to the Service and owns the TCP listener's up/down life."""
+
+    def __init__(self, service: Service, host: str, port: int):
+        self.service = service
+        self.host, self.port = host, port
+        self.tcp: ThreadingHTTPServer | None = None
+        self.is_down = False
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    # --- listener life ------------------------------------------------------------------
+    def start_tcp(self) -> None:
+        server = _TcpServer((self.host, self.port), Handler)
+        server.app = self
+        self.port = server.server_address[1]
+        self.tcp = server
+        self.is_down = False
+        threading.Thread(target=server.serve_forever, args=(0.05,), name="vipu-tcp", daemon=True).start()
+
+    def stop_tcp(self) -> None:
+        server, self.tcp = self.tcp, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+    def go_down(self, seconds: float) -> None:
+        with self._lock:
+            if self._timer:
+                self._timer.cancel()
+            self.is_down = True
+            self.stop_tcp()
+            if seconds > 0:
+                self._timer = threading.Timer(seconds, self.come_up)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def come_up(self) -> None:
+        with self._lock:
+            if self._timer:
+                self._timer.cancel()
+                self._timer = None
+            if self.tcp is None:
+                self.start_tcp()
+
+    # --- request handling ---------------------------------------------------------------
+    def handle(self, method: str, path: str, query: dict, body: dict, uid: int, admin: bool) -> tuple[int, object]:
+        for m, pattern, name in ROUTES:
+            match = pattern.match(path)
+            if match and m == method:
+                if name.startswith(("faults", "down", "up", "crash", "check")):
+                    return 200, getattr(self, f"_admin_{name}")(body)
+                if not admin and self.is_down:
+                    raise ConnectionAbortedError("down")
+                op = name if name in OPS else "get"
+                self.service.before(op)
+                return getattr(self, f"_api_{name}")(match.groupdict(), query, body, uid)
+        return 404, {"error": {"code": "NOT_FOUND", "message": f"no route {method} {path}"}}
+
+    def _api_version(self, _p, _q, _b, _u):
+        return 200, {"version": API_VERSION, "host": self.host, "port": self.port, "emulator": True}
+
+    def _api_list(self, _p, _q, _b, _u):
+        return 200, {"partitions": self.service.list_partitions()}
+
+    def _api_create(self, _p, _q, body, uid):
+        return 201, self.service.create(body, uid)
+
+    def _api_get(self, p, _q, _b, _u):
+        return 200, self.service.get_partition(p["name"])
+
+    def _api_remove(self, p, _q, _b, uid):
+        self.service.remove(p["name"], uid)
+        return 200, {"removed": p["name"]}
+
+    def _api_reset(self, p, _q, _b, uid):
+        return 200, self.service.reset(p["name"], uid)
+
+    def _api_ipuof(self, p, query, _b, _u):
+        gcd = _query_int(query, "gcd", 0)
+        return 200, {"partition": p["name"], "gcd": gcd, "ipus": self.service.ipuof_config(p["name"], gcd)}
+
+    def _api_allocations(self, _p, _q, _b, _u):
+        return 200, {"allocations": self.service.allocations()}
+
+    def _api_attach(self, _p, _q, body, _u):
+        gcd = body.get("gcd", 0)
+        if isinstance(gcd, bool) or not isinstance(gcd, int):
+            raise CODES["INVALID_ARGUMENT"][1](f"invalid GCD {gcd!r}: must be an integer")
+        return 200, self.service.attach(str(body.get("partition", "")), gcd, int(body.get("uid", -1)), str(body.get("host", "")))
+
+    def _admin_faults_get(self, _b):
+        return self.service.faults.as_dict()
+
+    def _admin_faults_set(self, body):
+        faults = self.service.faults
+        with faults.lock:
+            for key in ("latency", "create_delay"):
+                if key in body:
+                    faults.__setattr__(key, max(0.0, float(body[key])))
+            if "error_next" in body:
+                faults.error_next = max(0, int(body["error_next"]))
+            if "fail" in body:
+                spec = body["fail"]
+                code = str(spec.get("code", "UNAVAILABLE")).upper()
+                op = str(spec.get("op", "any"))
+                if code not in CODES or op not in (*OPS, "any"):
+                    raise CODES["INVALID_ARGUMENT"][1](
+                        f"invalid fault {code}/{op}; codes: {', '.join(CODES)}; ops: any, {', '.join(OPS)}"
+                    )
+                faults.fail.append([max(1, int(spec.get("count", 1))), code, op])
+        return faults.as_dict()
+
+    def _admin_faults_clear(self, _b):
+        faults = self.service.faults
+        with faults.lock:
+            faults.latency = faults.create_delay = 0.0
+            faults.error_next = 0
+            faults.fail = []
+        return faults.as_dict()
+
+    def _admin_down(self, body):
+        seconds = float(body.get("seconds", 0))
+        threading.Thread(target=self.go_down, args=(seconds,), daemon=True).start()
+        return {"down": True, "seconds": seconds}
+
+    def _admin_up(self, _b):
+        self.come_up()
+        return {"down": False, "port": self.port}
+
+    def _admin_crash(self, _b):
+        # Die like kill -9 would, a moment after the reply leaves: no cleanup at all.
+        threading.Timer(0.05, lambda: os._exit(137)).start()
+        return {"crashing": True}
+
+    def _admin_check(self, _b):
+        return self.service.check_invariants()
+
+
+def _query_int(query: dict, key: str, default: int) -> int:
+    raw = query.get(key, [str(default)])[0]
+    try:
+        return int(raw)
+    except ValueError:
+        raise CODES["INVALID_ARGUMENT"][1](f"invalid {key} {raw!r}: must be an integer") from None
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "vipu-emu"
+
+    def _serve(self, method: str) -> None:
+        url = urlsplit(self.path)
+        admin = isinstance(self.server, _UnixServer) or url.path.startswith("/admin/")
+        try:
+            body = self._body()
+            uid = int(self.headers.get("X-Vipu-Uid", "-1"))
+            status, payload = self.server.app.handle(method, url.path, parse_qs(url.query), body, uid, admin)
+        except ConnectionAbortedError:
+            self.close_connection = True
+            return
+        except VipuError as exc:
+            code = code_of(exc)
+            status, payload = CODES[code][0], {"error": {"code": code, "message": str(exc)}}
+        except (ValueError, TypeError) as exc:
+            status, payload = 400, {"error": {"code": "INVALID_ARGUMENT", "message": str(exc)}}
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise ValueError("request body too large")
+        if not length:
+            return {}
+        data = json.loads(self.rfile.read(length))
+        if not isinstance(data, dict):
+            raise ValueError("request body must be a JSON object")
+        return data
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        self._serve("GET")
+
+    def do_POST(self):  # noqa: N802
+        self._serve("POST")
+
+    def do_DELETE(self):  # noqa: N802
+        self._serve("DELETE")
+
+    def address_string(self) -> str:
+        return str(self.client_address[0]) if self.client_address else "admin"
+
+    def log_message(self, fmt: str, *args) -> None:
+        log.debug("%s " + fmt, self.address_string(), *args)
+
+
+class _TcpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    app: App
+
+
+class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    app: App
+
+
+def check_loopback(host: str) -> None:
+    try:
+        ok = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"--host {host} is not a loopback address; the emulator serves loopback only (use 127.0.0.1)")
+
+
+def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int = 8090) -> None:
+    """Run until SIGTERM/SIGINT. Writes state_dir/server.json once both listeners are up."""
+    check_loopback(host)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock_state_dir(state_dir)
+    from .store import Store
+
+    store = Store(state_dir / "vipu.sqlite")
+    _check_cluster(store, cluster)
+    app = App(Service(cluster, store), host, port)
+    try:
+        app.start_tcp()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port") from None
+    admin_path = state_dir / "admin.sock"
+    admin_path.unlink(missing_ok=True)
+    admin = _UnixServer(str(admin_path), Handler)
+    admin.app = app
+    threading.Thread(target=admin.serve_forever, args=(0.05,), name="vipu-admin", daemon=True).start()
+    info = {"pid": os.getpid(), "host": host, "port": app.port, "admin_socket": str(admin_path), "cluster": cluster.name}
+    _write_atomic(state_dir / "server.json", json.dumps(info))
+    log.info("vipu-emu serving %s on %s:%s (state %s)", cluster.name, host, app.port, state_dir)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(3600):
+        pass
+    app.stop_tcp()
+    admin.shutdown()
+    admin.server_close()
+    admin_path.unlink(missing_ok=True)
+    (state_dir / "server.json").unlink(missing_ok=True)
+    store.close()
+    os.close(lock)
+
+
+def _lock_state_dir(state_dir: Path) -> int:
+    fd = os.open(state_dir / "lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"another server already uses state directory {state_dir}; stop it or pick another --state-dir") from None
+    return fd
+
+
+def _check_cluster(store, cluster: Cluster) -> None:
+    desc = json.dumps({"ilds": cluster.ilds, "agents_per_ild": cluster.agents_per_ild,
+                       "allocations": {k: sorted(v) for k, v in cluster.allocations.items()}}, sort_keys=True)
+    old = store.meta("cluster")
+    if old is not None and old != desc and store.partitions():
+        raise ConfigError("the state directory holds partitions of a different cluster; "
+                          "remove them first or use a fresh --state-dir")
+    store.set_meta("cluster", desc)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main_serve(args) -> int:
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s vipu-emu %(levelname)s %(message)s")
+    serve(Path(args.state_dir), load_cluster(args.cluster), args.host, args.port)
+    return 0
+
+

@@ -1,0 +1,262 @@
+"""What the emulated V-IPU controller does, independent of how requests arrive.
+
+State names follow the API enum PopRun logs (PS_PENDING, PS_ACTIVE, PS_ERROR); tables show
+them without the prefix. A partition is PENDING until its ready_at time (the injected
+creation delay), then it shows the state it was created to reach (ACTIVE, or ERROR when a
+fault asked for it). Both are stored, so the state is the same after a restart.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .. import rules
+from ..errors import (
+    InsufficientIpus,
+    InvalidPartition,
+    PartitionExists,
+    PartitionNotFound,
+    PartitionNotReady,
+    PermissionDenied,
+    VipuError,
+    VipuUnavailable,
+)
+from .api import API_VERSION  # noqa: F401 (re-exported for the server)
+from .model import Cluster, place
+from .store import Store
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+# Error codes on the wire (gRPC-style, as V-IPU's API is), and the typed error for each.
+CODES: dict[str, tuple[int, type[VipuError]]] = {
+    "INVALID_ARGUMENT": (400, InvalidPartition),
+    "PERMISSION_DENIED": (403, PermissionDenied),
+    "NOT_FOUND": (404, PartitionNotFound),
+    "ALREADY_EXISTS": (409, PartitionExists),
+    "RESOURCE_EXHAUSTED": (409, InsufficientIpus),
+    "FAILED_PRECONDITION": (412, PartitionNotReady),
+    "INTERNAL": (500, VipuUnavailable),
+    "UNAVAILABLE": (503, VipuUnavailable),
+    "DEADLINE_EXCEEDED": (504, VipuUnavailable),
+}
+OPS = ("create", "remove", "get", "list", "reset", "ipuof", "attach", "allocations", "version")
+
+
+def code_of(exc: VipuError) -> str:
+    for code, (_, cls) in CODES.items():
+        if type(exc) is cls:
+            return code
+    return "INTERNAL"
+
+
+@dataclass
+class Faults:
+    """Injected misbehaviour. Kept in memory: a restart (or a crash) clears it."""
+
+    latency: float = 0.0
+    create_delay: float = 0.0
+    error_next: int = 0
+    fail: list[list] = field(default_factory=list)  # [remaining, code, op or "any"]
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def take_failure(self, op: str) -> str | None:
+        with self.lock:
+            for entry in self.fail:
+                if entry[0] > 0 and entry[2] in ("any", op):
+                    entry[0] -= 1
+                    code = entry[1]
+                    self.fail = [e for e in self.fail if e[0] > 0]
+                    return code
+        return None
+
+    def take_error_next(self) -> bool:
+        with self.lock:
+            if self.error_next > 0:
+                self.error_next -= 1
+                return True
+        return False
+
+    def as_dict(self) -> dict:
+        return {
+            "latency": self.latency,
+            "create_delay": self.create_delay,
+            "error_next": self.error_next,
+            "fail": [{"count": c, "code": k, "op": o} for c, k, o in self.fail],
+        }
+
+
+class Service:
+    def __init__(self, cluster: Cluster, store: Store):
+        self.cluster = cluster
+        self.store = store
+        self.faults = Faults()
+        self._lock = threading.Lock()  # serialises placement: no IPU is handed out twice
+
+    # --- fault plumbing -----------------------------------------------------------------
+    def before(self, op: str) -> None:
+        if self.faults.latency > 0:
+            time.sleep(self.faults.latency)
+        code = self.faults.take_failure(op)
+        if code:
+            cls = CODES[code][1]
+            raise cls(f"injected fault: {op} failed with {code}")
+
+    # --- views --------------------------------------------------------------------------
+    def _view(self, rec: dict, now: float | None = None) -> dict:
+        now = time.time() if now is None else now
+        state = "PENDING" if now < rec["ready_at"] else rec["state"]
+        return {
+            "id": rec["name"],
+            "spec": {
+                "size": rec["size"],
+                "num_gcds": rec["num_gcds"],
+                "num_ilds": rec["num_ilds"],
+                "num_replicas": rec["total_replicas"],
+                "reconfigurable": rec["reconfigurable"],
+                "allocation": rec["allocation"],
+                "owner_uid": rec["owner_uid"],
+                "hosts": rec["hosts"],
+                "ipus": [self.cluster.describe_ipu(i) for i in rec["ipus"]],
+            },
+            "status": {"state": f"PS_{state}", "created_at": rec["created_at"]},
+        }
+
+    def list_partitions(self) -> list[dict]:
+        now = time.time()
+        return [{"partition": self._view(r, now)} for r in self.store.partitions()]
+
+    def get_partition(self, name: str) -> dict:
+        rec = self.store.get(name)
+        if rec is None:
+            raise PartitionNotFound(f"partition {name} not found")
+        return {"partition": self._view(rec)}
+
+    def allocations(self) -> list[dict]:
+        return [
+            {"id": name, "agents": [f"ag{a}" for a in sorted(agents)], "num_ipus": len(agents) * rules.IPUS_PER_AGENT}
+            for name, agents in self.cluster.allocations.items()
+        ]
+
+    # --- changes ------------------------------------------------------------------------
+    def create(self, req: dict, caller_uid: int) -> dict:
+        name = str(req.get("name", ""))
+        if not NAME_RE.match(name):
+            raise InvalidPartition(
+                f"invalid partition name {name!r}: use 1-64 letters, digits, '_', '.', '-', "
+                "starting with a letter or digit"
+            )
+        shape = rules.check_shape(
+            _int(req, "size"), _opt_int(req, "num_gcds"), _opt_int(req, "num_ilds"),
+            cluster_ilds=self.cluster.ilds, ipus_per_ild=self.cluster.ipus_per_ild,
+        )
+        allocation = self._allocation(req.get("allocation"))
+        rules.check_size(shape.size, len(self.cluster.allocation_ipus(allocation)), f"allocation {allocation}")
+        owner = _opt_int(req, "owner_uid")
+        owner = caller_uid if owner is None else owner
+        if owner != caller_uid and caller_uid != 0:
+            raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}")
+        with self._lock:
+            if self.store.get(name) is not None:
+                raise PartitionExists(f"partition {name} already exists")
+            free = self.cluster.allocation_ipus(allocation) - self.store.used_ipus()
+            ipus = place(self.cluster, shape, free)
+            now = time.time()
+            record = {
+                "name": name, "size": shape.size, "num_gcds": shape.num_gcds,
+                "num_ilds": shape.num_ilds, "reconfigurable": int(bool(req.get("reconfigurable"))),
+                "allocation": allocation, "owner_uid": owner,
+                "hosts": [str(h) for h in req.get("hosts") or []],
+                "state": "ERROR" if self.faults.take_error_next() else "ACTIVE",
+                "ready_at": now + self.faults.create_delay, "created_at": now,
+                "total_replicas": _opt_int(req, "total_replicas") or 0,
+            }
+            self.store.insert(record, ipus)
+        return self.get_partition(name)
+
+    def _allocation(self, name: object) -> str:
+        allocs = self.cluster.allocations
+        if name in (None, ""):
+            if len(allocs) == 1:
+                return next(iter(allocs))
+            raise InvalidPartition(
+                f"this cluster has {len(allocs)} allocations; choose one with --allocation "
+                f"({', '.join(allocs)})"
+            )
+        if name not in allocs:
+            raise InvalidPartition(f"unknown allocation {name!r}; allocations: {', '.join(allocs)}")
+        return str(name)
+
+    def _owned(self, name: str, caller_uid: int) -> dict:
+        rec = self.store.get(name)
+        if rec is None:
+            raise PartitionNotFound(f"partition {name} not found")
+        if caller_uid not in (0, rec["owner_uid"]):
+            raise PermissionDenied(f"partition {name} belongs to uid {rec['owner_uid']}, not uid {caller_uid}")
+        return rec
+
+    def remove(self, name: str, caller_uid: int) -> None:
+        with self._lock:
+            self._owned(name, caller_uid)
+            self.store.delete(name)
+
+    def reset(self, name: str, caller_uid: int) -> dict:
+        with self._lock:
+            self._owned(name, caller_uid)
+            self.store.set_state(name, "ACTIVE", time.time() + self.faults.create_delay)
+        return self.get_partition(name)
+
+    # --- what an IPUoF client sees ------------------------------------------------------
+    def gcd_ipus(self, name: str, gcd: int) -> tuple[dict, list[int]]:
+        rec = self.store.get(name)
+        if rec is None:
+            raise PartitionNotFound(f"partition {name} not found")
+        if not 0 <= gcd < rec["num_gcds"]:
+            raise InvalidPartition(
+                f"invalid GCD {gcd} for partition {name}: it has {rec['num_gcds']} GCD(s), "
+                f"use 0..{rec['num_gcds'] - 1}"
+            )
+        per = rec["size"] // rec["num_gcds"]
+        return rec, rec["ipus"][gcd * per:(gcd + 1) * per]
+
+    def ipuof_config(self, name: str, gcd: int) -> list[dict]:
+        _, ipus = self.gcd_ipus(name, gcd)
+        return [dict(self.cluster.describe_ipu(i), gcd=gcd) for i in ipus]
+
+    def attach(self, name: str, gcd: int, uid: int, host: str) -> dict:
+        """Refuse exactly as an IPUoF client would be refused; else the GCD's IPUs."""
+        rec, ipus = self.gcd_ipus(name, gcd)
+        state = self._view(rec)["status"]["state"]
+        if state != "PS_ACTIVE":
+            raise PartitionNotReady(f"partition {name} is {state[3:]}, not ACTIVE")
+        if uid != rec["owner_uid"]:
+            raise PermissionDenied(f"partition {name} belongs to uid {rec['owner_uid']}, not uid {uid}")
+        if rec["hosts"] and host not in rec["hosts"]:
+            raise PermissionDenied(
+                f"host {host} may not attach to partition {name} (allowed: {', '.join(rec['hosts'])})"
+            )
+        return {"partition": name, "gcd": gcd, "host": host, "uid": uid,
+                "ipus": [self.cluster.describe_ipu(i) for i in ipus]}
+
+    def check_invariants(self) -> dict:
+        """Used by tests and `vipu-emu check`: every held IPU exists and sits in its allocation."""
+        problems = []
+        for name, ipus in self.store.ipus_by_partition().items():
+            rec = self.store.get(name)
+            allowed = self.cluster.allocation_ipus(rec["allocation"])
+            if len(ipus) != rec["size"] or not set(ipus) <= allowed:
+                problems.append(f"partition {name} holds {ipus}")
+        return {"ok": not problems, "problems": problems, "used": len(self.store.used_ipus())}
+
+
+def _int(req: dict, key: str) -> int:
+    value = req.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidPartition(f"invalid --{key.replace('_', '-')} {value!r}: must be an integer")
+    return value
+
+
+def _opt_int(req: dict, key: str) -> int | None:
+    return None if req.get(key) is None else _int(req, key)

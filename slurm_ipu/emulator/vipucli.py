@@ -1,0 +1,189 @@
+"""A `vipu`-compatible command line for the emulator (`vipu-emu cli ...`, and the lab's `vipu`).
+
+Grammar: `vipu [globals] <verb> <noun> [name] [flags]`, globals also accepted after the noun.
+Output follows the documented forms (shared/reference/vipu-poprun.md, 1.5):
+- successes: `<verb> partition (<name>): success.`
+- `list partitions`: the user table (Partition | Cluster | ILDs | GW Routing | ILD Routing |
+  Size | GCDs | State); Cluster shows the allocation. `--showjson` prints a JSON array of
+  {"partition": {"id", "spec": {"ipus", "num_gcds", "num_replicas", ...}, "status": {"state"}}}.
+- `get partition NAME --ipu-configs` (or `--ipuof-configs`): one header line, then JSON with
+  one entry per IPU of the GCD.
+- `--server-version`: line 2 is `host: <host>:<port>` (what Graphcore scripts cut out).
+Choices where the record is silent (UNCONFIRMED upstream): errors are one line on stderr,
+`error: <message> [<CODE>]`, exit status 1; usage errors exit 2. Emulator-only flags:
+`--hosts` (hosts allowed to attach) and `--owner-uid` (owner, for a root caller acting for a job).
+
+Server address: --api-host/--api-port, else VIPU_CLI_API_HOST/VIPU_CLI_API_PORT, else the
+`api-host`/`api-port` lines of --config or /etc/vipu/vipu-cli.hcl, else localhost:8090.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+from .. import __version__
+from ..errors import SlurmIpuError
+from .api import API_VERSION, Api, ApiError
+
+DEFAULT_HCL = "/etc/vipu/vipu-cli.hcl"
+
+
+def _globals(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    d = argparse.SUPPRESS if suppress else None
+    parser.add_argument("-H", "--api-host", default=d)
+    parser.add_argument("--api-port", type=int, default=d)
+    parser.add_argument("--api-timeout", type=float, default=argparse.SUPPRESS if suppress else 30.0)
+    parser.add_argument("--config", default=d, help="CLI config file (HCL, api-host/api-port lines)")
+    parser.add_argument("--showjson", action="store_true", default=argparse.SUPPRESS if suppress else False)
+    parser.add_argument("-a", dest="all", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                        help="accepted for compatibility; every partition is always shown")
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog=prog, description="V-IPU command line (slurm-ipu emulator)")
+    _globals(top, suppress=False)
+    top.add_argument("--version", action="store_true")
+    top.add_argument("--server-version", action="store_true")
+    verbs = top.add_subparsers(dest="verb")
+    leaf = argparse.ArgumentParser(add_help=False)
+    _globals(leaf, suppress=True)
+
+    create = verbs.add_parser("create").add_subparsers(dest="noun", required=True)
+    p = create.add_parser("partition", parents=[leaf])
+    p.add_argument("name")
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--num-gcds", "--gcds", dest="num_gcds", type=int)
+    p.add_argument("--num-ilds", type=int)
+    p.add_argument("--allocation")
+    p.add_argument("--cluster", help="older spelling of --allocation")
+    p.add_argument("--reconfigurable", action="store_true")
+    p.add_argument("--total-num-replicas", type=int)
+    p.add_argument("--gcd-sync-replicas", type=int)
+    p.add_argument("--sync-type")
+    p.add_argument("--routing")
+    p.add_argument("--index", type=int)
+    p.add_argument("--hosts", help="emulator: comma-separated hosts allowed to attach")
+    p.add_argument("--owner-uid", type=int, help="emulator: owner uid (root callers only)")
+
+    for verb in ("remove", "delete", "reset"):
+        sub = verbs.add_parser(verb).add_subparsers(dest="noun", required=True)
+        sub.add_parser("partition", parents=[leaf]).add_argument("name")
+
+    lst = verbs.add_parser("list").add_subparsers(dest="noun", required=True)
+    for noun in ("partitions", "partition", "allocations", "allocation"):
+        lst.add_parser(noun, parents=[leaf])
+
+    get = verbs.add_parser("get").add_subparsers(dest="noun", required=True)
+    g = get.add_parser("partition", parents=[leaf])
+    g.add_argument("name")
+    g.add_argument("--gcd", type=int, default=0)
+    g.add_argument("--ipu-configs", "--ipuof-configs", dest="ipu_configs", action="store_true")
+    return top
+
+
+def server_address(args: argparse.Namespace) -> tuple[str, int]:
+    hcl = _read_hcl(args.config or DEFAULT_HCL, explicit=bool(args.config))
+    host = args.api_host or os.environ.get("VIPU_CLI_API_HOST") or hcl.get("api-host") or "localhost"
+    port = args.api_port or os.environ.get("VIPU_CLI_API_PORT") or hcl.get("api-port") or 8090
+    try:
+        return host, int(port)
+    except ValueError:
+        raise SlurmIpuError(f"invalid V-IPU port {port!r}; set --api-port or VIPU_CLI_API_PORT to a number") from None
+
+
+def _read_hcl(path: str, explicit: bool) -> dict[str, str]:
+    try:
+        text = open(path, encoding="utf-8").read()
+    except OSError as exc:
+        if explicit:
+            raise SlurmIpuError(f"cannot read --config {path}: {exc.strerror}") from None
+        return {}
+    return {k: v for k, v in re.findall(r'^\s*([\w-]+)\s*=\s*"?([^"\n]*?)"?\s*$', text, re.M)}
+
+
+def table(headers: list[str], rows: list[list[str]], rule_above: bool = False) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "|".join(f" {c:<{w}} " for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    rule = "-" * (sum(widths) + 3 * len(widths) - 1)
+    out = ([rule] if rule_above else []) + [line(headers), rule] + [line(r) for r in rows] + [rule]
+    return "\n".join(out)
+
+
+def partitions_table(parts: list[dict]) -> str:
+    rows = []
+    for item in parts:
+        p = item["partition"]
+        spec = p["spec"]
+        rows.append([p["id"], spec["allocation"], str(spec["num_ilds"]), "DEFAULT", "RINGSWNC",
+                     str(spec["size"]), str(spec["num_gcds"]), p["status"]["state"].removeprefix("PS_")])
+    return table(["Partition", "Cluster", "ILDs", "GW Routing", "ILD Routing", "Size", "GCDs", "State"], rows)
+
+
+def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
+    verb, noun = args.verb, getattr(args, "noun", None)
+    show_json = args.showjson
+    if verb == "create":
+        spec = {"name": args.name, "size": args.size, "num_gcds": args.num_gcds, "num_ilds": args.num_ilds,
+                "allocation": args.allocation or args.cluster, "reconfigurable": args.reconfigurable,
+                "total_replicas": args.total_num_replicas, "owner_uid": args.owner_uid,
+                "hosts": [h for h in (args.hosts or "").split(",") if h]}
+        doc = api.create_partition(**spec)
+        print(json.dumps(doc, indent=2) if show_json else f"create partition ({args.name}): success.", file=out)
+    elif verb in ("remove", "delete"):
+        api.remove_partition(args.name)
+        print(f"{verb} partition ({args.name}): success.", file=out)
+    elif verb == "reset":
+        api.reset_partition(args.name)
+        print(f"reset partition ({args.name}): success.", file=out)
+    elif verb == "list" and noun.startswith("partition"):
+        parts = api.list_partitions()
+        print(json.dumps(parts, indent=2) if show_json else partitions_table(parts), file=out)
+    elif verb == "list":
+        allocs = api.allocations()
+        if show_json:
+            print(json.dumps(allocs, indent=2), file=out)
+        else:
+            print(table(["Allocation ID", "Agents"], [[a["id"], " ".join(a["agents"])] for a in allocs], True), file=out)
+    elif verb == "get" and args.ipu_configs:
+        doc = api.ipuof(args.name, args.gcd)
+        print(f"IPUoF configuration of partition {args.name} GCD {args.gcd}:", file=out)
+        # One IPU per line: still one JSON document (tail -n +2 | jq works), easy to grep.
+        print("[\n" + ",\n".join("  " + json.dumps(i) for i in doc["ipus"]) + "\n]", file=out)
+    elif verb == "get":
+        doc = api.get_partition(args.name)
+        print(json.dumps(doc, indent=2) if show_json else partitions_table([doc]), file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = "vipu") -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    if args.version:
+        print(f"{prog} {API_VERSION} (slurm-ipu emulator {__version__})")
+        return 0
+    try:
+        host, port = server_address(args)
+        api = Api(host, port, timeout=args.api_timeout)
+        if args.server_version:
+            info = api.version()
+            print(f"version: {info['version']} (slurm-ipu emulator)\nhost: {host}:{port}")
+            return 0
+        if not args.verb:
+            parser.print_usage(sys.stderr)
+            return 2
+        return run(args, api)
+    except ApiError as exc:
+        print(f"error: {exc} [{exc.code}]", file=sys.stderr)
+        return 1
+    except SlurmIpuError as exc:
+        code = "UNAVAILABLE" if exc.__class__.__name__ == "VipuUnavailable" else "INVALID_ARGUMENT"
+        print(f"error: {exc} [{code}]", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""One error hierarchy for everything slurm-ipu raises on purpose.
+
+CLIs turn a SlurmIpuError into one line on stderr and exit code 2 (no traceback unless
+--debug). Anything else escaping is a bug and keeps its traceback.
+"""
+
+
+class SlurmIpuError(Exception):
+    """Root of every error slurm-ipu raises deliberately.
+
+    `component` names who speaks in the one-line message; None means "the program that
+    caught it" (slurm-ipu, ipurun, vipu-emu).
+    """
+
+    component: str | None = None
+    exit_code = 2
+
+    def line(self, default_component: str = "slurm-ipu") -> str:
+        return f"{self.component or default_component}: {self}"
+
+
+class ConfigError(SlurmIpuError):
+    """Bad configuration or command-line input."""
+
+
+class VipuError(SlurmIpuError):
+    """V-IPU refused or failed a request."""
+
+    component = "vipu"
+    transient = False
+
+
+class VipuUnavailable(VipuError):
+    """The V-IPU controller could not be reached, timed out, or failed internally."""
+
+    transient = True
+
+
+class PartitionExists(VipuError):
+    pass
+
+
+class PartitionNotFound(VipuError):
+    pass
+
+
+class InsufficientIpus(VipuError):
+    pass
+
+
+class InvalidPartition(VipuError):
+    pass
+
+
+class PermissionDenied(VipuError):
+    pass
+
+
+class PartitionNotReady(VipuError):
+    """The partition exists but is not ACTIVE (still PENDING, or in ERROR)."""
+
+
+class AttachError(SlurmIpuError):
+    """What an IPUoF client would report when it cannot attach."""
+
+    component = "ipuof"
+
+
+class SlurmError(SlurmIpuError):
+    """A Slurm command failed or printed something we cannot read."""
+
+    component = "slurm"
+
+
+class LabError(SlurmIpuError):
+    component = "slurm-ipu lab"

@@ -1,0 +1,165 @@
+"""VipuClient: everything slurm-ipu asks of V-IPU, through the `vipu` command contract.
+
+The same code path runs on a real Pod (Graphcore's `vipu`) and against the emulator (the
+lab's `vipu` shim). Every call is an argument list (no shell), has a hard timeout, and is
+retried with backoff only when the failure is transient (unreachable, timed out, internal).
+The tool's output reaches the log only when a call fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..errors import (
+    ConfigError,
+    PartitionExists,
+    PartitionNotFound,
+    PartitionNotReady,
+    VipuError,
+    VipuUnavailable,
+)
+from .parse import classify_error, parse_partitions
+from .types import Partition
+
+log = logging.getLogger("slurm_ipu.vipu")
+
+
+@dataclass
+class VipuClient:
+    command: Sequence[str] = ("vipu",)
+    host: str | None = None
+    port: int | None = None
+    timeout: float = 10.0          # seconds, per call
+    retries: int = 2               # extra attempts for transient failures
+    backoff: float = 0.2           # first pause; doubles each retry
+    emulator_flags: bool = False   # pass --hosts/--owner-uid (the emulator's extensions)
+    runner: Callable[..., subprocess.CompletedProcess] | None = None  # default: subprocess.run
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    # --- plumbing -----------------------------------------------------------------------
+    def _argv(self, args: Sequence[str]) -> list[str]:
+        argv = list(self.command)
+        if self.host:
+            argv += ["--api-host", self.host]
+        if self.port:
+            argv += ["--api-port", str(self.port)]
+        return argv + list(args)
+
+    def _once(self, args: Sequence[str], timeout: float) -> str:
+        argv = self._argv(args)
+        try:
+            proc = (self.runner or subprocess.run)(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise ConfigError(
+                f"V-IPU command {argv[0]!r} not found; install vipu or set vipu.command in the slurm-ipu config"
+            ) from None
+        except subprocess.TimeoutExpired:
+            log.error("vipu call timed out after %.1fs: %s", timeout, " ".join(argv))
+            raise VipuUnavailable(f"`{' '.join(args[:2])}` timed out after {timeout:g}s") from None
+        if proc.returncode != 0:
+            log.error("vipu call failed (exit %s): %s\n%s", proc.returncode, " ".join(argv),
+                      _indent(proc.stdout + proc.stderr))
+            raise classify_error(proc.stderr or proc.stdout, proc.returncode)
+        return proc.stdout
+
+    def run(self, args: Sequence[str], deadline: float | None = None) -> str:
+        """Run one vipu command; retry transient failures while attempts and deadline last."""
+        pause, attempt = self.backoff, 0
+        while True:
+            timeout = self.timeout if deadline is None else min(self.timeout, deadline - self.clock())
+            if timeout <= 0:
+                raise VipuUnavailable(f"`{' '.join(args[:2])}`: deadline passed before V-IPU answered")
+            try:
+                return self._once(args, timeout)
+            except VipuError as exc:
+                out_of_time = deadline is not None and self.clock() + pause >= deadline
+                if not exc.transient or attempt >= self.retries or out_of_time:
+                    raise
+                attempt += 1
+                log.warning("V-IPU transient failure (%s); retry %d/%d in %.2fs", exc, attempt, self.retries, pause)
+                self.sleep(pause)
+                pause *= 2
+
+    # --- queries ------------------------------------------------------------------------
+    def list_partitions(self, deadline: float | None = None) -> list[Partition]:
+        return parse_partitions(self.run(["list", "partitions", "--showjson"], deadline))
+
+    def get_partition(self, name: str, deadline: float | None = None) -> Partition | None:
+        return next((p for p in self.list_partitions(deadline) if p.name == name), None)
+
+    def version(self, deadline: float | None = None) -> str:
+        return self.run(["--server-version"], deadline).strip()
+
+    # --- changes ------------------------------------------------------------------------
+    def create_partition(
+        self, name: str, size: int, *, num_gcds: int | None = None, num_ilds: int | None = None,
+        reconfigurable: bool = False, allocation: str | None = None, hosts: Sequence[str] = (),
+        owner_uid: int | None = None, deadline: float | None = None,
+    ) -> None:
+        args = ["create", "partition", name, "--size", str(size)]
+        if num_gcds:
+            args += ["--num-gcds", str(num_gcds)]
+        if num_ilds:
+            args += ["--num-ilds", str(num_ilds)]
+        if allocation:
+            args += ["--allocation", allocation]
+        if reconfigurable:
+            args.append("--reconfigurable")
+        if self.emulator_flags and hosts:
+            args += ["--hosts", ",".join(hosts)]
+        if self.emulator_flags and owner_uid is not None:
+            args += ["--owner-uid", str(owner_uid)]
+        self.run(args, deadline)
+
+    def remove_partition(self, name: str, missing_ok: bool = False, deadline: float | None = None) -> bool:
+        """True if removed; False if it was already gone and missing_ok."""
+        try:
+            self.run(["remove", "partition", name], deadline)
+        except PartitionNotFound:
+            if missing_ok:
+                return False
+            raise
+        return True
+
+    def reset_partition(self, name: str, deadline: float | None = None) -> None:
+        self.run(["reset", "partition", name], deadline)
+
+    def wait_active(self, name: str, deadline: float, poll: float = 0.05) -> Partition:
+        """Poll until ACTIVE; ERROR or the deadline raise PartitionNotReady."""
+        pause = poll
+        while True:
+            part = self.get_partition(name, deadline)
+            if part is None:
+                raise PartitionNotFound(f"partition {name} disappeared while waiting for it to become ACTIVE")
+            if part.state == "ACTIVE":
+                return part
+            if part.state == "ERROR":
+                raise PartitionNotReady(f"partition {name} went to ERROR instead of ACTIVE")
+            if self.clock() + pause >= deadline:
+                raise PartitionNotReady(f"partition {name} still {part.state} at the deadline")
+            self.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def ensure_partition(self, name: str, size: int, deadline: float, **shape) -> Partition:
+        """Idempotent create-and-wait: a partition already there with the same shape is ours
+        (a retried create, a requeued job); one with another shape is an error."""
+        try:
+            self.create_partition(name, size, deadline=deadline, **shape)
+        except PartitionExists:
+            part = self.get_partition(name, deadline)
+            want_gcds = shape.get("num_gcds") or 1
+            if part is not None and (part.size != size or part.num_gcds != want_gcds):
+                raise PartitionExists(
+                    f"partition {name} exists with {part.size} IPUs/{part.num_gcds} GCD(s), "
+                    f"not {size}/{want_gcds}; remove it (vipu remove partition {name})"
+                ) from None
+        return self.wait_active(name, deadline)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.rstrip().splitlines()) or "    (no output)"

@@ -1,0 +1,50 @@
+"""A real emulator process on a free loopback port, per test; stopped by its pid."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from slurm_ipu.emulator.api import Api
+from slurm_ipu.emulator.process import EmulatorProcess
+from slurm_ipu.vipu import VipuClient
+
+VIPU = [sys.executable, "-m", "slurm_ipu.emulator.vipucli"]
+
+
+@pytest.fixture
+def emu(tmp_path):
+    proc = EmulatorProcess.start(tmp_path / "state", cluster="pod64")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def api(emu):
+    a = Api("127.0.0.1", emu.port, timeout=10)
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def admin(emu):
+    return Api(admin_socket=emu.admin_socket, timeout=10)
+
+
+@pytest.fixture
+def vipu(emu):
+    def run(*args, check=False):
+        proc = subprocess.run([*VIPU, "--api-host", "127.0.0.1", "--api-port", str(emu.port), *args],
+                              capture_output=True, text=True, timeout=30)
+        if check:
+            assert proc.returncode == 0, proc.stderr
+        return proc
+    return run
+
+
+@pytest.fixture
+def client(emu):
+    return VipuClient(command=VIPU, host="127.0.0.1", port=emu.port, timeout=10, retries=1, backoff=0.05,
+                      emulator_flags=True)

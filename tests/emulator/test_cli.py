@@ -1,0 +1,79 @@
+"""The vipu-compatible CLI against a running emulator (issue 2 acceptance)."""
+
+import json
+
+import pytest
+
+
+def test_create_then_list_shows_active_partition(vipu):
+    out = vipu("create", "partition", "p1", "--size", "8", check=True).stdout
+    assert out.strip() == "create partition (p1): success."
+    table = vipu("list", "partitions", check=True).stdout.splitlines()
+    assert table[0].split("|")[0].strip() == "Partition"
+    row = [c.strip() for c in table[2].split("|")]
+    assert row == ["p1", "default", "1", "DEFAULT", "RINGSWNC", "8", "1", "ACTIVE"]
+    # what Graphcore scripts do with the table: grep ACTIVE | cut -d '|' -f 1
+    assert [ln.split("|")[0].strip() for ln in table if "ACTIVE" in ln] == ["p1"]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--size", "3"], ["size 3", "1, 2, 4, 8, 16, 32, 64"]),
+    (["--size", "0"], ["size 0", "1, 2, 4, 8, 16, 32, 64"]),
+    (["--size", "128"], ["size 128", "1, 2, 4, 8, 16, 32, 64"]),
+    (["--num-gcds", "3", "--size", "8"], ["--num-gcds 3", "1, 2, 4, 8"]),
+])
+def test_invalid_requests_fail_with_one_line_naming_valid_choices(vipu, args, words):
+    proc = vipu("create", "partition", "px", *args)
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for word in words:
+        assert word in lines[0]
+    assert "px" not in vipu("list", "partitions").stdout
+
+
+def test_showjson_get_ipuof_remove_reset(vipu):
+    vipu("create", "partition", "g", "--size", "16", "--num-gcds", "2", "--reconfigurable", check=True)
+    parts = json.loads(vipu("list", "partitions", "--showjson", check=True).stdout)
+    spec = parts[0]["partition"]["spec"]
+    assert parts[0]["partition"]["id"] == "g" and spec["num_gcds"] == 2 and len(spec["ipus"]) == 16
+    assert parts[0]["partition"]["status"]["state"] == "PS_ACTIVE" and spec["reconfigurable"] is True
+    out = vipu("get", "partition", "g", "--gcd", "1", "--ipuof-configs", check=True).stdout.splitlines()
+    gcd1 = json.loads("\n".join(out[1:]))  # first line is a header, as `tail -n +2` expects
+    assert len(gcd1) == 8 and {i["gcd"] for i in gcd1} == {1}
+    assert set(i["id"] for i in gcd1).isdisjoint(i["id"] for i in spec["ipus"][:8])
+    assert vipu("reset", "partition", "g", check=True).stdout.strip() == "reset partition (g): success."
+    assert vipu("delete", "partition", "g", check=True).stdout.strip() == "delete partition (g): success."
+    proc = vipu("remove", "partition", "g")
+    assert proc.returncode == 1 and "not found" in proc.stderr
+
+
+def test_versions_and_allocations(vipu, emu):
+    assert "1.18.0" in vipu("--version", check=True).stdout
+    second = vipu("--server-version", check=True).stdout.splitlines()[1]
+    assert second.split()[1] == f"127.0.0.1:{emu.port}"  # what config_pod.sh cuts out
+    alloc = vipu("list", "allocations", check=True).stdout
+    assert "default" in alloc and "ag15" in alloc
+
+
+def test_globals_after_the_noun_and_env_address(emu, tmp_path):
+    import subprocess
+    import sys
+    env = {"VIPU_CLI_API_HOST": "127.0.0.1", "VIPU_CLI_API_PORT": str(emu.port), "PATH": "/usr/bin:/bin"}
+    base = [sys.executable, "-m", "slurm_ipu.emulator.vipucli"]
+    proc = subprocess.run([*base, "list", "partitions", "--showjson"], env=env, capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == []
+    hcl = tmp_path / "vipu-cli.hcl"
+    hcl.write_text(f'api-host="127.0.0.1"\napi-port={emu.port}\n')
+    proc = subprocess.run([*base, "--config", str(hcl), "list", "allocations"], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and "default" in proc.stdout
+
+
+def test_unreachable_server_is_one_line(tmp_path):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.emulator.vipucli", "--api-host", "127.0.0.1",
+                           "--api-port", "1", "list", "partitions"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1 and "unavailable" in proc.stderr and "[UNAVAILABLE]" in proc.stderr

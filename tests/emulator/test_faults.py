@@ -1,0 +1,104 @@
+"""Every fault mode, seen through VipuClient as the typed error the hooks will handle."""
+
+import time
+
+import pytest
+
+from slurm_ipu import errors
+from slurm_ipu.emulator.process import EmulatorProcess
+
+
+def deadline(seconds=10.0):
+    return time.monotonic() + seconds
+
+
+def test_latency_beyond_the_timeout_is_unavailable(client, admin):
+    admin.faults(latency=3)
+    client.timeout, client.retries = 0.8, 0
+    with pytest.raises(errors.VipuUnavailable, match="timed out"):
+        client.list_partitions()
+    admin.clear_faults()
+    assert client.list_partitions() == []
+
+
+def test_creation_delay_keeps_pending_then_active(client, admin):
+    admin.faults(create_delay=1.0)
+    client.create_partition("slow", 4)
+    assert client.get_partition("slow").state == "PENDING"
+    with pytest.raises(errors.PartitionNotReady, match="still PENDING"):
+        client.wait_active("slow", deadline(0.3))
+    assert client.wait_active("slow", deadline()).state == "ACTIVE"
+
+
+@pytest.mark.parametrize("code,cls", [
+    ("UNAVAILABLE", errors.VipuUnavailable),
+    ("INTERNAL", errors.VipuUnavailable),
+    ("RESOURCE_EXHAUSTED", errors.InsufficientIpus),
+    ("PERMISSION_DENIED", errors.PermissionDenied),
+    ("ALREADY_EXISTS", errors.PartitionExists),
+    ("INVALID_ARGUMENT", errors.InvalidPartition),
+])
+def test_fail_next_calls_with_a_chosen_error(client, admin, code, cls):
+    admin.faults(fail={"count": 2, "code": code, "op": "create"})
+    client.retries = 0
+    client.list_partitions()  # other operations are not affected
+    with pytest.raises(cls, match="injected fault"):
+        client.create_partition("f", 2)
+    with pytest.raises(cls):
+        client.create_partition("f", 2)
+    client.create_partition("f", 2)  # the third call goes through
+    assert client.get_partition("f").size == 2
+
+
+def test_transient_fault_is_ridden_out_by_retries(client, admin):
+    admin.faults(fail={"count": 1, "code": "UNAVAILABLE"})
+    client.retries = 1
+    client.create_partition("r", 1)
+    assert client.get_partition("r") is not None
+
+
+def test_error_state(client, admin):
+    admin.faults(error_next=1)
+    with pytest.raises(errors.PartitionNotReady, match="ERROR"):
+        client.ensure_partition("bad", 4, deadline())
+    client.remove_partition("bad")
+    assert client.ensure_partition("good", 4, deadline()).state == "ACTIVE"
+
+
+def test_down_refuses_connections_until_up(client, admin, emu):
+    admin.down()
+    client.retries = 0
+    for _ in range(200):  # the listener closes just after the admin call returns
+        try:
+            client.list_partitions()
+        except errors.VipuUnavailable as exc:
+            assert "unavailable" in str(exc).lower() or "refused" in str(exc).lower()
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail("server never went down")
+    admin.up()
+    assert client.list_partitions() == []
+
+
+def test_down_for_a_while_comes_back_by_itself(client, admin):
+    admin.down(seconds=0.5)
+    client.retries, client.backoff = 6, 0.1
+    assert client.list_partitions() == []  # retries with backoff outlast the outage
+
+
+def test_crash_then_restart_keeps_state(client, admin, emu):
+    client.create_partition("keep", 8)
+    admin.crash()
+    end = deadline(10)
+    while emu.alive() and time.monotonic() < end:
+        time.sleep(0.02)
+    assert not emu.alive()
+    client.retries = 0
+    with pytest.raises(errors.VipuUnavailable):
+        client.list_partitions()
+    again = EmulatorProcess.start(emu.state_dir, port=emu.port)
+    try:
+        assert [(p.name, p.size, p.state) for p in client.list_partitions()] == [("keep", 8, "ACTIVE")]
+    finally:
+        again.stop()

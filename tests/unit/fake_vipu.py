@@ -1,0 +1,71 @@
+"""A stateful fake `vipu` at the subprocess boundary: it answers argument lists the way the
+real command does (stdout, stderr, exit status), keeps partitions, and can be told to fail."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+
+class FakeVipu:
+    def __init__(self):
+        self.partitions: dict[str, dict] = {}
+        self.calls: list[list[str]] = []
+        self.failures: list[tuple[str, int]] = []  # (stderr, exit) for the next calls
+        self.timeouts = 0            # next N calls time out
+        self.pending_polls = 0       # new partitions stay PENDING for N list calls
+        self.end_state = "ACTIVE"
+
+    def __call__(self, argv, capture_output=True, text=True, timeout=None, stdin=None):
+        args = self._strip(list(argv))
+        self.calls.append(args)
+        if self.timeouts:
+            self.timeouts -= 1
+            raise subprocess.TimeoutExpired(argv, timeout)
+        if self.failures:
+            err, code = self.failures.pop(0)
+            return subprocess.CompletedProcess(argv, code, "", err)
+        out, err, code = self._handle(args)
+        return subprocess.CompletedProcess(argv, code, out, err)
+
+    @staticmethod
+    def _strip(argv):
+        argv = argv[1:]
+        out = []
+        skip = False
+        for i, a in enumerate(argv):
+            if skip:
+                skip = False
+                continue
+            if a in ("--api-host", "--api-port"):
+                skip = True
+                continue
+            out.append(a)
+        return out
+
+    def _handle(self, args):
+        verb, noun, rest = args[0], args[1] if len(args) > 1 else "", args[2:]
+        if verb == "create":
+            name, size = rest[0], int(rest[rest.index("--size") + 1])
+            if name in self.partitions:
+                return "", f"error: partition {name} already exists [ALREADY_EXISTS]\n", 1
+            gcds = int(rest[rest.index("--num-gcds") + 1]) if "--num-gcds" in rest else 1
+            self.partitions[name] = {"id": name, "size": size, "gcds": gcds, "polls": self.pending_polls,
+                                     "argv": rest}
+            return f"create partition ({name}): success.\n", "", 0
+        if verb == "remove":
+            if rest[0] not in self.partitions:
+                return "", f"error: partition {rest[0]} not found [NOT_FOUND]\n", 1
+            del self.partitions[rest[0]]
+            return f"remove partition ({rest[0]}): success.\n", "", 0
+        if verb == "list":
+            return json.dumps([self._doc(p) for p in self.partitions.values()]), "", 0
+        return "", f"error: unknown command {args} [INVALID_ARGUMENT]\n", 2
+
+    def _doc(self, p):
+        state = self.end_state
+        if p["polls"] > 0:
+            p["polls"] -= 1
+            state = "PENDING"
+        return {"partition": {"id": p["id"], "spec": {"size": p["size"], "num_gcds": p["gcds"],
+                "ipus": [{"id": i} for i in range(p["size"])]}, "status": {"state": f"PS_{state}"}}}

@@ -1,0 +1,68 @@
+"""Configuration: one precedence order, each layer tested; strict keys; the example stays true."""
+
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu import config
+from slurm_ipu.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_defaults_without_a_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
+    cfg = config.load(environ={})
+    assert cfg["partition.prefix"] == "slurm_" and cfg["vipu.port"] is None
+
+
+def test_each_layer_overrides_the_one_below(tmp_path):
+    path = write(tmp_path, "version: 1\nvipu:\n  timeout: 5\n  retries: 4\npartition:\n  prefix: ipu_\n")
+    env = {"SLURM_IPU_VIPU_RETRIES": "7", "SLURM_IPU_PARTITION_PREFIX": "env_"}
+    cfg = config.load(path, overrides={"partition.prefix": "cli_"}, environ=env)
+    assert cfg["vipu.timeout"] == 5.0          # file over default
+    assert cfg["vipu.retries"] == 7            # env over file
+    assert cfg["partition.prefix"] == "cli_"   # command line over env
+    assert cfg["prolog.deadline"] == 60.0      # default
+
+
+def test_config_path_from_env(tmp_path):
+    path = write(tmp_path, "version: 1\npod:\n  ipus: 256\n")
+    assert config.load(environ={"SLURM_IPU_CONFIG": path})["pod.ipus"] == 256
+
+
+@pytest.mark.parametrize("text,words", [
+    ("version: 1\nvipu:\n  comand: x\n", "did you mean 'vipu.command'"),
+    ("version: 2\n", "start the file with 'version: 1'"),
+    ("vipu:\n  port: 1\n", "version None"),
+    ("version: 1\nvipu:\n  port: many\n", "vipu.port='many' is not a valid int"),
+    ("version: 1\nvipu:\n  emulator_flags: maybe\n", "not a valid bool"),
+    ("- 1\n", "expected a mapping"),
+    ("version: 1\n  bad: [\n", "not valid YAML"),
+])
+def test_bad_files_name_the_key_and_the_fix(tmp_path, text, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        config.load(write(tmp_path, text), environ={})
+
+
+def test_explicit_missing_file_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        config.load(str(tmp_path / "missing.yaml"), environ={})
+
+
+@pytest.mark.parametrize("raw,value", [("yes", True), ("on", True), ("1", True), ("no", False), ("off", False)])
+def test_booleans_from_env(raw, value):
+    assert config.load(environ={"SLURM_IPU_VIPU_EMULATOR_FLAGS": raw})["vipu.emulator_flags"] is value
+
+
+def test_example_file_is_generated_from_the_table_and_loads():
+    example = ROOT / "etc" / "slurm-ipu.yaml"
+    assert example.read_text() == config.example_yaml(), "regenerate: python -c 'from slurm_ipu.config import example_yaml; print(example_yaml(), end=\"\")' > etc/slurm-ipu.yaml"
+    cfg = config.load(str(example), environ={})
+    assert all(cfg[o.key] == o.default for o in config.OPTIONS)

@@ -1,0 +1,63 @@
+"""The rule table, driven by tables of requests (issue 2: every rejection names the valid choices)."""
+
+import pytest
+
+from slurm_ipu import rules
+from slurm_ipu.errors import InvalidPartition
+
+GOOD = [
+    # size, gcds, ilds, cluster_ilds -> expected shape
+    (1, None, None, 1, rules.Shape(1, 1, 1)),
+    (8, 2, None, 1, rules.Shape(8, 2, 1)),
+    (64, 64, None, 1, rules.Shape(64, 64, 1)),
+    (128, None, None, 4, rules.Shape(128, 1, 2)),
+    (128, 4, 4, 4, rules.Shape(128, 4, 4)),
+    (256, None, None, 4, rules.Shape(256, 1, 4)),
+    (32, None, 2, 4, rules.Shape(32, 1, 2)),
+]
+
+
+@pytest.mark.parametrize("size,gcds,ilds,cluster_ilds,shape", GOOD)
+def test_valid_shapes(size, gcds, ilds, cluster_ilds, shape):
+    assert rules.check_shape(size, gcds, ilds, cluster_ilds=cluster_ilds) == shape
+
+
+BAD = [
+    # size, gcds, ilds, cluster_ilds, words the one-line message must contain
+    (3, None, None, 1, ["size 3", "not a power of two", "1, 2, 4, 8, 16, 32, 64"]),
+    (0, None, None, 1, ["size 0", "positive", "1, 2, 4, 8, 16, 32, 64"]),
+    (-4, None, None, 1, ["size -4", "valid sizes"]),
+    (128, None, None, 1, ["size 128", "exceeds the 64 IPUs", "1, 2, 4, 8, 16, 32, 64"]),
+    (8, 3, None, 1, ["--num-gcds 3", "8 IPUs", "valid GCD counts: 1, 2, 4, 8"]),
+    (8, 16, None, 1, ["--num-gcds 16", "1, 2, 4, 8"]),
+    (8, 0, None, 1, ["--num-gcds 0"]),
+    (128, None, 1, 4, ["--num-ilds 1", "valid ILD counts: 2, 4"]),
+    (8, None, 3, 4, ["--num-ilds 3", "valid ILD counts: 1, 2, 4"]),
+    (64, None, 2, 1, ["--num-ilds 2", "valid ILD counts: 1"]),
+    ("8", None, None, 1, ["'8'", "valid sizes"]),
+    (True, None, None, 1, ["True"]),
+]
+
+
+@pytest.mark.parametrize("size,gcds,ilds,cluster_ilds,words", BAD)
+def test_rejections_name_value_and_choices(size, gcds, ilds, cluster_ilds, words):
+    with pytest.raises(InvalidPartition) as info:
+        rules.check_shape(size, gcds, ilds, cluster_ilds=cluster_ilds)
+    message = str(info.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+@pytest.mark.parametrize("per_node,nodes,ok", [(4, 2, True), (16, 4, True), (3, 1, False), (8, 3, False), (16, 8, False)])
+def test_job_request_total(per_node, nodes, ok):
+    if ok:
+        assert rules.check_job_request(per_node, nodes, 64) == per_node * nodes
+    else:
+        with pytest.raises(InvalidPartition, match=rf"--gres=ipu:{per_node} on {nodes} node\(s\) asks for {per_node * nodes} IPUs"):
+            rules.check_job_request(per_node, nodes, 64)
+
+
+@pytest.mark.parametrize("size,expected", [(1, 1), (64, 1), (65, 2), (128, 2), (192, 4), (256, 4)])
+def test_default_ilds(size, expected):
+    assert rules.default_ilds(size) == expected
