@@ -20,7 +20,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--ipus", type=int, default=64, help="IPUs in the Pod (default 64)")
     r.add_argument("--ilds", type=int, default=None, help="ILDs in the Pod (default: IPUs / 64)")
 
-    sub.add_parser("demo", help="start the emulator, create, list and remove a partition, stop it")
+    sub.add_parser("demo", help="the main job: lab up, an IPU job end to end, the partition gone after")
+
+    for name, text in (("prolog", "PrologSlurmctld: create the job's V-IPU partition"),
+                       ("epilog", "EpilogSlurmctld: remove the job's V-IPU partition"),
+                       ("hook", "PrologSlurmctld or EpilogSlurmctld, chosen by $SLURM_SCRIPT_CONTEXT")):
+        h = sub.add_parser(name, help=text)
+        h.add_argument("--config", help="default: $SLURM_IPU_CONFIG, else /etc/slurm-ipu/config.yaml")
+
+    p = sub.add_parser("reap", help="remove orphaned and journaled partitions (safe from cron)")
+    p.add_argument("--config")
+    p.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
+
+    lab = sub.add_parser("lab", help="a real Slurm cluster on this machine, with the V-IPU emulator")
+    lab.add_argument("action", choices=("up", "down", "status"))
+    lab.add_argument("--dir", help="lab directory (default $SLURM_IPU_LAB_DIR or /var/tmp/slurm-ipu-lab)")
+    lab.add_argument("--nodes", type=int, default=4)
+    lab.add_argument("--ipus-per-node", type=int, default=16)
+    lab.add_argument("--ctld-port", type=int, default=16817)
+    lab.add_argument("--node-port", type=int, default=17001, help="first slurmd port (one per node)")
+    lab.add_argument("--vipu-port", type=int, default=8090)
     return top
 
 
@@ -37,6 +56,56 @@ def cmd_rules(args) -> int:
     return 0
 
 
+def cmd_hook(args) -> int:
+    import os
+
+    from . import config, jobenv
+
+    which = args.cmd
+    if which == "hook":
+        which = {"prolog_slurmctld": "prolog", "epilog_slurmctld": "epilog"}.get(os.environ.get("SLURM_SCRIPT_CONTEXT", ""))
+        if which is None:
+            from .errors import ConfigError
+
+            raise ConfigError(f"SLURM_SCRIPT_CONTEXT={os.environ.get('SLURM_SCRIPT_CONTEXT', '')!r}: "
+                              "use `slurm-ipu hook` as PrologSlurmctld/EpilogSlurmctld, or call prolog/epilog")
+    cfg = config.load(args.config)
+    ctx = jobenv.from_env(dict(os.environ))
+    if which == "prolog":
+        from . import prolog
+        from .slurm.commands import SlurmCli
+
+        return prolog.run(ctx, cfg, cfg.vipu_client(), SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"]))
+    from . import epilog
+
+    return epilog.run(ctx, cfg, cfg.vipu_client())
+
+
+def cmd_reap(args) -> int:
+    from . import config, reap
+    from .slurm.commands import SlurmCli
+
+    cfg = config.load(args.config)
+    return reap.run(cfg, cfg.vipu_client(), SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"]), dry_run=args.dry_run)
+
+
+def cmd_lab(args) -> int:
+    from pathlib import Path
+
+    from . import lab
+
+    spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.DEFAULT_DIR, nodes=args.nodes,
+                       ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
+                       vipu_port=args.vipu_port)
+    if args.action == "up":
+        lab.up(spec)
+        return 0
+    if args.action == "down":
+        lab.down(spec)
+        return 0
+    return lab.status(spec)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
@@ -45,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import main as demo_main
 
             return demo_main()
-        return {"rules": cmd_rules}[args.cmd](args)
+        table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
+                 "reap": cmd_reap, "lab": cmd_lab}
+        return table[args.cmd](args)
 
     return run_main(dispatch, debug=args.debug, program="slurm-ipu")
 

@@ -1,0 +1,31 @@
+"""EpilogSlurmctld: remove the job's V-IPU partition, whatever state the job ended in.
+
+Idempotent and never failing: a missing partition is success; a half-created one (the job was
+cancelled while the prolog ran) is removed like any other; V-IPU being unreachable puts the
+partition in the durable journal for `slurm-ipu reap`, and the epilog still exits 0 (an
+EpilogSlurmctld failure is only logged by Slurm, and V-IPU trouble is never a node problem).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .errors import SlurmIpuError
+from .hooklog import report
+from .jobenv import JobContext
+from .journal import Journal
+
+
+def run(ctx: JobContext, cfg, client, clock=time.monotonic) -> int:
+    if ctx.ipus == 0:
+        return 0
+    name = ctx.partition(cfg["partition.prefix"])
+    try:
+        removed = client.remove_partition(name, missing_ok=True, deadline=clock() + cfg["epilog.deadline"])
+    except SlurmIpuError as exc:
+        Journal(cfg["state_dir"]).add(name, ctx.job_id, str(exc))
+        report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} not removed ({exc}); "
+                                 "journaled for `slurm-ipu reap`")
+        return 0
+    report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} {'removed' if removed else 'already gone'}")
+    return 0

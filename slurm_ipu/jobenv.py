@@ -1,0 +1,80 @@
+"""What a controller hook knows about its job, read from the environment Slurm gives it.
+
+Trusted (set by slurmctld): SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_NODELIST,
+SLURM_JOB_LICENSES (job_submit.lua keeps the ipu licence equal to --gres=ipu:N x nodes),
+SLURM_JOB_RESTART_COUNT. From the user's side (SPANK_*): only the partition's shape options,
+validated like any user input, never its size, name or owner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .slurm.hostlist import expand
+
+
+@dataclass(frozen=True)
+class JobContext:
+    job_id: int
+    uid: int
+    nodes: tuple[str, ...]
+    ipus: int                 # 0: not an IPU job
+    restart_count: int = 0
+    gcds: int | None = None
+    ilds: int | None = None
+    reconfigurable: bool = False
+    script_context: str = ""
+
+    def partition(self, prefix: str) -> str:
+        return f"{prefix}{self.job_id}"
+
+
+def licence_count(licences: str, name: str = "ipu") -> int:
+    """'matlab:1,ipu:8' -> 8. Slurm prints name:count (name*count in some tools)."""
+    total = 0
+    for item in (licences or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, count = item.replace("*", ":").partition(":")
+        if key == name:
+            if sep and not count.isdigit():
+                raise ConfigError(f"SLURM_JOB_LICENSES entry {item!r} is not name:count")
+            total += int(count) if sep else 1
+    return total
+
+
+def _int(env: dict, key: str, default: int | None = None) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        if default is None:
+            raise ConfigError(f"{key} is not set; run this from PrologSlurmctld/EpilogSlurmctld")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{key}={raw!r} is not a number") from None
+
+
+def _shape(env: dict, key: str, option: str) -> int | None:
+    raw = env.get(key)
+    if raw in (None, ""):
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"{option}={raw!r} is not a positive number; use e.g. {option}=2")
+    return int(raw)
+
+
+def from_env(env: dict) -> JobContext:
+    return JobContext(
+        job_id=_int(env, "SLURM_JOB_ID"),
+        uid=_int(env, "SLURM_JOB_UID", 0),
+        nodes=tuple(expand(env.get("SLURM_JOB_NODELIST", ""))),
+        ipus=licence_count(env.get("SLURM_JOB_LICENSES", "")),
+        restart_count=_int(env, "SLURM_JOB_RESTART_COUNT", 0),
+        gcds=_shape(env, "SPANK_IPU_GCDS", "--ipu-gcds"),
+        ilds=_shape(env, "SPANK_IPU_ILDS", "--ipu-ilds"),
+        reconfigurable=env.get("SPANK_IPU_RECONFIGURABLE", "") == "1",
+        script_context=env.get("SLURM_SCRIPT_CONTEXT", ""),
+    )

@@ -1,0 +1,76 @@
+"""`slurm-ipu reap`: remove partitions no running job owns, and work off the epilog's journal.
+
+Safe from cron or a systemd timer: one V-IPU listing, one Slurm query, a lock so runs never
+overlap, a deadline, and --dry-run. A partition is ours if its name is prefix + digits; it is
+an orphan if that job is gone from Slurm or back to PENDING (requeued: its epilog ran).
+Jobs that are CONFIGURING, RUNNING, COMPLETING or SUSPENDED keep theirs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from .errors import ConfigError, SlurmIpuError
+from .journal import Journal
+
+IDLE_STATES = ("PENDING",)
+
+
+def _lock(state_dir: str) -> int:
+    Path(state_dir).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(state_dir) / "reap.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"another `slurm-ipu reap` holds {state_dir}/reap.lock; let it finish") from None
+    return fd
+
+
+def job_of(name: str, prefix: str) -> int | None:
+    suffix = name[len(prefix):] if name.startswith(prefix) else ""
+    return int(suffix) if suffix.isdigit() else None
+
+
+def orphans(partitions, jobs: dict[int, str], prefix: str) -> list[tuple[str, int]]:
+    out = []
+    for part in partitions:
+        job = job_of(part.name, prefix)
+        if job is not None and jobs.get(job, "GONE") in (*IDLE_STATES, "GONE"):
+            out.append((part.name, job))
+    return out
+
+
+def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic) -> int:
+    lock = _lock(cfg["state_dir"])
+    try:
+        deadline = clock() + cfg["epilog.deadline"] * 4
+        journal = Journal(cfg["state_dir"])
+        parts = client.list_partitions(deadline)
+        jobs = slurm.active_jobs()
+        found = orphans(parts, jobs, cfg["partition.prefix"])
+        failed = 0
+        for name, job in found:
+            state = jobs.get(job, "gone")
+            if dry_run:
+                out(f"reap: would remove {name} (job {job} {state.lower()})")
+                continue
+            try:
+                client.remove_partition(name, missing_ok=True, deadline=deadline)
+                out(f"reap: removed {name} (job {job} {state.lower()})")
+                journal.drop(name)
+            except SlurmIpuError as exc:
+                failed += 1
+                out(f"reap: could not remove {name}: {exc}")
+        # Journal entries whose partition is gone, or now belongs to a running (requeued) job,
+        # are settled; orphans that failed to go stay journaled for the next run.
+        left = {name for name, _ in found}
+        for entry in [] if dry_run else journal.entries():
+            if entry["partition"] not in left:
+                journal.drop(entry["partition"])
+        return 1 if failed else 0
+    finally:
+        os.close(lock)

@@ -1,0 +1,51 @@
+"""Render the Slurm and emulator configuration from templates/ (jinja2, StrictUndefined)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import __version__, rules
+from .errors import ConfigError
+
+TEMPLATES = ("slurm.conf", "gres.conf", "plugstack.conf", "job_submit.lua", "vipu-emu.yaml")
+
+
+def templates_dir() -> Path:
+    env = os.environ.get("SLURM_IPU_TEMPLATES")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "templates"
+
+
+def render(name: str, context: dict) -> str:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+    )
+    try:
+        return env.get_template(f"{name}.j2").render(version=__version__, **context)
+    except jinja2.TemplateNotFound:
+        raise ConfigError(f"template {name}.j2 not found in {templates_dir()}; set SLURM_IPU_TEMPLATES") from None
+    except jinja2.UndefinedError as exc:
+        raise ConfigError(f"template {name}.j2 needs a value the Pod description lacks: {exc}") from None
+
+
+def pod_values(pod_ipus: int) -> dict:
+    """What the templates derive from the rule table: valid sizes and the emulator's shape."""
+    ilds = max(1, pod_ipus // rules.IPUS_PER_ILD)
+    agents = pod_ipus // rules.IPUS_PER_AGENT
+    return {"pod_ipus": pod_ipus, "sizes": rules.valid_sizes(pod_ipus),
+            "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}}
+
+
+def write_all(context: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name in TEMPLATES:
+        path = out_dir / name
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(render(name, context))
+        os.replace(tmp, path)
+        written[name] = path
+    return written

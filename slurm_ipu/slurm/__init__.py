@@ -1,0 +1,1 @@
+"""Slurm, read through its own commands (squeue --json, scontrol), behind one interface."""

@@ -1,0 +1,61 @@
+"""Slurm hostlist expressions (node[1-3,5], rack[1-2]-n[01-02]) without calling scontrol:
+the controller hooks must not spend a Slurm query on what the string already says."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import ConfigError
+
+_GROUP = re.compile(r"\[([^\]]*)\]")
+MAX_HOSTS = 1 << 20
+
+
+def _split_top(expr: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    for ch in expr:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ConfigError(f"hostlist {expr!r}: unbalanced ']'")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise ConfigError(f"hostlist {expr!r}: unbalanced '['")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _range(body: str, expr: str) -> list[str]:
+    out = []
+    for piece in body.split(","):
+        lo, _, hi = piece.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ConfigError(f"hostlist {expr!r}: bad range {piece!r}; use forms like node[1-4,7]")
+        hi = hi or lo
+        if int(hi) < int(lo) or int(hi) - int(lo) > MAX_HOSTS:
+            raise ConfigError(f"hostlist {expr!r}: range {piece!r} runs backwards or is too large")
+        width = len(lo) if lo.startswith("0") else 0
+        out += [str(i).zfill(width) for i in range(int(lo), int(hi) + 1)]
+    return out
+
+
+def _expand_one(word: str, expr: str) -> list[str]:
+    match = _GROUP.search(word)
+    if not match:
+        return [word]
+    head, tail = word[: match.start()], word[match.end():]
+    return [head + n + rest for n in _range(match.group(1), expr) for rest in _expand_one(tail, expr)]
+
+
+def expand(expr: str) -> list[str]:
+    """'node[1-2],gpu3' -> ['node1', 'node2', 'gpu3'] (order kept, duplicates kept)."""
+    hosts: list[str] = []
+    for word in _split_top(expr or ""):
+        hosts += _expand_one(word, expr)
+    return hosts

@@ -1,0 +1,135 @@
+/* spank_ipu: plugstack arguments (strict) and the user options (--ipu-*). */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spank_ipu.h"
+
+struct ipu_conf ipu_conf;
+struct ipu_opts ipu_opts;
+
+/* A count the user typed: digits only, a power of two, 1..max. */
+int ipu_valid_count(const char *text, long max)
+{
+    char *end = NULL;
+    long n;
+
+    if (!text || !*text || !isdigit((unsigned char)text[0]))
+        return 0;
+    n = strtol(text, &end, 10);
+    return *end == '\0' && n >= 1 && n <= max && (n & (n - 1)) == 0;
+}
+
+static int copy_value(char *dst, size_t size, const char *key, const char *value)
+{
+    size_t len = strlen(value);
+
+    if (len == 0 || len >= size) {
+        slurm_error("spank_ipu: plugstack argument %s='%s' is empty or longer than %zu characters",
+                    key, value, size - 1);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':')) {
+            slurm_error("spank_ipu: plugstack argument %s='%s' has character '%c'; use letters, digits, '.', '-', '_'",
+                        key, value, c);
+            return -1;
+        }
+    }
+    memcpy(dst, value, len + 1);
+    return 0;
+}
+
+static int parse_one(const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    size_t klen = eq ? (size_t)(eq - arg) : strlen(arg);
+    const char *value = eq ? eq + 1 : "";
+
+    if (klen == 9 && !strncmp(arg, "vipu_host", 9))
+        return copy_value(ipu_conf.vipu_host, sizeof(ipu_conf.vipu_host), "vipu_host", value);
+    if (klen == 9 && !strncmp(arg, "vipu_port", 9)) {
+        char *end = NULL;
+        long port = strtol(value, &end, 10);
+        if (!*value || *end || port < 1 || port > 65535) {
+            slurm_error("spank_ipu: plugstack argument vipu_port='%s' is not a port (1-65535)", value);
+            return -1;
+        }
+        return copy_value(ipu_conf.vipu_port, sizeof(ipu_conf.vipu_port), "vipu_port", value);
+    }
+    if (klen == 6 && !strncmp(arg, "prefix", 6))
+        return copy_value(ipu_conf.prefix, sizeof(ipu_conf.prefix), "prefix", value);
+    if (klen == 5 && !strncmp(arg, "debug", 5)) {
+        ipu_conf.debug = !strcmp(value, "1") || !strcmp(value, "yes") || !strcmp(value, "true");
+        return 0;
+    }
+    slurm_error("spank_ipu: unknown plugstack argument '%s'; valid: vipu_host=, vipu_port=, prefix=, debug=", arg);
+    return -1;
+}
+
+int ipu_parse_plugstack(int ac, char **av)
+{
+    memset(&ipu_conf, 0, sizeof(ipu_conf));
+    strcpy(ipu_conf.vipu_port, "8090");
+    strcpy(ipu_conf.prefix, "slurm_");
+    for (int i = 0; i < ac; i++)
+        if (parse_one(av[i]) < 0)
+            return -1;
+    if (!ipu_conf.vipu_host[0]) {
+        slurm_error("spank_ipu: plugstack needs vipu_host=<V-IPU controller host>");
+        return -1;
+    }
+    return 0;
+}
+
+/* Option callbacks run first where the user typed them (remote == 0): refuse bad input there. */
+static int opt_count(const char *name, const char *optarg, const char **slot, long max)
+{
+    if (!ipu_valid_count(optarg, max)) {
+        slurm_error("spank_ipu: --%s=%s: not a power of two from 1 to %ld; use e.g. --%s=2",
+                    name, optarg ? optarg : "", max, name);
+        return -1;
+    }
+    *slot = optarg;
+    return 0;
+}
+
+static int opt_gcds(int val, const char *optarg, int remote)
+{
+    (void)val; (void)remote;
+    return opt_count("ipu-gcds", optarg, &ipu_opts.gcds, 1024);
+}
+
+static int opt_ilds(int val, const char *optarg, int remote)
+{
+    (void)val; (void)remote;
+    return opt_count("ipu-ilds", optarg, &ipu_opts.ilds, 64);
+}
+
+static int opt_reconf(int val, const char *optarg, int remote)
+{
+    (void)val; (void)optarg; (void)remote;
+    ipu_opts.reconfigurable = 1;
+    return 0;
+}
+
+static struct spank_option options[] = {
+    {"ipu-gcds", "N", "Split the job's V-IPU partition into N graph compilation domains (power of two)", 1, 0, opt_gcds},
+    {"ipu-ilds", "N", "Spread the job's V-IPU partition over N IPU-Link domains (power of two)", 1, 0, opt_ilds},
+    {"ipu-reconfigurable", NULL, "Make the job's V-IPU partition reconfigurable", 0, 0, opt_reconf},
+    SPANK_OPTIONS_TABLE_END
+};
+
+/* Registered from slurm_spank_init: a static spank_options table is invisible to sbatch/salloc. */
+int ipu_register_options(spank_t sp)
+{
+    for (struct spank_option *o = options; o->name; o++) {
+        if (spank_option_register(sp, o) != ESPANK_SUCCESS) {
+            slurm_error("spank_ipu: cannot register --%s", o->name);
+            return -1;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* spank_ipu: --ipu-* options, and the IPUoF variables in the tasks of IPU jobs.
+ *
+ * Contexts (spank(8)):
+ *   allocator (sbatch/salloc), local (srun): options are parsed and validated; given ones are
+ *     passed to PrologSlurmctld as job-control environment (SPANK_IPU_GCDS, ...).
+ *   remote (slurmstepd): every task gets IPUOF_VIPU_API_HOST/PORT/PARTITION_ID naming its own
+ *     job's partition (prefix + job id), replacing whatever the user exported, and loses
+ *     IPUOF_CONFIG_PATH. Why every task: Slurm 22.05 tells the task side nothing about a
+ *     plugin-less GRES (measured: no variable, no SPANK item), and asking slurmctld or V-IPU
+ *     would cost a call per node per step. A job without IPUs names a partition that does
+ *     not exist, so an attach fails with "not found"; no task ever names another job's.
+ *   slurmd: logs the plugin and Slurm versions at load.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <slurm/slurm_version.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spank_ipu.h"
+
+SPANK_PLUGIN(spank_ipu, 1);
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    spank_context_t ctx = spank_context();
+
+    if (ipu_parse_plugstack(ac, av) < 0)
+        return -1;
+    if (ctx == S_CTX_SLURMD) {
+        char *slurm = NULL;
+        spank_get_item(sp, S_SLURM_VERSION, &slurm);
+        slurm_info("spank_ipu: version %s loaded (built for Slurm %d.%02d.%d, running %s); vipu_host=%s vipu_port=%s prefix=%s",
+                   SLURM_IPU_VERSION, SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER),
+                   SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER), SLURM_VERSION_MICRO(SLURM_VERSION_NUMBER),
+                   slurm ? slurm : "?", ipu_conf.vipu_host,
+                   ipu_conf.vipu_port, ipu_conf.prefix);
+    }
+    if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR || ctx == S_CTX_REMOTE)
+        return ipu_register_options(sp);
+    return 0;
+}
+
+/* Hand the options to PrologSlurmctld. They shape the partition; they never size, name or
+ * authorise it (SPANK_* comes from the user's side). */
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+    spank_context_t ctx = spank_context();
+    (void)ac; (void)av;
+
+    if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR)
+        return 0;
+    if (ipu_opts.gcds && spank_job_control_setenv(sp, "IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS)
+        slurm_error("spank_ipu: could not pass --ipu-gcds to the job");
+    if (ipu_opts.ilds && spank_job_control_setenv(sp, "IPU_ILDS", ipu_opts.ilds, 1) != ESPANK_SUCCESS)
+        slurm_error("spank_ipu: could not pass --ipu-ilds to the job");
+    if (ipu_opts.reconfigurable && spank_job_control_setenv(sp, "IPU_RECONFIGURABLE", "1", 1) != ESPANK_SUCCESS)
+        slurm_error("spank_ipu: could not pass --ipu-reconfigurable to the job");
+    return 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    uint32_t job_id = 0;
+    char partition[IPU_PREFIX_MAX + 16];
+    (void)ac; (void)av;
+
+    if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
+        slurm_error("spank_ipu: cannot read the job id; IPUOF variables not set");
+        return -1;
+    }
+    snprintf(partition, sizeof(partition), "%s%u", ipu_conf.prefix, job_id);
+    if (spank_setenv(sp, "IPUOF_VIPU_API_HOST", ipu_conf.vipu_host, 1) != ESPANK_SUCCESS ||
+        spank_setenv(sp, "IPUOF_VIPU_API_PORT", ipu_conf.vipu_port, 1) != ESPANK_SUCCESS ||
+        spank_setenv(sp, "IPUOF_VIPU_API_PARTITION_ID", partition, 1) != ESPANK_SUCCESS) {
+        slurm_error("spank_ipu: cannot set the IPUOF variables for job %u", job_id);
+        return -1;
+    }
+    spank_unsetenv(sp, "IPUOF_CONFIG_PATH");
+    if (ipu_conf.debug)
+        slurm_info("spank_ipu: job %u task: IPUOF_VIPU_API_PARTITION_ID=%s at %s:%s", job_id, partition,
+                   ipu_conf.vipu_host, ipu_conf.vipu_port);
+    return 0;
+}

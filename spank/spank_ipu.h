@@ -1,0 +1,31 @@
+/* spank_ipu: shared declarations. Every message starts with "spank_ipu: ". */
+#ifndef SPANK_IPU_H
+#define SPANK_IPU_H
+
+#include <slurm/spank.h>
+
+#define IPU_PREFIX_MAX 32
+#define IPU_HOST_MAX 256
+
+struct ipu_conf {
+    char vipu_host[IPU_HOST_MAX];   /* IPUOF_VIPU_API_HOST for tasks */
+    char vipu_port[8];              /* IPUOF_VIPU_API_PORT for tasks */
+    char prefix[IPU_PREFIX_MAX];    /* partition name = prefix + job id */
+    int debug;
+};
+
+/* User options, as typed (NULL when absent). */
+struct ipu_opts {
+    const char *gcds;
+    const char *ilds;
+    int reconfigurable;
+};
+
+extern struct ipu_conf ipu_conf;
+extern struct ipu_opts ipu_opts;
+
+int ipu_parse_plugstack(int ac, char **av);
+int ipu_register_options(spank_t sp);
+int ipu_valid_count(const char *text, long max);
+
+#endif
