@@ -3,29 +3,34 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PKGS := python3-venv
+# Debian 12's Slurm 22.05 and munge for the lab, its headers and gcc for the SPANK plugin.
+SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator demo deps apt clean
+.PHONY: test unit emulator slurm demo deps apt spank clean
 
 # Python side: a project-local venv (Debian's system Python refuses pip installs, PEP 668).
 $(VENV)/.installed: pyproject.toml
-	@python3 -c 'import venv, ensurepip' 2>/dev/null || $(MAKE) --no-print-directory apt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
 	@touch $@
 
-deps: $(VENV)/.installed
+deps: apt $(VENV)/.installed spank
 
+spank: apt
+	@$(MAKE) -s -C spank
+
+# Installs only what is missing; a machine that has everything makes no apt call at all.
 apt:
-	@missing=$$(for p in $(APT_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	python3 -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
 test: deps
-	$(PY) -m pytest -q tests/unit tests/emulator $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests/unit tests/emulator tests/slurm $(PYTEST_ARGS)
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
@@ -33,8 +38,12 @@ unit: deps
 emulator: deps
 	$(PY) -m pytest -q tests/emulator $(PYTEST_ARGS)
 
+slurm: deps
+	$(PY) -m pytest -q tests/slurm $(PYTEST_ARGS)
+
 demo: deps
 	$(VENV)/bin/slurm-ipu demo
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+	$(MAKE) -s -C spank clean

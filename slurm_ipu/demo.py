@@ -1,38 +1,57 @@
-"""`make demo` before the lab exists: the emulator and the vipu contract, end to end."""
+"""`make demo`: the lab up, an IPU job end to end, and the partition gone after it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
 
-from .emulator.process import EmulatorProcess
+from . import lab
+from .errors import LabError
+
+EXAMPLE = lab.REPO / "examples" / "hello-ipu.sbatch"
 
 
-def _run(argv: list[str], shown: str) -> str:
-    print(f"+ {shown}", flush=True)
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    out = proc.stdout + proc.stderr
-    print(out.rstrip(), flush=True)
+def _show(argv: list[str], env: dict, shown: str | None = None) -> str:
+    print(f"+ {shown or ' '.join(argv)}", flush=True)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    text = (proc.stdout + proc.stderr).rstrip()
+    if text:
+        print(text, flush=True)
     if proc.returncode != 0:
-        raise SystemExit(f"slurm-ipu demo: `{shown}` failed with exit {proc.returncode}")
-    return out
+        raise LabError(f"demo: `{shown or ' '.join(argv)}` failed with exit {proc.returncode}")
+    return proc.stdout
+
+
+def _wait_done(job: int, env: dict, timeout: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = subprocess.run(["scontrol", "show", "job", "-o", str(job)], env=env, capture_output=True, text=True, timeout=30)
+        state = next((w.split("=", 1)[1] for w in proc.stdout.split() if w.startswith("JobState=")), "GONE")
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            return state
+        time.sleep(0.3)
+    raise LabError(f"demo: job {job} did not finish within {timeout:g}s; see `scontrol show job {job}`")
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory(prefix="slurm-ipu-demo-") as tmp:
-        emu = EmulatorProcess.start(Path(tmp) / "vipu-emu", cluster="pod64")
-        try:
-            print(f"V-IPU emulator (IPU-POD64) on 127.0.0.1:{emu.port}, pid {emu.pid}")
-            vipu = [sys.executable, "-m", "slurm_ipu.emulator.vipucli", "--api-host", "127.0.0.1", "--api-port", str(emu.port)]
-            for args in (["create", "partition", "demo", "--size", "16", "--num-gcds", "2"],
-                         ["list", "partitions"],
-                         ["get", "partition", "demo", "--gcd", "1", "--ipu-configs"],
-                         ["remove", "partition", "demo"],
-                         ["list", "partitions"]):
-                _run(vipu + args, "vipu " + " ".join(args))
-        finally:
-            emu.stop()
-    print("demo: the partition was created, listed and removed; the emulator is stopped.")
+    spec = lab.LabSpec()
+    lab.up(spec)
+    env = spec.env()
+    env["PATH"] = f"{spec.path('bin')}:{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    out = spec.path("demo", "hello-ipu-%j.out")
+    out.parent.mkdir(exist_ok=True)
+    print(f"\n# {EXAMPLE.name}: 2 nodes x --gres=ipu:4, two srun steps", flush=True)
+    job = int(_show(["sbatch", "--parsable", "-o", str(out), str(EXAMPLE)], env,
+                    f"sbatch examples/{EXAMPLE.name}").strip().split(";")[0])
+    state = _wait_done(job, env)
+    print(f"\n# job {job} {state}; its output:", flush=True)
+    print(Path(str(out).replace("%j", str(job))).read_text().rstrip(), flush=True)
+    print(f"\n# after the job: the partition slurm_{job} is gone", flush=True)
+    listing = _show(["vipu", "list", "partitions"], env)
+    if f"slurm_{job}" in listing or state != "COMPLETED":
+        raise LabError(f"demo: job {job} ended {state} and left: {listing.strip()}")
+    print("\nThe lab is still up. To use it:  eval \"$(slurm-ipu lab up)\"   To stop it:  slurm-ipu lab down")
     return 0

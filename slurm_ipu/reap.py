@@ -2,8 +2,10 @@
 
 Safe from cron or a systemd timer: one V-IPU listing, one Slurm query, a lock so runs never
 overlap, a deadline, and --dry-run. A partition is ours if its name is prefix + digits; it is
-an orphan if that job is gone from Slurm or back to PENDING (requeued: its epilog ran).
-Jobs that are CONFIGURING, RUNNING, COMPLETING or SUSPENDED keep theirs.
+an orphan unless its job is live: RUNNING (CONFIGURING is a flag on it), SUSPENDED, STOPPED
+or RESIZING. A job that is gone, finished (squeue --json still lists finished jobs, with
+COMPLETING only as a flag), or back to PENDING after a requeue (its epilog ran) owns nothing;
+removing a partition its epilog is removing too is harmless, both are idempotent.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from .errors import ConfigError, SlurmIpuError
 from .journal import Journal
 
-IDLE_STATES = ("PENDING",)
+LIVE_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
 
 
 def _lock(state_dir: str) -> int:
@@ -39,7 +41,7 @@ def orphans(partitions, jobs: dict[int, str], prefix: str) -> list[tuple[str, in
     out = []
     for part in partitions:
         job = job_of(part.name, prefix)
-        if job is not None and jobs.get(job, "GONE") in (*IDLE_STATES, "GONE"):
+        if job is not None and jobs.get(job, "GONE") not in LIVE_STATES:
             out.append((part.name, job))
     return out
 

@@ -142,6 +142,9 @@ class Api:
     def crash(self) -> dict:
         return self.call("POST", "/admin/crash")
 
+    def stats(self) -> dict:
+        return self.call("GET", "/admin/stats")["calls"]
+
     def check(self) -> dict:
         return self.call("GET", "/admin/check")
 

@@ -45,6 +45,7 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
         ("POST", r"^/admin/up$", "up"),
         ("POST", r"^/admin/crash$", "crash"),
         ("GET", r"^/admin/check$", "check"),
+        ("GET", r"^/admin/stats$", "stats"),
     ]
 ]
 
@@ -99,7 +100,7 @@ class App:
         for m, pattern, name in ROUTES:
             match = pattern.match(path)
             if match and m == method:
-                if name.startswith(("faults", "down", "up", "crash", "check")):
+                if name.startswith(("faults", "down", "up", "crash", "check", "stats")):
                     return 200, getattr(self, f"_admin_{name}")(body)
                 if not admin and self.is_down:
                     raise ConnectionAbortedError("down")
@@ -183,6 +184,10 @@ class App:
         # Die like kill -9 would, a moment after the reply leaves: no cleanup at all.
         threading.Timer(0.05, lambda: os._exit(137)).start()
         return {"crashing": True}
+
+    def _admin_stats(self, _b):
+        with self.service.faults.lock:
+            return {"calls": dict(self.service.calls)}
 
     def _admin_check(self, _b):
         return self.service.check_invariants()

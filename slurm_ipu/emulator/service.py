@@ -93,10 +93,13 @@ class Service:
         self.cluster = cluster
         self.store = store
         self.faults = Faults()
+        self.calls: dict[str, int] = {}  # API calls per operation, for tests ("no V-IPU call")
         self._lock = threading.Lock()  # serialises placement: no IPU is handed out twice
 
     # --- fault plumbing -----------------------------------------------------------------
     def before(self, op: str) -> None:
+        with self.faults.lock:
+            self.calls[op] = self.calls.get(op, 0) + 1
         if self.faults.latency > 0:
             time.sleep(self.faults.latency)
         code = self.faults.take_failure(op)

@@ -1,0 +1,201 @@
+"""The real lab: Slurm 22.05 (slurmctld + 4 slurmd) and the V-IPU emulator, on free loopback
+ports in a directory of its own, up once per session and stopped by recorded pid.
+
+Every wait is a poll with a deadline. When a test fails, the job's `scontrol show job` and the
+tail of the logs are attached to the report.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu import lab as labmod
+from slurm_ipu.emulator.api import Api
+
+pytestmark = pytest.mark.slurm
+
+
+def _free_block(count: int, tries: int = 50) -> int:
+    rng = random.Random(os.getpid())
+    for _ in range(tries):
+        base = rng.randrange(20000, 30000)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", port))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free block of loopback ports")
+
+
+@dataclass
+class Lab:
+    spec: labmod.LabSpec
+
+    @property
+    def env(self) -> dict:
+        return self.spec.env()
+
+    @property
+    def config(self) -> str:
+        return str(self.spec.path("etc", "slurm-ipu.yaml"))
+
+    def run(self, *argv: str, timeout: float = 60, check: bool = False, env: dict | None = None,
+            stdin: str | None = None) -> subprocess.CompletedProcess:
+        proc = subprocess.run(list(argv), env=env or self.env, capture_output=True, text=True, timeout=timeout,
+                              input=stdin)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def sbatch(self, *args: str, script: str | None = None) -> int:
+        argv = ["sbatch", "--parsable", *args]
+        proc = self.run(*argv, check=True, stdin=script)
+        return int(proc.stdout.strip().split(";")[0])
+
+    def job(self, job_id: int) -> dict[str, str]:
+        """scontrol show job as a dict ({} once the job has left slurmctld's memory)."""
+        proc = self.run("scontrol", "show", "job", "-o", str(job_id))
+        if proc.returncode != 0:
+            return {}
+        out = {}
+        for word in proc.stdout.split():
+            key, _, value = word.partition("=")
+            out.setdefault(key, value)
+        return out
+
+    def state(self, job_id: int) -> str:
+        return self.job(job_id).get("JobState", "GONE")
+
+    def api(self) -> Api:
+        return Api("127.0.0.1", self.spec.vipu_port, timeout=10)
+
+    def admin(self) -> Api:
+        return Api(admin_socket=str(self.spec.path("vipu-emu", "admin.sock")), timeout=10)
+
+    def partitions(self) -> dict[str, dict]:
+        api = self.admin()
+        try:
+            return {p["partition"]["id"]: p["partition"] for p in api.list_partitions()}
+        finally:
+            api.close()
+
+    def node_states(self) -> dict[str, str]:
+        return labmod.node_states(self.spec)
+
+
+def wait_for(what: str, predicate, timeout: float = 60.0, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+
+
+def wait_gone(lab: Lab, job_id: int, timeout: float = 90.0) -> None:
+    wait_for(f"job {job_id} to finish", lambda: lab.state(job_id) in ("COMPLETED", "CANCELLED", "FAILED", "GONE",
+                                                                      "TIMEOUT", "NODE_FAIL"), timeout)
+
+
+def all_idle(lab: Lab) -> bool:
+    states = lab.node_states()
+    return len(states) == lab.spec.nodes and all(s == "idle" for s in states.values())
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    missing = [t for t in ("slurmctld", "slurmd", "munged") if not (labmod.SBIN / t).exists()]
+    if missing:
+        pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run `make test`, which installs it")
+    base = _free_block(8)
+    spec = labmod.LabSpec(dir=Path(tmp_path_factory.mktemp("lab")), ctld_port=base, node_port=base + 1,
+                          vipu_port=base + 7)
+    try:
+        labmod.up(spec)
+    except Exception:
+        labmod.down(spec)
+        raise
+    handle = Lab(spec)
+    yield handle
+    labmod.down(spec)
+
+
+@pytest.fixture
+def clean_lab(lab):
+    """Each test starts with no jobs, no partitions, no faults, and idle nodes; and ends so."""
+    admin = lab.admin()
+    admin.up()
+    admin.clear_faults()
+    wait_for("no jobs left", lambda: not lab.run("squeue", "-h", "-o", "%A").stdout.split(), 90)
+    wait_for("all nodes idle", lambda: all_idle(lab), 60)
+    assert lab.partitions() == {}, "a previous test leaked a partition"
+    yield lab
+    admin.up()
+    admin.clear_faults()
+    jobs = lab.run("squeue", "-h", "-o", "%A").stdout.split()
+    if jobs:
+        lab.run("scancel", *jobs)
+    admin.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and "lab" in item.fixturenames:
+        spec = item.funcargs["lab"].spec if "lab" in item.funcargs else None
+        if spec is not None:
+            for name in ("slurmctld.log", "vipu-emu.log"):
+                path = spec.path("log", name)
+                if path.exists():
+                    tail = "\n".join(path.read_text(errors="replace").splitlines()[-30:])
+                    report.sections.append((f"lab {name}", tail))
+            hooks = spec.path("state", "hooks.log")
+            if hooks.exists():
+                report.sections.append(("lab hooks.log", "\n".join(hooks.read_text().splitlines()[-20:])))
+
+
+PROBE = """#!/bin/bash
+# What a task sees: its node, the IPUOF variables, and what an IPUoF attach would grant it.
+echo "PROBE $SLURMD_NODENAME ${SLURM_PROCID:-b} $IPUOF_VIPU_API_HOST $IPUOF_VIPU_API_PORT $IPUOF_VIPU_API_PARTITION_ID cfg=${IPUOF_CONFIG_PATH:-unset}"
+echo "ATTACH $(%s -m slurm_ipu.emulator.main attach 2>&1)"
+"""
+
+
+def probe_script(lab: Lab) -> str:
+    path = lab.spec.path("bin", "ipu-probe")
+    if not path.exists():
+        path.write_text(PROBE % sys.executable)
+        path.chmod(0o755)
+    return str(path)
+
+
+def parse_probe(text: str) -> tuple[list[list[str]], list[dict]]:
+    probes = [line.split()[1:] for line in text.splitlines() if line.startswith("PROBE ")]
+    attaches = []
+    for line in text.splitlines():
+        if line.startswith("ATTACH "):
+            fields = dict(w.split("=", 1) for w in line.split()[2:] if "=" in w)
+            fields["ipus"] = [int(i) for i in fields.get("ipus", "").split(",") if i]
+            fields["line"] = line
+            attaches.append(fields)
+    return probes, attaches

@@ -1,0 +1,189 @@
+"""--gres=ipu:N end to end on a real Slurm (issue 3): what users and admins would see."""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+
+import pytest
+
+from .conftest import all_idle, parse_probe, probe_script, wait_for, wait_gone
+
+
+def batch(lab, tmp_path, nodes: int, per_node: int, *extra: str) -> tuple[int, str]:
+    out = tmp_path / "job.out"
+    probe = probe_script(lab)
+    script = (f"#!/bin/bash\n#SBATCH -N {nodes}\n#SBATCH --gres=ipu:{per_node}\n#SBATCH -o {out}\n"
+              f"{probe}\n"
+              f"{lab.spec.path('bin', 'vipu')} list partitions --showjson | tr -d '\\n' | sed 's/^/PARTS /'; echo\n"
+              f"srun {probe}\n")
+    job = lab.sbatch(*extra, script=script)
+    wait_gone(lab, job)
+    return job, out.read_text()
+
+
+def test_two_node_batch_and_step_see_one_partition_of_their_own(clean_lab, tmp_path):
+    lab = clean_lab
+    job, text = batch(lab, tmp_path, 2, 8)
+    probes, attaches = parse_probe(text)
+    name = f"slurm_{job}"
+    assert len(probes) == 3  # the batch step, then one task per node
+    for node, _rank, host, port, partition, cfg in probes:
+        assert (host, port, partition, cfg) == ("127.0.0.1", str(lab.spec.vipu_port), name, "cfg=unset")
+    assert sorted(p[0] for p in probes[1:]) == ["node1", "node2"]
+    parts = [line for line in text.splitlines() if line.startswith("PARTS ")]
+    import json
+    seen = json.loads(parts[0][len("PARTS "):])
+    assert [(p["partition"]["id"], p["partition"]["spec"]["size"]) for p in seen] == [(name, 16)]
+    held = {i["id"] for i in seen[0]["partition"]["spec"]["ipus"]}
+    assert len(attaches) == 3
+    for got in attaches:
+        assert got.get("partition") == name and got["ipus"] and set(got["ipus"]) <= held, got["line"]
+    assert lab.state(job) == "COMPLETED"
+    wait_for("partition removed", lambda: name not in lab.partitions(), 30)
+
+
+def test_one_node_srun_gets_variables_and_user_values_are_replaced(clean_lab):
+    lab = clean_lab
+    env = dict(lab.env, IPUOF_VIPU_API_PARTITION_ID="someone_elses", IPUOF_VIPU_API_HOST="10.9.9.9",
+               IPUOF_CONFIG_PATH="/etc/ipuof.conf.d/p.conf")
+    proc = lab.run("srun", "--gres=ipu:4", probe_script(lab), env=env, check=True)
+    probes, attaches = parse_probe(proc.stdout)
+    assert len(probes) == 1
+    node, _rank, host, port, partition, cfg = probes[0]
+    assert host == "127.0.0.1" and partition.startswith("slurm_") and cfg == "cfg=unset"
+    assert attaches[0].get("partition") == partition and len(attaches[0]["ipus"]) == 4, attaches[0]["line"]
+    wait_for("partition removed after srun", lambda: lab.partitions() == {}, 30)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--gres=ipu:3"], ["asks for 3 IPUs", "valid totals: 1, 2, 4, 8, 16, 32, 64"]),
+    (["-N", "3", "--gres=ipu:8"], ["on 3 node(s) asks for 24 IPUs", "valid totals"]),
+    (["-N", "4", "--gres=ipu:32"], ["128 IPUs, more than the Pod's 64"]),
+    (["-N", "2-4", "--gres=ipu:4"], ["fixed node count", "-N 2"]),
+    (["-L", "ipu:8"], ["--gres=ipu:N"]),
+    (["--gres=ipu:4", "--ipu-gcds=3"], ["spank_ipu: --ipu-gcds=3", "power of two"]),
+])
+def test_bad_requests_are_refused_at_submit(clean_lab, args, words):
+    proc = clean_lab.run("sbatch", *args, "--wrap", "true")
+    assert proc.returncode != 0
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+    assert clean_lab.run("squeue", "-h").stdout == ""
+
+
+def test_job_without_ipus_gets_no_partition_and_no_vipu_call(clean_lab, tmp_path):
+    lab = clean_lab
+    admin = lab.admin()
+    before = admin.stats()
+    out = tmp_path / "plain.out"
+    job = lab.sbatch("-N", "2", "-o", str(out), "--wrap", "srun hostname")
+    wait_gone(lab, job)
+    assert lab.state(job) == "COMPLETED"
+    assert admin.stats() == before
+    assert "Licenses=(null)" in lab.run("scontrol", "show", "job", str(job)).stdout
+
+
+def test_request_is_visible_to_admins(clean_lab):
+    lab = clean_lab
+    assert set(lab.run("sinfo", "-h", "-N", "-o", "%G", check=True).stdout.split()) == {"ipu:16"}
+    job = lab.sbatch("-N", "2", "--gres=ipu:4", "--ipu-gcds=2", "--hold", "--wrap", "true")
+    shown = lab.run("scontrol", "show", "job", str(job), check=True).stdout
+    assert "TresPerNode=gres:ipu:4" in shown and "Licenses=ipu:8" in shown
+    lab.run("scontrol", "update", f"JobId={job}", "NumNodes=4", check=True)  # licence follows the change
+    assert "Licenses=ipu:16" in lab.run("scontrol", "show", "job", str(job), check=True).stdout
+    lab.run("scontrol", "release", str(job), check=True)
+    wait_gone(lab, job)
+    assert lab.state(job) == "COMPLETED"
+
+
+def test_gcds_option_shapes_the_partition(clean_lab, tmp_path):
+    lab = clean_lab
+    job = lab.sbatch("-N", "1", "--gres=ipu:8", "--ipu-gcds=2", "--wrap", "sleep 300")
+    wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
+    part = lab.partitions()[f"slurm_{job}"]
+    assert (part["spec"]["size"], part["spec"]["num_gcds"], part["status"]["state"]) == (8, 2, "PS_ACTIVE")
+    assert part["spec"]["hosts"] == [lab.job(job)["NodeList"]]
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+
+
+def test_scancel_while_running_leaves_nothing(clean_lab):
+    lab = clean_lab
+    job = lab.sbatch("-N", "2", "--gres=ipu:16", "--wrap", "srun sleep 300")
+    wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
+    assert lab.partitions()[f"slurm_{job}"]["spec"]["size"] == 32
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+    wait_for("nodes idle", lambda: all_idle(lab), 60)
+
+
+def test_scancel_while_prolog_is_creating_leaves_nothing(clean_lab):
+    lab = clean_lab
+    lab.admin().faults(create_delay=25)  # partitions stay PENDING; the prolog waits on them
+    job = lab.sbatch("--gres=ipu:4", "--wrap", "true")
+    wait_for("partition PENDING while the job configures",
+             lambda: lab.partitions().get(f"slurm_{job}", {}).get("status", {}).get("state") == "PS_PENDING", 30)
+    assert lab.state(job) == "CONFIGURING"
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+    wait_for("half-created partition removed", lambda: lab.partitions() == {}, 30)
+    wait_for("nodes idle", lambda: all_idle(lab), 60)
+
+
+def test_prolog_failure_requeues_batch_job_and_leaks_nothing(clean_lab):
+    lab = clean_lab
+    lab.admin().faults(fail={"count": 1, "code": "INVALID_ARGUMENT", "op": "create"})
+    job = lab.sbatch("--gres=ipu:4", "--wrap", "true")
+    info = wait_for("job requeued", lambda: (lambda j: j if j.get("Restarts") == "1" and j.get("JobState") == "PENDING"
+                                             else None)(lab.job(job)), 60)
+    assert "slurm-ipu: job" in info.get("Comment", "") or "slurm-ipu:" in lab.run(
+        "scontrol", "show", "job", str(job)).stdout
+    assert lab.partitions() == {}
+    assert "not created: injected fault" in lab.spec.path("state", "hooks.log").read_text()
+    lab.run("scancel", str(job), check=True)
+    wait_for("nodes idle", lambda: all_idle(lab), 60)
+
+
+def test_vipu_down_at_epilog_keeps_nodes_idle_and_reap_cleans_up(clean_lab):
+    lab = clean_lab
+    job = lab.sbatch("--gres=ipu:4", "--wrap", "sleep 300")
+    wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
+    admin = lab.admin()
+    admin.down()
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+    wait_for("nodes idle, not drained", lambda: all_idle(lab), 60)
+    journal = list(lab.spec.path("state", "pending-removal").glob("*.json"))
+    assert [p.stem for p in journal] == [f"slurm_{job}"]
+    down = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--config", lab.config)
+    assert down.returncode == 2 and "unavailable" in down.stderr.lower() and "Traceback" not in down.stderr
+    admin.up()
+    dry = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--dry-run", "--config", lab.config, check=True)
+    assert f"would remove slurm_{job}" in dry.stdout and f"slurm_{job}" in lab.partitions()
+    done = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--config", lab.config, check=True)
+    assert f"removed slurm_{job}" in done.stdout
+    assert lab.partitions() == {}
+    assert not list(lab.spec.path("state", "pending-removal").glob("*.json"))
+
+
+def test_twenty_mixed_jobs_a_third_cancelled_leave_nothing(clean_lab):
+    lab = clean_lab
+    rng = random.Random(7)
+    shapes = [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (1, 16), (4, 4), (2, 1)]
+    jobs = []
+    for i in range(20):
+        nodes, per = rng.choice(shapes)
+        jobs.append(lab.sbatch("-N", str(nodes), f"--gres=ipu:{per}", "--wrap", f"srun sleep {rng.uniform(0.5, 3):.1f}"))
+    for job in rng.sample(jobs, 7):
+        time.sleep(rng.uniform(0, 0.6))
+        lab.run("scancel", str(job))
+    for job in jobs:
+        wait_gone(lab, job, timeout=180)
+    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
+    proc = lab.run(str(lab.spec.path("bin", "vipu")), "list", "partitions", check=True)
+    assert "slurm_" not in proc.stdout
+    wait_for("every node idle", lambda: all_idle(lab), 60)
