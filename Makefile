@@ -3,8 +3,9 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# Debian 12's Slurm 22.05 and munge for the lab, its headers and gcc for the SPANK plugin.
-SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc
+# Debian 12's Slurm 22.05 and munge for the lab, its headers and gcc for the SPANK plugin,
+# lua5.1 (the Lua Slurm embeds) to unit-test the rendered job_submit.lua.
+SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1
 PYTEST_ARGS ?=
 
 .PHONY: test unit emulator slurm demo deps apt spank clean

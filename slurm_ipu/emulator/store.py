@@ -115,7 +115,7 @@ class Store:
 
     @staticmethod
     def _record(row: tuple, ipus: list[int]) -> dict:
-        rec = dict(zip(COLUMNS, row))
+        rec = dict(zip(COLUMNS, row, strict=True))
         rec["hosts"] = json.loads(rec["hosts"])
         rec["reconfigurable"] = bool(rec["reconfigurable"])
         rec["ipus"] = ipus

@@ -107,7 +107,7 @@ def _read_hcl(path: str, explicit: bool) -> dict[str, str]:
 
 def table(headers: list[str], rows: list[list[str]], rule_above: bool = False) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "|".join(f" {c:<{w}} " for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    line = lambda cells: "|".join(f" {c:<{w}} " for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
     rule = "-" * (sum(widths) + 3 * len(widths) - 1)
     out = ([rule] if rule_above else []) + [line(headers), rule] + [line(r) for r in rows] + [rule]
     return "\n".join(out)

@@ -55,10 +55,10 @@ def worker(port: int, idx: int, ledger: Ledger, deadline: float, done: list, fai
         for cycle in range(CYCLES):
             name = f"c{idx}-{cycle}"
             try:
-                doc = retry(lambda: api.create_partition(name=name, size=rng.choice(SIZES)), deadline)
+                doc = retry(lambda n=name: api.create_partition(name=n, size=rng.choice(SIZES)), deadline)
             except ApiError as exc:
                 if exc.code == "ALREADY_EXISTS":  # our create landed just before a crash
-                    doc = retry(lambda: api.get_partition(name), deadline)
+                    doc = retry(lambda n=name: api.get_partition(n), deadline)
                 elif exc.code == "RESOURCE_EXHAUSTED":
                     continue
                 else:
@@ -66,7 +66,7 @@ def worker(port: int, idx: int, ledger: Ledger, deadline: float, done: list, fai
             ledger.take(name, [i["id"] for i in doc["partition"]["spec"]["ipus"]])
             ledger.drop(name)
             try:
-                retry(lambda: api.remove_partition(name), deadline)
+                retry(lambda n=name: api.remove_partition(n), deadline)
             except ApiError as exc:
                 if exc.code != "NOT_FOUND":  # our remove landed just before a crash
                     raise

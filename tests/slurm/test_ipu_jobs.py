@@ -29,7 +29,7 @@ def test_two_node_batch_and_step_see_one_partition_of_their_own(clean_lab, tmp_p
     probes, attaches = parse_probe(text)
     name = f"slurm_{job}"
     assert len(probes) == 3  # the batch step, then one task per node
-    for node, _rank, host, port, partition, cfg in probes:
+    for _node, _rank, host, port, partition, cfg in probes:
         assert (host, port, partition, cfg) == ("127.0.0.1", str(lab.spec.vipu_port), name, "cfg=unset")
     assert sorted(p[0] for p in probes[1:]) == ["node1", "node2"]
     parts = [line for line in text.splitlines() if line.startswith("PARTS ")]
@@ -175,7 +175,7 @@ def test_twenty_mixed_jobs_a_third_cancelled_leave_nothing(clean_lab):
     rng = random.Random(7)
     shapes = [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (1, 16), (4, 4), (2, 1)]
     jobs = []
-    for i in range(20):
+    for _ in range(20):
         nodes, per = rng.choice(shapes)
         jobs.append(lab.sbatch("-N", str(nodes), f"--gres=ipu:{per}", "--wrap", f"srun sleep {rng.uniform(0.5, 3):.1f}"))
     for job in rng.sample(jobs, 7):

@@ -33,7 +33,7 @@ class FakeVipu:
         argv = argv[1:]
         out = []
         skip = False
-        for i, a in enumerate(argv):
+        for a in argv:
             if skip:
                 skip = False
                 continue
@@ -44,7 +44,7 @@ class FakeVipu:
         return out
 
     def _handle(self, args):
-        verb, noun, rest = args[0], args[1] if len(args) > 1 else "", args[2:]
+        verb, rest = args[0], args[2:]
         if verb == "create":
             name, size = rest[0], int(rest[rest.index("--size") + 1])
             if name in self.partitions:

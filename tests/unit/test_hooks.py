@@ -1,0 +1,219 @@
+"""Controller-hook logic (prolog, epilog, reap) with a fake `vipu` at the subprocess boundary
+and a fake Slurm backend: what the job, the user and the admin would see."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurm_ipu import config, epilog, jobenv, prolog, reap
+from slurm_ipu.errors import ConfigError
+from slurm_ipu.journal import Journal
+
+from .fake_vipu import FakeVipu
+
+
+class FakeSlurm:
+    """The job as scontrol would show it, and squeue's view of live jobs."""
+
+    def __init__(self, jobs=None):
+        self.jobs = jobs or {}
+        self.comments: dict[int, str] = {}
+        self.held: set[int] = set()
+
+    def active_jobs(self):
+        return dict(self.jobs)
+
+    def comment(self, job_id, text):
+        self.comments[job_id] = text
+
+    def hold(self, job_id, text):
+        self.comments[job_id] = text
+        self.held.add(job_id)
+
+
+@pytest.fixture
+def fake(mocker):
+    vipu = FakeVipu()
+    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=vipu)
+    mocker.patch("slurm_ipu.vipu.client.time.sleep")
+    return vipu
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    return config.load(str(_conf(tmp_path)), environ={})
+
+
+def _conf(tmp_path, **extra):
+    path = tmp_path / "c.yaml"
+    body = {"version": 1, "state_dir": str(tmp_path / "state"), "vipu": {"retries": 1}, "prolog": {"deadline": 5}}
+    body.update(extra)
+    path.write_text(json.dumps(body))
+    return path
+
+
+def env(**over):
+    base = {"SLURM_JOB_ID": "42", "SLURM_JOB_UID": "1000", "SLURM_JOB_NODELIST": "node[1-2]",
+            "SLURM_JOB_LICENSES": "ipu:16", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}
+    base.update(over)
+    return jobenv.from_env(base)
+
+
+def hooks_log(cfg) -> str:
+    path = f"{cfg['state_dir']}/hooks.log"
+    try:
+        return open(path).read()
+    except FileNotFoundError:
+        return ""
+
+
+# --- job environment ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,count", [
+    ("ipu:8", 8), ("matlab:1,ipu:8", 8), ("ipu*4", 4), ("", 0), ("matlab:2", 0), ("ipu", 1), (" ipu:2 , x:1", 2),
+])
+def test_licence_count(text, count):
+    assert jobenv.licence_count(text) == count
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"SLURM_JOB_ID": ""}, "SLURM_JOB_ID is not set"),
+    ({"SLURM_JOB_ID": "x1"}, "SLURM_JOB_ID='x1' is not a number"),
+    ({"SLURM_JOB_LICENSES": "ipu:lots"}, "not name:count"),
+    ({"SPANK_IPU_GCDS": "two"}, "--ipu-gcds='two'"),
+    ({"SPANK_IPU_ILDS": "0"}, "--ipu-ilds='0'"),
+    ({"SLURM_JOB_NODELIST": "node[1-"}, "unbalanced"),
+])
+def test_bad_hook_environment(over, words):
+    with pytest.raises(ConfigError, match=words.replace("[", r"\[")):
+        env(**over)
+
+
+# --- prolog -------------------------------------------------------------------------------
+
+def test_job_without_ipus_makes_no_vipu_call(fake, cfg):
+    assert prolog.run(env(SLURM_JOB_LICENSES=""), cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    assert fake.calls == []
+
+
+def test_prolog_creates_the_job_partition_sized_by_the_licence(fake, cfg):
+    ctx = env(SPANK_IPU_GCDS="2", SPANK_IPU_RECONFIGURABLE="1")
+    assert prolog.run(ctx, cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    part = fake.partitions["slurm_42"]
+    assert (part["size"], part["gcds"]) == (16, 2)
+    assert "--reconfigurable" in part["argv"]
+    assert "partition slurm_42 ACTIVE, 16 IPUs, 2 GCD(s), hosts node1,node2" in hooks_log(cfg)
+
+
+def test_prolog_passes_hosts_and_owner_to_the_emulator(fake, tmp_path):
+    cfg = config.load(str(_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
+    argv = fake.partitions["slurm_42"]["argv"]
+    assert argv[argv.index("--hosts") + 1] == "node1,node2" and argv[argv.index("--owner-uid") + 1] == "1000"
+
+
+def test_prolog_is_idempotent(fake, cfg):
+    for _ in range(2):  # a re-run after a crash, or a requeue, finds its own partition
+        assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    assert list(fake.partitions) == ["slurm_42"]
+
+
+def test_prolog_failure_leaves_nothing_and_says_why(fake, cfg):
+    fake.end_state = "ERROR"
+    slurm = FakeSlurm()
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
+    assert fake.partitions == {}
+    assert "V-IPU partition slurm_42 (16 IPUs) not created: partition slurm_42 went to ERROR" in slurm.comments[42]
+    assert slurm.held == set()
+    assert "not created" in hooks_log(cfg)
+
+
+def test_prolog_holds_a_job_that_keeps_failing(fake, cfg):
+    fake.failures = [("error: no [RESOURCE_EXHAUSTED]", 1)]
+    slurm = FakeSlurm()
+    assert prolog.run(env(SLURM_JOB_RESTART_COUNT="2"), cfg, cfg.vipu_client(), slurm) == 1
+    assert slurm.held == {42} and "held after 3 attempts (scontrol release 42" in slurm.comments[42]
+
+
+def test_prolog_refuses_a_bad_shape_before_calling_vipu(fake, cfg):
+    slurm = FakeSlurm()
+    assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 1
+    assert "--num-gcds 32 for a partition of 16 IPUs" in slurm.comments[42]
+    assert [c for c in fake.calls if c[0] == "create"] == []
+
+
+def test_prolog_deadline_bounds_a_slow_partition(fake, tmp_path):
+    cfg = config.load(str(_conf(tmp_path, prolog={"deadline": 0.3})), environ={})
+    fake.pending_polls = 10**9  # never ACTIVE
+    slurm = FakeSlurm()
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
+    assert "still PENDING at the deadline" in slurm.comments[42]
+    assert fake.partitions == {}
+
+
+# --- epilog -------------------------------------------------------------------------------
+
+def test_epilog_removes_and_is_idempotent(fake, cfg):
+    prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
+    for _ in range(2):
+        assert epilog.run(env(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client()) == 0
+    assert fake.partitions == {}
+    assert "partition slurm_42 removed" in hooks_log(cfg) and "partition slurm_42 already gone" in hooks_log(cfg)
+
+
+def test_epilog_journals_when_vipu_is_down_and_still_succeeds(fake, cfg):
+    fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
+    assert epilog.run(env(), cfg, cfg.vipu_client()) == 0
+    assert [e["partition"] for e in Journal(cfg["state_dir"]).entries()] == ["slurm_42"]
+
+
+def test_epilog_of_a_job_without_ipus_does_nothing(fake, cfg):
+    assert epilog.run(env(SLURM_JOB_LICENSES="x:1"), cfg, cfg.vipu_client()) == 0
+    assert fake.calls == []
+
+
+# --- reap ---------------------------------------------------------------------------------
+
+def _parts(*names):
+    from slurm_ipu.vipu.types import Partition
+    return [Partition(name=n, size=1) for n in names]
+
+
+@pytest.mark.parametrize("jobs,expected", [
+    ({}, ["slurm_1", "slurm_2"]),
+    ({1: "RUNNING", 2: "CONFIGURING"}, []),
+    ({1: "PENDING", 2: "SUSPENDED"}, ["slurm_1"]),
+    ({1: "COMPLETED", 2: "CANCELLED"}, ["slurm_1", "slurm_2"]),
+])
+def test_orphans(jobs, expected):
+    parts = _parts("slurm_1", "slurm_2", "slurm_x", "mine", "slurm_")
+    assert [n for n, _ in reap.orphans(parts, jobs, "slurm_")] == expected
+
+
+def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
+    client = cfg.vipu_client()
+    for job in (1, 2, 3):
+        client.create_partition(f"slurm_{job}", 1)
+    journal = Journal(cfg["state_dir"])
+    journal.add("slurm_1", 1, "V-IPU down")
+    journal.add("slurm_9", 9, "V-IPU down")  # already gone by hand
+    lines = []
+    assert reap.run(cfg, client, FakeSlurm({2: "RUNNING", 3: "PENDING"}), dry_run=True, out=lines.append) == 0
+    assert lines == ["reap: would remove slurm_1 (job 1 gone)", "reap: would remove slurm_3 (job 3 pending)"]
+    assert sorted(fake.partitions) == ["slurm_1", "slurm_2", "slurm_3"] and len(journal.entries()) == 2
+    lines.clear()
+    assert reap.run(cfg, client, FakeSlurm({2: "RUNNING", 3: "PENDING"}), out=lines.append) == 0
+    assert sorted(fake.partitions) == ["slurm_2"]
+    assert journal.entries() == []
+
+
+def test_reap_refuses_to_overlap(fake, cfg):
+    fd = reap._lock(cfg["state_dir"])
+    try:
+        with pytest.raises(ConfigError, match="another `slurm-ipu reap`"):
+            reap.run(cfg, cfg.vipu_client(), FakeSlurm())
+    finally:
+        import os
+        os.close(fd)

@@ -1,0 +1,91 @@
+"""The rendered job_submit.lua, run by lua5.1 (the Lua Slurm 22.05 embeds) against a stub
+`slurm` table: submit and modify requests in, licence or one-line refusal out."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from slurm_ipu import render
+
+LUA = shutil.which("lua5.1")
+pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
+NO_VAL = 4294967294
+
+HARNESS = """
+local msgs = {}
+slurm = { SUCCESS = 0, ERROR = -1,
+          log_user = function(fmt, ...) table.insert(msgs, string.format(fmt, ...)) end,
+          log_info = function() end }
+dofile(%(path)r)
+local job = %(job)s
+local rc
+if %(modify)s then rc = slurm_job_modify(job, %(rec)s, {}, 0) else rc = slurm_job_submit(job, {}, 0) end
+print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) .. "\\t" .. table.concat(msgs, "|"))
+"""
+
+
+@pytest.fixture(scope="module")
+def lua_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lua") / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", render.pod_values(64)))
+    return str(path)
+
+
+def lua_table(d: dict) -> str:
+    def val(v):
+        return f'"{v}"' if isinstance(v, str) else str(v)
+    return "{" + ", ".join(f"{k} = {val(v)}" for k, v in d.items()) + "}"
+
+
+def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, str]:
+    code = HARNESS % {"path": lua_file, "job": lua_table(job), "rec": lua_table(rec or {}),
+                      "modify": "true" if rec is not None else "false"}
+    proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    rc, lic, nodes, msg = proc.stdout.rstrip("\n").split("\t")
+    return int(rc), lic, nodes, msg
+
+
+@pytest.mark.parametrize("job,licence,nodes", [
+    ({"tres_per_node": "gres:ipu:4", "min_nodes": 2, "max_nodes": 2}, "ipu:8", "2"),
+    ({"tres_per_node": "gres:ipu:4", "min_nodes": NO_VAL, "max_nodes": NO_VAL}, "ipu:4", "1"),
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 4}, "ipu:64", "4"),
+    ({"tres_per_node": "gres:ipu:mk2:2", "min_nodes": 1}, "ipu:2", "1"),
+    ({"tres_per_node": "gres:ipu", "min_nodes": 1}, "ipu:1", "1"),
+    ({"tres_per_node": "gres:gpu:1,gres:ipu:8", "licenses": "matlab:1", "min_nodes": 1}, "matlab:1,ipu:8", "1"),
+    ({"min_nodes": 3}, "nil", "3"),  # not an IPU job: untouched
+])
+def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
+    rc, lic, got_nodes, msg = run(lua_file, job)
+    assert (rc, lic, got_nodes, msg) == (0, licence, nodes, "")
+
+
+@pytest.mark.parametrize("job,words", [
+    ({"tres_per_node": "gres:ipu:3"}, "asks for 3 IPUs, not a valid partition size; valid totals: 1, 2, 4, 8, 16, 32, 64"),
+    ({"tres_per_node": "gres:ipu:8", "min_nodes": 3}, "on 3 node(s) asks for 24 IPUs"),
+    ({"tres_per_node": "gres:ipu:32", "min_nodes": 4}, "128 IPUs, more than the Pod's 64"),
+    ({"tres_per_node": "gres:ipu:0"}, "at least 1 IPU per node"),
+    ({"tres_per_node": "gres:ipu:4", "min_nodes": 2, "max_nodes": 4}, "fixed node count"),
+    ({"licenses": "ipu:8"}, "not with the ipu licence (-L ipu:8)"),
+])
+def test_submit_refuses_with_one_line(lua_file, job, words):
+    rc, _lic, _nodes, msg = run(lua_file, job)
+    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "|" not in msg
+
+
+@pytest.mark.parametrize("change,rec,result", [
+    ({"min_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (0, "ipu:16")),
+    ({"min_nodes": 3}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (-1, None)),
+    ({"tres_per_node": "gres:ipu:8"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (0, "ipu:16")),
+    ({"licenses": "ipu:64"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (-1, None)),
+    ({"time_limit": 5}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (0, "nil")),
+    ({"min_nodes": 2}, {"min_nodes": 1}, (0, "nil")),  # not an IPU job
+])
+def test_modify_keeps_licence_and_gres_consistent(lua_file, change, rec, result):
+    rc, lic, _nodes, msg = run(lua_file, change, rec)
+    assert rc == result[0], msg
+    if result[1] is not None:
+        assert lic == result[1]
