@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm demo deps apt spank clean
+.PHONY: test unit emulator slurm bench demo deps apt spank clean
 
 # Python side: a project-local venv (Debian's system Python refuses pip installs, PEP 668).
 $(VENV)/.installed: pyproject.toml
@@ -41,6 +41,9 @@ emulator: deps
 
 slurm: deps
 	$(PY) -m pytest -q tests/slurm $(PYTEST_ARGS)
+
+bench: deps
+	$(PY) tests/bench/submit_latency.py
 
 demo: deps
 	$(VENV)/bin/slurm-ipu demo

@@ -21,7 +21,8 @@ from .jobenv import JobContext
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
-    deadline = clock() + cfg["prolog.deadline"]
+    started = clock()
+    deadline = started + cfg["prolog.deadline"]
     name = ctx.partition(cfg["partition.prefix"])
     try:
         pod = cfg["pod.ipus"]
@@ -41,7 +42,7 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
         report(cfg["state_dir"], why)
         return 1
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
-                             f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)}")
+                             f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
     return 0
 
 

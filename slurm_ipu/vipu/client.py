@@ -8,6 +8,7 @@ The tool's output reaches the log only when a call fails.
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import time
@@ -22,7 +23,7 @@ from ..errors import (
     VipuError,
     VipuUnavailable,
 )
-from .parse import classify_error, parse_partitions
+from .parse import classify_error, parse_partitions, partition_from_json
 from .types import Partition
 
 log = logging.getLogger("slurm_ipu.vipu")
@@ -100,8 +101,10 @@ class VipuClient:
         self, name: str, size: int, *, num_gcds: int | None = None, num_ilds: int | None = None,
         reconfigurable: bool = False, allocation: str | None = None, hosts: Sequence[str] = (),
         owner_uid: int | None = None, deadline: float | None = None,
-    ) -> None:
-        args = ["create", "partition", name, "--size", str(size)]
+    ) -> Partition | None:
+        """The new partition when vipu's --showjson reply describes it (the emulator's does),
+        else None: callers then list partitions to learn its state."""
+        args = ["create", "partition", name, "--size", str(size), "--showjson"]
         if num_gcds:
             args += ["--num-gcds", str(num_gcds)]
         if num_ilds:
@@ -114,7 +117,11 @@ class VipuClient:
             args += ["--hosts", ",".join(hosts)]
         if self.emulator_flags and owner_uid is not None:
             args += ["--owner-uid", str(owner_uid)]
-        self.run(args, deadline)
+        out = self.run(args, deadline)
+        try:
+            return partition_from_json(json.loads(out))
+        except (ValueError, VipuError):
+            return None
 
     def remove_partition(self, name: str, missing_ok: bool = False, deadline: float | None = None) -> bool:
         """True if removed; False if it was already gone and missing_ok."""
@@ -149,7 +156,9 @@ class VipuClient:
         """Idempotent create-and-wait: a partition already there with the same shape is ours
         (a retried create, a requeued job); one with another shape is an error."""
         try:
-            self.create_partition(name, size, deadline=deadline, **shape)
+            created = self.create_partition(name, size, deadline=deadline, **shape)
+            if created is not None and created.name == name and created.state == "ACTIVE":
+                return created  # saves one `vipu list` on the prolog's path
         except PartitionExists:
             part = self.get_partition(name, deadline)
             want_gcds = shape.get("num_gcds") or 1

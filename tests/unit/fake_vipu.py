@@ -15,6 +15,7 @@ class FakeVipu:
         self.timeouts = 0            # next N calls time out
         self.pending_polls = 0       # new partitions stay PENDING for N list calls
         self.end_state = "ACTIVE"
+        self.create_json = False     # answer create --showjson with the partition, as the emulator does
 
     def __call__(self, argv, capture_output=True, text=True, timeout=None, stdin=None):
         args = self._strip(list(argv))
@@ -52,6 +53,8 @@ class FakeVipu:
             gcds = int(rest[rest.index("--num-gcds") + 1]) if "--num-gcds" in rest else 1
             self.partitions[name] = {"id": name, "size": size, "gcds": gcds, "polls": self.pending_polls,
                                      "argv": rest}
+            if self.create_json and "--showjson" in rest:
+                return json.dumps(self._doc(self.partitions[name])), "", 0
             return f"create partition ({name}): success.\n", "", 0
         if verb == "remove":
             if rest[0] not in self.partitions:

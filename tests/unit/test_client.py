@@ -46,7 +46,7 @@ def test_create_passes_an_argument_list_with_server_and_shape(client, fake, mock
     client.create_partition("slurm_9", 16, num_gcds=2, reconfigurable=True, hosts=["n1"], owner_uid=5)
     argv = run.call_args.args[0]
     assert argv == ["vipu", "--api-host", "127.0.0.1", "--api-port", "8090", "create", "partition", "slurm_9",
-                    "--size", "16", "--num-gcds", "2", "--reconfigurable"]
+                    "--size", "16", "--showjson", "--num-gcds", "2", "--reconfigurable"]
     assert run.call_args.kwargs["timeout"] == 5
     assert "shell" not in run.call_args.kwargs
 
@@ -147,3 +147,12 @@ def test_timeout_kills_and_reports(mocker, clock):
     c = VipuClient(retries=0, timeout=1, sleep=clock.sleep, clock=clock)
     with pytest.raises(errors.VipuUnavailable, match="list partitions` timed out after 1s"):
         c.list_partitions()
+
+
+def test_ensure_skips_the_listing_when_create_reports_active(client, fake):
+    fake.create_json = True
+    assert client.ensure_partition("slurm_3", 4, deadline=10.0).state == "ACTIVE"
+    assert [c[0] for c in fake.calls] == ["create"]
+    fake.pending_polls = 2
+    assert client.ensure_partition("slurm_4", 4, deadline=10.0).state == "ACTIVE"
+    assert [c[0] for c in fake.calls[1:]] == ["create", "list", "list"]
