@@ -1,0 +1,98 @@
+"""Instances, replicas, GCDs and ILDs: PopRun's rules, checked before anything starts.
+
+Replicas are divided evenly among instances, instances evenly among hosts in block order
+(instance i on host i // per_host), at least one instance per ILD (ILD of instance i is
+i * ILDs // instances), and with a multi-GCD partition each instance drives GCD
+i // (instances / GCDs). Every impossible combination raises PlanError with the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import SlurmIpuError
+
+
+class PlanError(SlurmIpuError):
+    component = "ipurun"
+
+
+@dataclass(frozen=True)
+class Instance:
+    index: int
+    host: str
+    host_index: int
+    local_index: int
+    replica_offset: int
+    gcd: int
+    ild: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    hosts: tuple[str, ...]
+    num_instances: int
+    num_replicas: int
+    ipus_per_replica: int
+    num_ilds: int
+    num_gcds: int
+
+    @property
+    def replicas_per_instance(self) -> int:
+        return self.num_replicas // self.num_instances
+
+    @property
+    def instances_per_host(self) -> int:
+        return self.num_instances // len(self.hosts)
+
+    @property
+    def total_ipus(self) -> int:
+        return self.num_replicas * self.ipus_per_replica
+
+    def instance(self, i: int) -> Instance:
+        per_host = self.instances_per_host
+        return Instance(
+            index=i, host=self.hosts[i // per_host], host_index=i // per_host, local_index=i % per_host,
+            replica_offset=i * self.replicas_per_instance,
+            gcd=i // (self.num_instances // self.num_gcds), ild=i * self.num_ilds // self.num_instances,
+        )
+
+    def instances(self) -> list[Instance]:
+        return [self.instance(i) for i in range(self.num_instances)]
+
+
+def _divisors(n: int) -> str:
+    ds = [d for d in range(1, n + 1) if n % d == 0]
+    return ", ".join(map(str, ds[:8])) + (", ..." if len(ds) > 8 else "")
+
+
+def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, hosts: list[str] | tuple[str, ...],
+              num_ilds: int = 1, num_gcds: int = 1, cpus_per_host: int | None = None) -> Plan:
+    for name, value in (("--num-instances", num_instances), ("--num-replicas", num_replicas),
+                        ("--ipus-per-replica", ipus_per_replica), ("--num-ilds", num_ilds)):
+        if value < 1:
+            raise PlanError(f"{name} {value} must be at least 1")
+    if not hosts:
+        raise PlanError("no hosts to run on; give --host or run inside a Slurm allocation")
+    if num_replicas % num_instances:
+        raise PlanError(f"{num_replicas} replicas do not divide evenly over {num_instances} instances; "
+                        f"use --num-instances {_divisors(num_replicas)}")
+    if num_instances % len(hosts):
+        raise PlanError(f"{num_instances} instances do not divide evenly over {len(hosts)} hosts; "
+                        f"use a multiple of {len(hosts)} instances, or fewer hosts")
+    if num_ilds > num_instances:
+        raise PlanError(f"{num_ilds} ILDs need at least one instance each; use --num-instances {num_ilds} or more")
+    if num_instances % num_ilds:
+        raise PlanError(f"{num_instances} instances do not divide evenly over {num_ilds} ILDs; "
+                        f"use a multiple of {num_ilds} instances")
+    if num_gcds > num_instances:
+        raise PlanError(f"the partition has {num_gcds} GCDs but only {num_instances} instances; "
+                        f"use --num-instances {num_gcds}, or --update-partition=yes to recreate it with fewer GCDs")
+    if num_gcds > 1 and num_instances % num_gcds:
+        raise PlanError(f"the partition has {num_gcds} GCDs: {num_instances} instances cannot share them evenly; "
+                        f"use a multiple of {num_gcds} instances")
+    per_host = num_instances // len(hosts)
+    if cpus_per_host is not None and per_host > cpus_per_host:
+        raise PlanError(f"{per_host} instances per host but only {cpus_per_host} CPUs per host; "
+                        f"use at most {cpus_per_host * len(hosts)} instances or more hosts")
+    return Plan(tuple(hosts), num_instances, num_replicas, ipus_per_replica, num_ilds, num_gcds)

@@ -1,0 +1,112 @@
+"""What srun starts for each ipurun instance: `python -S -I task.py -- COMMAND ARGS...`.
+
+It reads the plan's constants (IPURUN_*) and its place (SLURM_PROCID, SLURM_LOCALID), sets
+PopDist's per-instance environment, binds CPUs (and memory, for spreadnuma) on the node where
+it runs, then execs the command: binding precedes the user's program, so every thread inherits
+it. Standard library only, so a task starts in milliseconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numa  # noqa: E402  (this directory, loaded without the package on purpose)
+
+MPOL_BIND = 2
+SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
+
+
+def fail(msg: str, code: int = 2) -> None:
+    print(f"ipurun: {msg}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def membind(nodes: tuple[int, ...]) -> bool:
+    """set_mempolicy(MPOL_BIND, nodes): memory of this process and the program it execs."""
+    nr = SYS_SET_MEMPOLICY.get(os.uname().machine)
+    if nr is None or not nodes:
+        return False
+    mask = 0
+    for n in nodes:
+        mask |= 1 << n
+    buf = (ctypes.c_ulong * 16)(mask)
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(nr, MPOL_BIND, buf, ctypes.c_ulong(64 * 16)) == 0
+
+
+def instance_env(env: dict, k: int, local: int) -> dict:
+    n, replicas = int(env["IPURUN_NUM_INSTANCES"]), int(env["IPURUN_NUM_REPLICAS"])
+    per_host, gcds = int(env["IPURUN_INSTANCES_PER_HOST"]), int(env.get("IPURUN_NUM_GCDS", "1"))
+    rpi = replicas // n
+    out = {
+        "POPDIST_NUM_TOTAL_REPLICAS": str(replicas),
+        "POPDIST_NUM_IPUS_PER_REPLICA": env["IPURUN_IPUS_PER_REPLICA"],
+        "POPDIST_NUM_LOCAL_REPLICAS": str(rpi),
+        "POPDIST_REPLICA_INDEX_OFFSET": str(k * rpi),
+        "POPDIST_UNIFORM_REPLICAS_PER_INSTANCE": "1",
+        "POPDIST_LOCAL_INSTANCE_INDEX": str(local),
+        "POPDIST_NUM_LOCAL_INSTANCES": str(per_host),
+        "POPDIST_INSTANCE_INDEX": str(k),
+        "POPDIST_NUM_INSTANCES": str(n),
+        # PopDist derives instance index and count from the MPI environment: give it one.
+        "OMPI_COMM_WORLD_RANK": str(k), "OMPI_COMM_WORLD_SIZE": str(n),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(per_host),
+        "IPUOF_VIPU_API_GCD_ID": str(k // (n // gcds)),
+        "IPUOF_VIPU_API_TIMEOUT": env.get("IPURUN_VIPU_TIMEOUT", "120"),
+    }
+    for key in ("HOST", "PORT", "PARTITION_ID"):
+        if env.get(f"IPURUN_VIPU_{key}"):
+            out[f"IPUOF_VIPU_API_{key}"] = env[f"IPURUN_VIPU_{key}"]
+    if env.get("IPURUN_AUTOREPORT_DIR"):
+        out["POPDIST_AUTOREPORT_DIRECTORY"] = os.path.join(env["IPURUN_AUTOREPORT_DIR"], f"instance_{k}")
+    if env.get("IPURUN_CACHE_DIR"):
+        out["POPDIST_EXECUTABLE_CACHE_PATH"] = env["IPURUN_CACHE_DIR"]
+    return out
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        fail("task wrapper started without a command")
+    env = dict(os.environ)
+    try:
+        k, local = int(env["SLURM_PROCID"]), int(env.get("SLURM_LOCALID", "0"))
+        extra = instance_env(env, k, local)
+    except (KeyError, ValueError) as exc:
+        fail(f"task wrapper: missing or bad {exc} in the environment (run it through ipurun)")
+    if env.get("IPURUN_OFFLINE") == "1":
+        for key in ("HOST", "PORT", "PARTITION_ID", "GCD_ID"):
+            extra.pop(f"IPUOF_VIPU_API_{key}", None)
+            env.pop(f"IPUOF_VIPU_API_{key}", None)
+    env.update(extra)
+    if extra.get("POPDIST_EXECUTABLE_CACHE_PATH"):
+        os.makedirs(extra["POPDIST_EXECUTABLE_CACHE_PATH"], exist_ok=True)
+    strategy = env.get("IPURUN_PLACEMENT", "spreadnuma")
+    try:
+        b = numa.bind(numa.read_topology("/"), local, int(env["IPURUN_INSTANCES_PER_HOST"]), strategy)
+    except numa.PlacementError as exc:
+        fail(f"instance {k} on {env.get('SLURMD_NODENAME', '?')}: {exc}")
+    if b.cpus:
+        os.sched_setaffinity(0, b.cpus)
+    bound_mem = membind(b.numa) if b.membind else False
+    if env.get("IPURUN_REPORT_BINDINGS") == "1":
+        print(f"ipurun: instance {k} host {env.get('SLURMD_NODENAME', os.uname().nodename)} local {local} "
+              f"numa {numa.format_cpulist(b.numa) or '-'} cpus {numa.format_cpulist(b.cpus) or 'unbound'}"
+              f"{' membind' if bound_mem else ''}", file=sys.stderr, flush=True)
+    only = env.get("IPURUN_ONLY_OUTPUT_FROM")
+    if only not in (None, "") and int(only) != k:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        fail(f"instance {k}: cannot run {argv[0]!r}: {exc.strerror}", 127)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
