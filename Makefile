@@ -43,6 +43,7 @@ slurm: deps
 	$(PY) -m pytest -q tests/slurm $(PYTEST_ARGS)
 
 bench: deps
+	$(PY) tests/bench/ipurun_overhead.py
 	$(PY) tests/bench/submit_latency.py
 
 demo: deps

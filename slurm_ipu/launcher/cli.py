@@ -189,6 +189,9 @@ def build(ns: argparse.Namespace, srun_extra: list[str], command: list[str], env
     if ns.process_placement not in numa.STRATEGIES:
         raise ConfigError(f"--process-placement {ns.process_placement!r}; use one of {', '.join(numa.STRATEGIES)}")
     check_autoreport(ns, env)
+    for flag, value in (("--update-partition", ns.update_partition), ("--reset-partition", ns.reset_partition)):
+        if value:  # refused rather than silently ignored until ipurun talks to V-IPU itself
+            raise ConfigError(f"{flag}=yes is not supported yet; recreate or reset with `vipu` before ipurun")
     hosts, inside = hosts_for(ns, env)
     cpus = int(env["SLURM_CPUS_ON_NODE"]) if inside and env.get("SLURM_CPUS_ON_NODE", "").isdigit() else len(
         os.sched_getaffinity(0))

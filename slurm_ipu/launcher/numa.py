@@ -8,7 +8,7 @@ Topology discovery takes a root directory, so tests describe machines we do not 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 STRATEGIES = ("spreadnuma", "scatternuma", "scattersocket", "close", "disabled")
 
@@ -17,16 +17,14 @@ class PlacementError(Exception):
     """A binding that cannot be made; the launcher turns it into one line."""
 
 
-@dataclass(frozen=True)
-class Cpu:
+class Cpu(NamedTuple):  # NamedTuple, not dataclass: the wrapper's start-up stays lean
     id: int
     socket: int
     core: int      # core id within its socket
     numa: int
 
 
-@dataclass(frozen=True)
-class Binding:
+class Binding(NamedTuple):
     cpus: tuple[int, ...]   # absolute CPU numbers; empty: leave binding alone
     numa: tuple[int, ...]   # NUMA nodes the instance runs on
     membind: bool           # memory bound to those nodes too (spreadnuma)

@@ -8,7 +8,6 @@ it. Standard library only, so a task starts in milliseconds.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 
@@ -29,6 +28,7 @@ def membind(nodes: tuple[int, ...]) -> bool:
     nr = SYS_SET_MEMPOLICY.get(os.uname().machine)
     if nr is None or not nodes:
         return False
+    import ctypes  # only when there is memory to bind
     mask = 0
     for n in nodes:
         mask |= 1 << n
@@ -87,12 +87,15 @@ def main(argv: list[str]) -> None:
         os.makedirs(extra["POPDIST_EXECUTABLE_CACHE_PATH"], exist_ok=True)
     strategy = env.get("IPURUN_PLACEMENT", "spreadnuma")
     try:
-        b = numa.bind(numa.read_topology("/"), local, int(env["IPURUN_INSTANCES_PER_HOST"]), strategy)
+        cpus = numa.read_topology("/")
+        b = numa.bind(cpus, local, int(env["IPURUN_INSTANCES_PER_HOST"]), strategy)
     except numa.PlacementError as exc:
         fail(f"instance {k} on {env.get('SLURMD_NODENAME', '?')}: {exc}")
     if b.cpus:
         os.sched_setaffinity(0, b.cpus)
-    bound_mem = membind(b.numa) if b.membind else False
+    # Binding memory to the host's only NUMA node would change nothing: skip the syscall.
+    multi = len({c.numa for c in cpus}) > 1
+    bound_mem = membind(b.numa) if b.membind and multi else False
     if env.get("IPURUN_REPORT_BINDINGS") == "1":
         print(f"ipurun: instance {k} host {env.get('SLURMD_NODENAME', os.uname().nodename)} local {local} "
               f"numa {numa.format_cpulist(b.numa) or '-'} cpus {numa.format_cpulist(b.cpus) or 'unbound'}"

@@ -121,3 +121,10 @@ def test_refusal_is_one_line_exit_2():
                            "8", "--offline-mode=1", "true"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert proc.stderr.strip() == "ipurun: 8 replicas do not divide evenly over 3 instances; use --num-instances 1, 2, 4, 8"
+
+
+@pytest.mark.parametrize("flag", ["--update-partition=yes", "--reset-partition=1"])
+def test_partition_changes_are_refused_not_ignored(flag):
+    ns, extra, cmd = cli.parse([flag, "--offline-mode=1", "x"])
+    with pytest.raises(ConfigError, match="not supported yet"):
+        cli.build(ns, extra, cmd, {})
