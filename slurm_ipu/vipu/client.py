@@ -138,12 +138,19 @@ class VipuClient:
 
     def wait_active(self, name: str, deadline: float, poll: float = 0.05) -> Partition:
         """Poll until ACTIVE; ERROR or the deadline raise PartitionNotReady."""
-        pause = poll
+        pause, state = poll, None
         while True:
-            part = self.get_partition(name, deadline)
+            try:
+                part = self.get_partition(name, deadline)
+            except VipuUnavailable:
+                if state is None or self.clock() < deadline:
+                    raise
+                # The deadline ran out during a poll: the partition is late, V-IPU is not down.
+                raise PartitionNotReady(f"partition {name} still {state} at the deadline") from None
             if part is None:
                 raise PartitionNotFound(f"partition {name} disappeared while waiting for it to become ACTIVE")
-            if part.state == "ACTIVE":
+            state = part.state
+            if state == "ACTIVE":
                 return part
             if part.state == "ERROR":
                 raise PartitionNotReady(f"partition {name} went to ERROR instead of ACTIVE")

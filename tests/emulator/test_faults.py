@@ -22,11 +22,11 @@ def test_latency_beyond_the_timeout_is_unavailable(client, admin):
 
 
 def test_creation_delay_keeps_pending_then_active(client, admin):
-    admin.faults(create_delay=1.0)
+    admin.faults(create_delay=3.0)
     client.create_partition("slow", 4)
     assert client.get_partition("slow").state == "PENDING"
     with pytest.raises(errors.PartitionNotReady, match="still PENDING"):
-        client.wait_active("slow", deadline(0.3))
+        client.wait_active("slow", deadline(1.0))
     assert client.wait_active("slow", deadline()).state == "ACTIVE"
 
 

@@ -156,3 +156,25 @@ def test_ensure_skips_the_listing_when_create_reports_active(client, fake):
     fake.pending_polls = 2
     assert client.ensure_partition("slurm_4", 4, deadline=10.0).state == "ACTIVE"
     assert [c[0] for c in fake.calls[1:]] == ["create", "list", "list"]
+
+
+def test_deadline_running_out_during_a_poll_is_not_ready_not_unavailable(client, fake, clock):
+    fake.pending_polls = 1
+    client.create_partition("late", 4)
+    fake.timeouts = 0
+
+    def slow_list(*a, **k):  # the poll after the first PENDING one outlives the deadline
+        clock.now = 5.0
+        raise __import__("subprocess").TimeoutExpired(["vipu"], 1)
+
+    real = fake.__call__
+    calls = {"n": 0}
+
+    def runner(argv, **kw):
+        calls["n"] += 1
+        return real(argv, **kw) if calls["n"] == 1 else slow_list()
+
+    client.runner = runner
+    client.retries = 0
+    with pytest.raises(errors.PartitionNotReady, match="still PENDING at the deadline"):
+        client.wait_active("late", deadline=5.0)
