@@ -66,8 +66,6 @@ def check_spec(spec: LabSpec) -> None:
     if total % rules.IPUS_PER_AGENT or not (rules.is_power_of_two(total) or total % rules.IPUS_PER_ILD == 0):
         raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: "
                        "use a power of two of at least 4, or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")
-    if not rules.is_power_of_two(total // max(1, total // rules.IPUS_PER_ILD) // rules.IPUS_PER_AGENT):
-        raise LabError(f"{total} IPUs do not split into ILDs of a power-of-two number of agents")
 
 
 # --- configuration -----------------------------------------------------------------------

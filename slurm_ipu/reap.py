@@ -10,26 +10,19 @@ removing a partition its epilog is removing too is harmless, both are idempotent
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from pathlib import Path
 
-from .errors import ConfigError, SlurmIpuError
+from .errors import SlurmIpuError
 from .journal import Journal
+from .locks import try_lock
 
 LIVE_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
 
 
 def _lock(state_dir: str) -> int:
-    Path(state_dir).mkdir(parents=True, exist_ok=True)
-    fd = os.open(Path(state_dir) / "reap.lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(f"another `slurm-ipu reap` holds {state_dir}/reap.lock; let it finish") from None
-    return fd
+    return try_lock(Path(state_dir) / "reap.lock", f"another `slurm-ipu reap` holds {state_dir}/reap.lock; let it finish")
 
 
 def job_of(name: str, prefix: str) -> int | None:

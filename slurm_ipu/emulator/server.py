@@ -7,7 +7,6 @@ so a test can always bring the server back.
 
 from __future__ import annotations
 
-import fcntl
 import ipaddress
 import json
 import logging
@@ -21,8 +20,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigError, VipuError
+from ..locks import try_lock
+from .api import API_VERSION
 from .model import Cluster, load_cluster
-from .service import API_VERSION, CODES, OPS, Service, code_of
+from .service import CODES, OPS, Service, code_of
 
 log = logging.getLogger("slurm_ipu.emulator")
 MAX_BODY = 1 << 20
@@ -311,13 +312,8 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
 
 
 def _lock_state_dir(state_dir: Path) -> int:
-    fd = os.open(state_dir / "lock", os.O_CREAT | os.O_RDWR, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(f"another server already uses state directory {state_dir}; stop it or pick another --state-dir") from None
-    return fd
+    return try_lock(state_dir / "lock",
+                    f"another server already uses state directory {state_dir}; stop it or pick another --state-dir")
 
 
 def _check_cluster(store, cluster: Cluster) -> None:

@@ -24,7 +24,6 @@ from ..errors import (
     VipuError,
     VipuUnavailable,
 )
-from .api import API_VERSION  # noqa: F401 (re-exported for the server)
 from .model import Cluster, place
 from .store import Store
 

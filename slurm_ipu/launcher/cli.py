@@ -26,7 +26,7 @@ from pathlib import Path
 from ..cli_common import run_main
 from ..errors import ConfigError
 from . import numa
-from .plan import Plan, PlanError, make_plan
+from .plan import Plan, make_plan
 
 TASK = str(Path(__file__).with_name("task.py"))
 TRUE, FALSE = ("1", "yes", "on", "true"), ("0", "no", "off", "false")
@@ -165,8 +165,8 @@ def check_autoreport(ns: argparse.Namespace, env: dict) -> None:
         raise ConfigError("--autoreport-dir conflicts with autoReport.directory in POPLAR_ENGINE_OPTIONS; keep one")
 
 
-def hosts_for(ns: argparse.Namespace, env: dict) -> tuple[list[str], bool]:
-    """(hosts, inside an allocation)."""
+def hosts_for(ns: argparse.Namespace, env: dict) -> tuple[list[str], bool, bool]:
+    """(hosts, inside an allocation, hosts are only part of the allocation)."""
     from ..slurm.hostlist import expand
 
     inside = bool(env.get("SLURM_JOB_ID") and env.get("SLURM_JOB_NODELIST"))
@@ -179,10 +179,10 @@ def hosts_for(ns: argparse.Namespace, env: dict) -> tuple[list[str], bool]:
         hosts = wanted or alloc
         if not wanted and ns.num_instances < len(hosts):
             hosts = hosts[:ns.num_instances]
-        return hosts, True
+        return hosts, True, len(hosts) < len(alloc)
     if wanted:
-        return wanted, False
-    return [socket.gethostname() if ns.offline_mode else "[0]"], False
+        return wanted, False, False
+    return [socket.gethostname() if ns.offline_mode else "[0]"], False, False
 
 
 def build(ns: argparse.Namespace, srun_extra: list[str], command: list[str], env: dict) -> Launch:
@@ -192,7 +192,7 @@ def build(ns: argparse.Namespace, srun_extra: list[str], command: list[str], env
     for flag, value in (("--update-partition", ns.update_partition), ("--reset-partition", ns.reset_partition)):
         if value:  # refused rather than silently ignored until ipurun talks to V-IPU itself
             raise ConfigError(f"{flag}=yes is not supported yet; recreate or reset with `vipu` before ipurun")
-    hosts, inside = hosts_for(ns, env)
+    hosts, inside, subset = hosts_for(ns, env)
     cpus = int(env["SLURM_CPUS_ON_NODE"]) if inside and env.get("SLURM_CPUS_ON_NODE", "").isdigit() else len(
         os.sched_getaffinity(0))
     plan = make_plan(ns.num_instances, ns.num_replicas, ns.ipus_per_replica, hosts, ns.num_ilds,
@@ -213,16 +213,16 @@ def build(ns: argparse.Namespace, srun_extra: list[str], command: list[str], env
         "IPURUN_VIPU_HOST": ns.vipu_server_host or "", "IPURUN_VIPU_PORT": str(ns.vipu_server_port or ""),
         "IPURUN_VIPU_PARTITION_ID": ns.vipu_partition or "",
     }
-    srun = None if local else srun_line(ns, plan, inside, env, srun_extra)
+    srun = None if local else srun_line(ns, plan, inside, subset, env, srun_extra)
     return Launch(ns, plan, task_env, srun, command, own_cache)
 
 
-def srun_line(ns, plan: Plan, inside: bool, env: dict, extra: list[str]) -> list[str]:
+def srun_line(ns, plan: Plan, inside: bool, subset: bool, env: dict, extra: list[str]) -> list[str]:
     argv = ["srun", f"--nodes={len(plan.hosts)}", f"--ntasks={plan.num_instances}",
             f"--ntasks-per-node={plan.instances_per_host}", "--distribution=block", "--kill-on-bad-exit=1", "--label"]
     if ns.process_placement != "disabled":
         argv.append("--cpu-bind=none")  # ipurun binds each instance itself, inside the step's CPUs
-    if ns.host or (inside and plan.hosts and len(plan.hosts) < len(_alloc(env))):
+    if ns.host or subset:
         argv.append(f"--nodelist={','.join(plan.hosts)}")
     if inside and env.get("SLURM_STEP_ID") is not None:
         argv.append("--overlap")  # already inside a step: share its resources instead of waiting for them
@@ -230,12 +230,6 @@ def srun_line(ns, plan: Plan, inside: bool, env: dict, extra: list[str]) -> list
         per_node = plan.total_ipus // len(plan.hosts)
         argv.append(f"--gres=ipu:{per_node}")
     return argv + extra + [sys.executable, "-S", "-I", TASK, "--"]
-
-
-def _alloc(env: dict) -> list[str]:
-    from ..slurm.hostlist import expand
-
-    return expand(env.get("SLURM_JOB_NODELIST", ""))
 
 
 def topology_table(plan: Plan) -> str:
@@ -275,19 +269,24 @@ def dry_run(launch: Launch) -> None:
     except numa.PlacementError:
         cpus = []
     print("per instance (CPU lists from this host's topology; each node binds from its own):")
+    instance_env = wrapper_env_function()
+    base = dict(os.environ, **launch.env)
     for inst in plan.instances():
         b = numa.bind(cpus, inst.local_index, plan.instances_per_host, ns.process_placement) if cpus else None
-        env = task_environment(launch, inst.index, inst.local_index)
+        env = instance_env(base, inst.index, inst.local_index)
         print(f"  instance {inst.index}: host {inst.host} numa {numa.format_cpulist(b.numa) if b else '?'} "
               f"cpus {numa.format_cpulist(b.cpus) if b and b.cpus else 'unbound'}")
         print("    " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
 
 
-def task_environment(launch: Launch, k: int, local: int) -> dict:
-    sys.path.insert(0, str(Path(TASK).parent))
-    import task  # the wrapper's own code: the dry run shows exactly what it will set
+def wrapper_env_function():
+    """The wrapper's own instance_env, so the dry run shows exactly what each task will set."""
+    import importlib.util
 
-    return task.instance_env(dict(os.environ, **launch.env), k, local)
+    spec = importlib.util.spec_from_file_location("ipurun_task", TASK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.instance_env
 
 
 class Output:
@@ -447,11 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cleanup(launch)
 
-    try:
-        return run_main(body, debug=debug, program="ipurun")
-    except PlanError as exc:  # pragma: no cover (run_main handles SlurmIpuError)
-        print(exc.line("ipurun"), file=sys.stderr)
-        return 2
+    return run_main(body, debug=debug, program="ipurun")
 
 
 if __name__ == "__main__":

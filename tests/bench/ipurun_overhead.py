@@ -10,15 +10,13 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from slurm_ipu import lab  # noqa: E402
 from slurm_ipu.launcher.plan import make_plan  # noqa: E402
-from tests.slurm.conftest import _free_block  # noqa: E402
+from tests.bench.common import temporary_lab  # noqa: E402
 
 STEP = """#!/bin/bash
 t() { local s=$(date +%s.%N); "$@" >/dev/null; echo "$(date +%s.%N) - $s" | bc; }
@@ -45,19 +43,13 @@ def main() -> int:
     args = parser.parse_args()
     for hosts, inst in ((256, 1024), (1024, 4096), (4096, 16384)):
         print(f"planning {inst:>6} instances on {hosts:>5} hosts: {planning(hosts, inst) * 1000:7.2f} ms (best of 20)")
-    base = _free_block(8)
-    with tempfile.TemporaryDirectory(prefix="slurm-ipu-bench-") as tmp:
-        spec = lab.LabSpec(dir=Path(tmp), ctld_port=base, node_port=base + 1, vipu_port=base + 7)
-        lab.up(spec)
-        try:
-            script = Path(tmp) / "bench.sh"
-            script.write_text(STEP.replace("{runs}", str(args.runs)).replace("{python}", sys.executable))
-            out = Path(tmp) / "bench.out"
-            subprocess.run(["sbatch", "-W", "-N", "4", "--ntasks-per-node=2", "--gres=ipu:4", "-o", str(out),
-                            str(script)], env=spec.env(), check=True, capture_output=True, timeout=600)
-            rows = [line.split() for line in out.read_text().splitlines() if len(line.split()) == 2]
-        finally:
-            lab.down(spec)
+    with temporary_lab() as spec:
+        script = spec.path("bench.sh")
+        script.write_text(STEP.replace("{runs}", str(args.runs)).replace("{python}", sys.executable))
+        out = spec.path("bench.out")
+        subprocess.run(["sbatch", "-W", "-N", "4", "--ntasks-per-node=2", "--gres=ipu:4", "-o", str(out),
+                        str(script)], env=spec.env(), check=True, capture_output=True, timeout=600)
+        rows = [line.split() for line in out.read_text().splitlines() if len(line.split()) == 2]
     srun = [float(v) for k, v in rows if k == "srun"]
     ipurun = [float(v) for k, v in rows if k == "ipurun"]
     m_s, m_i = statistics.median(srun), statistics.median(ipurun)

@@ -13,14 +13,13 @@ import argparse
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from slurm_ipu import lab  # noqa: E402
-from tests.slurm.conftest import _free_block  # noqa: E402
+from tests.bench.common import temporary_lab  # noqa: E402
 
 
 def first_task_latency(spec: lab.LabSpec, ipus: bool) -> float:
@@ -36,18 +35,12 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
-    base = _free_block(8)
-    with tempfile.TemporaryDirectory(prefix="slurm-ipu-bench-") as tmp:
-        spec = lab.LabSpec(dir=Path(tmp), ctld_port=base, node_port=base + 1, vipu_port=base + 7)
-        lab.up(spec)
-        try:
-            first_task_latency(spec, True)  # warm caches once, unmeasured
-            plain, ipu = [], []
-            for _ in range(args.runs):
-                plain.append(first_task_latency(spec, False))
-                ipu.append(first_task_latency(spec, True))
-        finally:
-            lab.down(spec)
+    with temporary_lab() as spec:
+        first_task_latency(spec, True)  # warm caches once, unmeasured
+        plain, ipu = [], []
+        for _ in range(args.runs):
+            plain.append(first_task_latency(spec, False))
+            ipu.append(first_task_latency(spec, True))
     m_plain, m_ipu = statistics.median(plain), statistics.median(ipu)
     print(f"submission -> first task, median of {args.runs} interleaved srun jobs on the lab:")
     print(f"  without IPUs      {m_plain * 1000:8.1f} ms")

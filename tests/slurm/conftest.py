@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path

@@ -1,0 +1,26 @@
+"""What both benchmarks need: a lab of their own on free loopback ports, always taken down."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from slurm_ipu import lab  # noqa: E402
+from tests.slurm.conftest import _free_block  # noqa: E402
+
+
+@contextmanager
+def temporary_lab() -> Iterator[lab.LabSpec]:
+    base = _free_block(8)
+    with tempfile.TemporaryDirectory(prefix="slurm-ipu-bench-") as tmp:
+        spec = lab.LabSpec(dir=Path(tmp), ctld_port=base, node_port=base + 1, vipu_port=base + 7)
+        lab.up(spec)
+        try:
+            yield spec
+        finally:
+            lab.down(spec)
