@@ -85,27 +85,28 @@ int ipu_parse_plugstack(int ac, char **av)
 }
 
 /* Option callbacks run first where the user typed them (remote == 0): refuse bad input there. */
-static int opt_count(const char *name, const char *optarg, const char **slot, long max)
+static int opt_count(const char *name, const char *optarg, char *slot, long max)
 {
     if (!ipu_valid_count(optarg, max)) {
         slurm_error("spank_ipu: --%s=%s: not a power of two from 1 to %ld; use e.g. --%s=2",
                     name, optarg ? optarg : "", max, name);
         return -1;
     }
-    *slot = optarg;
+    /* A copy: in slurmstepd the caller frees optarg after the callback (measured: tasks saw ""). */
+    snprintf(slot, IPU_COUNT_MAX, "%s", optarg);
     return 0;
 }
 
 static int opt_gcds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    return opt_count("ipu-gcds", optarg, &ipu_opts.gcds, 1024);
+    return opt_count("ipu-gcds", optarg, ipu_opts.gcds, 1024);
 }
 
 static int opt_ilds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    return opt_count("ipu-ilds", optarg, &ipu_opts.ilds, 64);
+    return opt_count("ipu-ilds", optarg, ipu_opts.ilds, 64);
 }
 
 static int opt_reconf(int val, const char *optarg, int remote)

@@ -9,6 +9,9 @@
  *     plugin-less GRES (measured: no variable, no SPANK item), and asking slurmctld or V-IPU
  *     would cost a call per node per step. A job without IPUs names a partition that does
  *     not exist, so an attach fails with "not found"; no task ever names another job's.
+ *     Tasks also get SPANK_IPU_GCDS/ILDS/RECONFIGURABLE (the job's --ipu-* options, as the prolog
+ *     saw them), so ipurun knows the partition's shape without asking V-IPU.
+ *   job_script (job_epilog): removes ipurun's per-job files on the node (cache.c).
  *   slurmd: logs the plugin and Slurm versions at load.
  */
 #include <stdint.h>
@@ -50,9 +53,9 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR)
         return 0;
-    if (ipu_opts.gcds && spank_job_control_setenv(sp, "IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS)
+    if (ipu_opts.gcds[0] && spank_job_control_setenv(sp, "IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS)
         slurm_error("spank_ipu: could not pass --ipu-gcds to the job");
-    if (ipu_opts.ilds && spank_job_control_setenv(sp, "IPU_ILDS", ipu_opts.ilds, 1) != ESPANK_SUCCESS)
+    if (ipu_opts.ilds[0] && spank_job_control_setenv(sp, "IPU_ILDS", ipu_opts.ilds, 1) != ESPANK_SUCCESS)
         slurm_error("spank_ipu: could not pass --ipu-ilds to the job");
     if (ipu_opts.reconfigurable && spank_job_control_setenv(sp, "IPU_RECONFIGURABLE", "1", 1) != ESPANK_SUCCESS)
         slurm_error("spank_ipu: could not pass --ipu-reconfigurable to the job");
@@ -77,8 +80,18 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
         return -1;
     }
     spank_unsetenv(sp, "IPUOF_CONFIG_PATH");
+    if ((ipu_opts.gcds[0] && spank_setenv(sp, "SPANK_IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS) ||
+        (ipu_opts.ilds[0] && spank_setenv(sp, "SPANK_IPU_ILDS", ipu_opts.ilds, 1) != ESPANK_SUCCESS) ||
+        (ipu_opts.reconfigurable && spank_setenv(sp, "SPANK_IPU_RECONFIGURABLE", "1", 1) != ESPANK_SUCCESS))
+        slurm_error("spank_ipu: job %u: cannot pass the partition's shape to the task", job_id);
     if (ipu_conf.debug)
         slurm_info("spank_ipu: job %u task: IPUOF_VIPU_API_PARTITION_ID=%s at %s:%s", job_id, partition,
                    ipu_conf.vipu_host, ipu_conf.vipu_port);
     return 0;
+}
+
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+    (void)ac; (void)av;
+    return ipu_job_epilog_cleanup(sp);
 }

@@ -14,10 +14,12 @@ struct ipu_conf {
     int debug;
 };
 
-/* User options, as typed (NULL when absent). */
+#define IPU_COUNT_MAX 8
+
+/* User options, as typed ("" when absent). */
 struct ipu_opts {
-    const char *gcds;
-    const char *ilds;
+    char gcds[IPU_COUNT_MAX];
+    char ilds[IPU_COUNT_MAX];
     int reconfigurable;
 };
 
@@ -27,5 +29,6 @@ extern struct ipu_opts ipu_opts;
 int ipu_parse_plugstack(int ac, char **av);
 int ipu_register_options(spank_t sp);
 int ipu_valid_count(const char *text, long max);
+int ipu_job_epilog_cleanup(spank_t sp);
 
 #endif

@@ -8,8 +8,6 @@ i // (instances / GCDs). Every impossible combination raises PlanError with the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import SlurmIpuError
 
 
@@ -17,25 +15,27 @@ class PlanError(SlurmIpuError):
     component = "ipurun"
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: ipurun imports this on every launch, and dataclasses costs
+# more start-up than the whole planner.
 class Instance:
-    index: int
-    host: str
-    host_index: int
-    local_index: int
-    replica_offset: int
-    gcd: int
-    ild: int
+    __slots__ = ("index", "host", "host_index", "local_index", "replica_offset", "gcd", "ild")
+
+    def __init__(self, index: int, host: str, host_index: int, local_index: int, replica_offset: int,
+                 gcd: int, ild: int):
+        self.index, self.host, self.host_index, self.local_index = index, host, host_index, local_index
+        self.replica_offset, self.gcd, self.ild = replica_offset, gcd, ild
+
+    def __repr__(self) -> str:
+        return f"Instance({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
 
 
-@dataclass(frozen=True)
 class Plan:
-    hosts: tuple[str, ...]
-    num_instances: int
-    num_replicas: int
-    ipus_per_replica: int
-    num_ilds: int
-    num_gcds: int
+    __slots__ = ("hosts", "num_instances", "num_replicas", "ipus_per_replica", "num_ilds", "num_gcds")
+
+    def __init__(self, hosts: tuple[str, ...], num_instances: int, num_replicas: int, ipus_per_replica: int,
+                 num_ilds: int, num_gcds: int):
+        self.hosts, self.num_instances, self.num_replicas = hosts, num_instances, num_replicas
+        self.ipus_per_replica, self.num_ilds, self.num_gcds = ipus_per_replica, num_ilds, num_gcds
 
     @property
     def replicas_per_instance(self) -> int:
@@ -90,7 +90,7 @@ def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, host
                         f"use --num-instances {num_gcds}, or --update-partition=yes to recreate it with fewer GCDs")
     if num_gcds > 1 and num_instances % num_gcds:
         raise PlanError(f"the partition has {num_gcds} GCDs: {num_instances} instances cannot share them evenly; "
-                        f"use a multiple of {num_gcds} instances")
+                        f"use a multiple of {num_gcds} instances, or --update-partition=yes to recreate it with 1 GCD")
     per_host = num_instances // len(hosts)
     if cpus_per_host is not None and per_host > cpus_per_host:
         raise PlanError(f"{per_host} instances per host but only {cpus_per_host} CPUs per host; "

@@ -11,9 +11,14 @@ from __future__ import annotations
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import numa  # noqa: E402  (this directory, loaded without the package on purpose)
+if __package__:  # imported by ipurun (the dry run shows what each task will set)
+    from . import numa
+else:  # run by srun as a script: this directory, without the package, on purpose
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import numa  # noqa: E402
 
+TASK = os.path.abspath(__file__)
+CACHE_ROOT = "/tmp"  # the SPANK plugin's job epilog removes CACHE_ROOT/ipurun-cache-<jobid> (spank/cache.c)
 MPOL_BIND = 2
 SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
 
@@ -35,6 +40,20 @@ def membind(nodes: tuple[int, ...]) -> bool:
     buf = (ctypes.c_ulong * 16)(mask)
     libc = ctypes.CDLL(None, use_errno=True)
     return libc.syscall(nr, MPOL_BIND, buf, ctypes.c_ulong(64 * 16)) == 0
+
+
+def open_cache(path: str, own: bool, k: int) -> None:
+    """Make the executable cache. The per-job one (own) sits in /tmp under a name other users
+    can guess, and Poplar loads executables from it: use it only if it is a real directory of
+    ours that nobody else can write."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        fail(f"instance {k}: executable cache {path}: {exc.strerror}; give --executable-cache-path")
+    if own and (not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid() or st.st_mode & 0o022):
+        fail(f"instance {k}: executable cache {path} is not a private directory of uid {os.getuid()}; "
+             "remove it or give --executable-cache-path")
 
 
 def instance_env(env: dict, k: int, local: int) -> dict:
@@ -62,8 +81,11 @@ def instance_env(env: dict, k: int, local: int) -> dict:
             out[f"IPUOF_VIPU_API_{key}"] = env[f"IPURUN_VIPU_{key}"]
     if env.get("IPURUN_AUTOREPORT_DIR"):
         out["POPDIST_AUTOREPORT_DIRECTORY"] = os.path.join(env["IPURUN_AUTOREPORT_DIR"], f"instance_{k}")
-    if env.get("IPURUN_CACHE_DIR"):
-        out["POPDIST_EXECUTABLE_CACHE_PATH"] = env["IPURUN_CACHE_DIR"]
+    cache = env.get("IPURUN_CACHE_DIR")
+    if not cache and env.get("IPURUN_OWN_CACHE") == "1":
+        cache = os.path.join(CACHE_ROOT, f"ipurun-cache-{env.get('SLURM_JOB_ID', '<jobid>')}")
+    if cache:
+        out["POPDIST_EXECUTABLE_CACHE_PATH"] = cache
     return out
 
 
@@ -84,7 +106,7 @@ def main(argv: list[str]) -> None:
             env.pop(f"IPUOF_VIPU_API_{key}", None)
     env.update(extra)
     if extra.get("POPDIST_EXECUTABLE_CACHE_PATH"):
-        os.makedirs(extra["POPDIST_EXECUTABLE_CACHE_PATH"], exist_ok=True)
+        open_cache(extra["POPDIST_EXECUTABLE_CACHE_PATH"], env.get("IPURUN_OWN_CACHE") == "1", k)
     strategy = env.get("IPURUN_PLACEMENT", "spreadnuma")
     try:
         cpus = numa.read_topology("/")

@@ -3,11 +3,8 @@ the controller hooks must not spend a Slurm query on what the string already say
 
 from __future__ import annotations
 
-import re
-
 from ..errors import ConfigError
 
-_GROUP = re.compile(r"\[([^\]]*)\]")
 MAX_HOSTS = 1 << 20
 
 
@@ -46,11 +43,12 @@ def _range(body: str, expr: str) -> list[str]:
 
 
 def _expand_one(word: str, expr: str) -> list[str]:
-    match = _GROUP.search(word)
-    if not match:
+    start = word.find("[")  # str methods, not re: ipurun expands a hostlist on every launch
+    end = word.find("]", start)
+    if start < 0 or end < 0:
         return [word]
-    head, tail = word[: match.start()], word[match.end():]
-    return [head + n + rest for n in _range(match.group(1), expr) for rest in _expand_one(tail, expr)]
+    head, body, tail = word[:start], word[start + 1:end], word[end + 1:]
+    return [head + n + rest for n in _range(body, expr) for rest in _expand_one(tail, expr)]
 
 
 def expand(expr: str) -> list[str]:

@@ -16,13 +16,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from slurm_ipu.launcher.plan import make_plan  # noqa: E402
+from slurm_ipu.launcher.task import TASK  # noqa: E402
 from tests.bench.common import temporary_lab  # noqa: E402
 
+# Interleaved, so load and caches hit every row alike. "launch" is ipurun's own cost (per-job
+# executable cache on, no partition reset); "reset" adds PopRun's default reset between runs of a
+# job (a V-IPU call, here the emulator's Python CLI).
 STEP = """#!/bin/bash
-t() { local s=$(date +%s.%N); "$@" >/dev/null; echo "$(date +%s.%N) - $s" | bc; }
+t() { local s=$(date +%s%N); "$@" >/dev/null; echo $(( $(date +%s%N) - s )); }
+IPURUN="{ipurun} --num-instances 8 --num-replicas 16"
 for i in $(seq {runs}); do
   echo "srun $(t srun --ntasks=8 --ntasks-per-node=2 --distribution=block true)"
-  echo "ipurun $(t {python} -m slurm_ipu.launcher.cli --num-instances 8 --num-replicas 16 --executable-cache-path= true)"
+  echo "launch $(t $IPURUN --reset-partition=no true)"
+  echo "reset $(t $IPURUN true)"
 done
 """
 
@@ -45,19 +51,39 @@ def main() -> int:
         print(f"planning {inst:>6} instances on {hosts:>5} hosts: {planning(hosts, inst) * 1000:7.2f} ms (best of 20)")
     with temporary_lab() as spec:
         script = spec.path("bench.sh")
-        script.write_text(STEP.replace("{runs}", str(args.runs)).replace("{python}", sys.executable))
+        ipurun = str(Path(sys.executable).with_name("ipurun"))  # the console script users run
+        script.write_text(STEP.replace("{runs}", str(args.runs)).replace("{ipurun}", ipurun))
         out = spec.path("bench.out")
         subprocess.run(["sbatch", "-W", "-N", "4", "--ntasks-per-node=2", "--gres=ipu:4", "-o", str(out),
                         str(script)], env=spec.env(), check=True, capture_output=True, timeout=600)
         rows = [line.split() for line in out.read_text().splitlines() if len(line.split()) == 2]
-    srun = [float(v) for k, v in rows if k == "srun"]
-    ipurun = [float(v) for k, v in rows if k == "ipurun"]
-    m_s, m_i = statistics.median(srun), statistics.median(ipurun)
-    print(f"8 tasks on 4 lab nodes, median of {len(srun)} interleaved runs inside one allocation:")
-    print(f"  bare srun  {m_s * 1000:8.1f} ms")
-    print(f"  ipurun     {m_i * 1000:8.1f} ms   (plan, 8 bound instances, PopDist env)")
-    print(f"  ratio      {m_i / m_s:8.2f}")
+    median = {key: statistics.median(int(v) / 1e6 for k, v in rows if k == key) for key in ("srun", "launch", "reset")}
+    print(f"8 tasks on 4 lab nodes, median of {args.runs} interleaved runs inside one allocation:")
+    print(f"  bare srun                     {median['srun']:8.1f} ms")
+    print(f"  ipurun (plan, bind, env)      {median['launch']:8.1f} ms   ratio {median['launch'] / median['srun']:.2f}")
+    print(f"  ipurun + reset between runs   {median['reset']:8.1f} ms   ratio {median['reset'] / median['srun']:.2f}")
+    print(f"  per-task wrapper alone        {wrapper_ms():8.1f} ms   (python -S -I floor {floor_ms():.1f} ms)")
     return 0
+
+
+def _best_ms(argv: list[str], env: dict | None = None, runs: int = 20) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(argv, env=env, check=True, timeout=30)
+        best = min(best, time.perf_counter() - t)
+    return best * 1000
+
+
+def wrapper_ms() -> float:
+    env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "IPURUN_NUM_INSTANCES": "8",
+           "IPURUN_NUM_REPLICAS": "16", "IPURUN_IPUS_PER_REPLICA": "1", "IPURUN_INSTANCES_PER_HOST": "2",
+           "IPURUN_PLACEMENT": "spreadnuma"}
+    return _best_ms([sys.executable, "-S", "-I", TASK, "--", "true"], env)
+
+
+def floor_ms() -> float:
+    return _best_ms([sys.executable, "-S", "-I", "-c", "pass"])
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
-from .conftest import wait_gone
+from .conftest import wait_for, wait_gone
 
 PROBE = ('echo "INST $POPDIST_INSTANCE_INDEX $SLURMD_NODENAME $POPDIST_REPLICA_INDEX_OFFSET '
          '$POPDIST_LOCAL_INSTANCE_INDEX $POPDIST_NUM_LOCAL_REPLICAS $POPDIST_NUM_TOTAL_REPLICAS '
@@ -33,3 +34,34 @@ def test_eight_instances_over_four_nodes_match_the_plan(clean_lab, tmp_path):
         cpus_by_node.setdefault(node, []).append(cpus)
     for node, cpus in cpus_by_node.items():
         assert len(set(cpus)) == 2, f"instances on {node} share CPUs: {cpus}"
+
+
+ATTACH = f"{sys.executable} -m slurm_ipu.emulator.main attach"
+
+
+def test_multi_gcd_job_each_instance_attaches_to_its_gcd_and_update_recreates(clean_lab, tmp_path):
+    """A job asked for 2 GCDs: ipurun learns that from the task environment (no V-IPU call),
+    gives instance k GCD k // 2, and each attach is granted; --update-partition then recreates
+    the partition with 1 GCD for 3 instances. The per-job cache is gone after the job."""
+    lab = clean_lab
+    ipurun = f"{sys.executable} -m slurm_ipu.launcher.cli"
+    probe = 'echo "GCD $POPDIST_INSTANCE_INDEX $IPUOF_VIPU_API_GCD_ID $POPDIST_EXECUTABLE_CACHE_PATH $(' + ATTACH + ')"'
+    script = (f"#!/bin/bash\n{ipurun} --num-instances 4 --num-replicas 8 -- bash -c '{probe}'\necho rc1=$?\n"
+              f"{ipurun} --num-instances 3 --num-replicas 3 -H node[1-3] true\necho rc2=$?\n"
+              f"{ipurun} --num-instances 3 --num-replicas 3 -H node[1-3] --update-partition=yes -- "
+              f"bash -c '{probe}'\necho rc3=$?\n")
+    out = tmp_path / "gcd.out"
+    job = lab.sbatch("-N", "4", "--ntasks-per-node=2", "--gres=ipu:4", "--ipu-gcds=2", "-o", str(out), script=script)
+    wait_gone(lab, job, timeout=120)
+    text = out.read_text()
+    assert "rc1=0" in text and "rc3=0" in text, text
+    assert "rc2=2" in text and "3 instances cannot share them evenly" in text, text
+    rows = [line.split(maxsplit=4) for line in text.splitlines() if line.startswith("GCD ")]
+    first, second = rows[:4], rows[4:]
+    assert sorted((int(r[1]), r[2]) for r in first) == [(0, "0"), (1, "0"), (2, "1"), (3, "1")], text
+    assert sorted((int(r[1]), r[2]) for r in second) == [(0, "0"), (1, "0"), (2, "0")], text
+    for _, _k, gcd, cache, attach in rows:
+        assert cache == f"/tmp/ipurun-cache-{job}" and f"gcd={gcd} " in attach, attach
+    assert len([r for r in first if "ipus=" in r[4]]) == 4
+    left = [Path(f"/tmp/ipurun-cache-{job}"), Path(f"/tmp/ipurun-job-{job}.json")]
+    wait_for("the node epilog to remove ipurun's per-job files", lambda: not any(p.exists() for p in left), 30)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from slurm_ipu.errors import ConfigError
-from slurm_ipu.launcher import cli
+from slurm_ipu.errors import ConfigError, SlurmIpuError
+from slurm_ipu.launcher import cli, show
+from slurm_ipu.launcher.options import OPTIONS
 from slurm_ipu.launcher.plan import make_plan
+from slurm_ipu.launcher.task import instance_env
 
 
 @pytest.mark.parametrize("argv,key,value,command", [
@@ -32,17 +35,24 @@ def test_srun_options_pass_through():
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["--offline-mode=maybe", "x"], "SystemExit"),
+    (["--offline-mode=maybe", "x"], "--offline-mode: 'maybe' is not a boolean; use yes/no"),
     (["--partition", "ipu", "x"], "unknown option '--partition'"),
     (["--num-instances", "2"], "no command to run"),
+    (["--num-instances", "two", "x"], "--num-instances 'two': not an integer"),
+    (["--num-replicas"], "--num-replicas needs a value"),
+    (["--dry-run=yes", "x"], "--dry-run takes no value"),
 ])
 def test_bad_command_lines(argv, words):
-    if words == "SystemExit":
-        with pytest.raises(SystemExit):
-            cli.parse(argv)
-    else:
-        with pytest.raises(ConfigError, match=words):
-            cli.parse(argv)
+    with pytest.raises(ConfigError, match=words):
+        cli.parse(argv)
+
+
+def test_help_lists_every_option_from_the_table(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.parse(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert all(row[0] in text for row in OPTIONS) and "-H, --host VALUE" in text
 
 
 def test_import_and_export_config(tmp_path):
@@ -55,6 +65,9 @@ def test_import_and_export_config(tmp_path):
         cli.export_config(ns)
     ns2, _, _ = cli.parse([f"--import-config={path}", "--num-replicas", "16", "x"])
     assert (ns2.num_instances, ns2.num_replicas) == (4, 16)  # the command line wins
+    path.write_text('{"num-instances": "four"}')
+    with pytest.raises(ConfigError, match="--num-instances 'four': not an integer"):
+        cli.parse([f"--import-config={path}", "x"])
     path.write_text('{"num-instancez": 2}')
     with pytest.raises(ConfigError, match="unknown option 'num-instancez'"):
         cli.parse([f"--import-config={path}", "x"])
@@ -72,7 +85,45 @@ def test_srun_line_inside_an_allocation_step():
     launch = cli.build(ns, extra, cmd, env)
     assert launch.srun[:9] == ["srun", "--nodes=4", "--ntasks=8", "--ntasks-per-node=2", "--distribution=block",
                                "--kill-on-bad-exit=1", "--label", "--cpu-bind=none", "--overlap"]
-    assert launch.env["IPURUN_INSTANCES_PER_HOST"] == "2" and launch.cache_dir.startswith("/tmp/ipurun-cache-7-")
+    assert launch.env["IPURUN_INSTANCES_PER_HOST"] == "2" and launch.cache_dir is None
+    task = dict(env, **launch.env, SLURM_PROCID="3", SLURM_LOCALID="1")
+    assert instance_env(task, 3, 1)["POPDIST_EXECUTABLE_CACHE_PATH"] == "/tmp/ipurun-cache-7"  # per job, per host
+
+
+@pytest.mark.parametrize("path,expected", [("/shared/cache", "/shared/cache"), ("", None)])
+def test_explicit_or_empty_cache_path(path, expected):
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node1"}
+    ns, extra, cmd = cli.parse([f"--executable-cache-path={path}", "train.py"])
+    launch = cli.build(ns, extra, cmd, env)
+    assert launch.cache_dir is None and launch.env["IPURUN_OWN_CACHE"] == "0"
+    assert instance_env(dict(env, **launch.env), 0, 0).get("POPDIST_EXECUTABLE_CACHE_PATH") == expected
+
+
+def test_wrapper_refuses_a_cache_directory_another_user_could_have_planted(tmp_path):
+    planted = tmp_path / "ipurun-cache-7"
+    planted.mkdir(mode=0o777)
+    planted.chmod(0o777)
+    env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "IPURUN_NUM_INSTANCES": "1",
+           "IPURUN_NUM_REPLICAS": "1", "IPURUN_IPUS_PER_REPLICA": "1", "IPURUN_INSTANCES_PER_HOST": "1",
+           "IPURUN_PLACEMENT": "disabled", "IPURUN_CACHE_DIR": str(planted), "IPURUN_OWN_CACHE": "1"}
+    proc = subprocess.run([sys.executable, "-S", "-I", cli.TASK, "--", "true"], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 2 and "is not a private directory" in proc.stderr
+    planted.chmod(0o700)
+    proc = subprocess.run([sys.executable, "-S", "-I", cli.TASK, "--", "true"], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_local_run_removes_its_own_cache(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "--num-instances", "2", "--num-replicas",
+                           "2", "--offline-mode=1", "sh", "-c", 'echo "$POPDIST_EXECUTABLE_CACHE_PATH"; '
+                           'test -d "$POPDIST_EXECUTABLE_CACHE_PATH"'], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    paths = set(proc.stdout.split())
+    assert len(paths) == 1 and paths.pop().startswith("/tmp/ipurun-cache-local-")
+    assert not any(p.exists() for p in map(Path, proc.stdout.split()))
 
 
 def test_srun_line_outside_an_allocation_asks_for_the_ipus():
@@ -83,7 +134,7 @@ def test_srun_line_outside_an_allocation_asks_for_the_ipus():
 
 
 def test_topology_table_matches_poprun_layout():
-    table = cli.topology_table(make_plan(1, 4, 1, ["gc-poplar-02"]))
+    table = show.topology_table(make_plan(1, 4, 1, ["gc-poplar-02"]))
     assert table.splitlines() == [
         " ===========================",
         "|      ipurun topology      |",
@@ -123,8 +174,15 @@ def test_refusal_is_one_line_exit_2():
     assert proc.stderr.strip() == "ipurun: 8 replicas do not divide evenly over 3 instances; use --num-instances 1, 2, 4, 8"
 
 
-@pytest.mark.parametrize("flag", ["--update-partition=yes", "--reset-partition=1"])
-def test_partition_changes_are_refused_not_ignored(flag):
-    ns, extra, cmd = cli.parse([flag, "--offline-mode=1", "x"])
-    with pytest.raises(ConfigError, match="not supported yet"):
-        cli.build(ns, extra, cmd, {})
+def test_gcd_count_comes_from_the_jobs_options_without_a_vipu_call():
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SPANK_IPU_GCDS": "2",
+           "IPUOF_VIPU_API_PARTITION_ID": "slurm_7", "TMPDIR": "/nonexistent"}
+
+    def no_vipu():
+        raise AssertionError("a plain launch must not call V-IPU")
+    ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "8", "x"])
+    launch = cli.build(ns, extra, cmd, env, client_factory=no_vipu)
+    assert [i.gcd for i in launch.plan.instances()] == [0, 0, 1, 1] and launch.env["IPURUN_NUM_GCDS"] == "2"
+    ns, extra, cmd = cli.parse(["--num-instances", "3", "--num-replicas", "3", "-H", "node[1]", "x"])
+    with pytest.raises(SlurmIpuError, match="cannot share them evenly; use a multiple of 2 instances, or --update"):
+        cli.build(ns, extra, cmd, env, client_factory=no_vipu)

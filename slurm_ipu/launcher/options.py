@@ -1,0 +1,189 @@
+"""ipurun's options: one table, PopRun's forms, and a parser small enough to start fast.
+
+ipurun owns the options in OPTIONS; any other `--name=value` before the command, and each
+`--srun-arg=ARG`, goes to srun untouched. Values: `--opt=value` or `--opt value`. A boolean
+alone means yes; followed by yes/no/1/0/on/off/true/false it takes that word (PopRun's
+`--opt value` form): write `--opt=value`, or `--` before a command with such a name.
+The parser is hand-written over the table, not argparse: ipurun's start-up is part of every
+launch, and argparse alone costs more than the rest of the launcher's imports.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import ConfigError
+from .numa import STRATEGIES
+
+TRUE, FALSE = ("1", "yes", "on", "true"), ("0", "no", "off", "false")
+
+
+def boolean(text) -> bool:
+    if isinstance(text, bool):
+        return text
+    low = str(text).strip().lower()
+    if low in TRUE:
+        return True
+    if low in FALSE:
+        return False
+    raise ValueError(f"{text!r} is not a boolean; use yes/no, 1/0, on/off")
+
+
+def flag(_text) -> bool:
+    return True  # marker kind: present means yes, takes no value
+
+
+# flag, kind, default, exported to --export-config, help
+OPTIONS: tuple[tuple[str, object, object, bool, str], ...] = (
+    ("--num-instances", int, 1, True, "instances (processes); replicas are divided evenly among them"),
+    ("--num-replicas", int, 1, True, "replicas in total"),
+    ("--ipus-per-replica", int, 1, True, "IPUs per replica"),
+    ("--num-ilds", int, None, True, "IPU-Link domains, at least one instance each (default: the partition's)"),
+    ("--process-placement", str, "spreadnuma", True, f"one of {', '.join(STRATEGIES)}"),
+    ("--print-topology", boolean, False, True, "print the hosts/ILDs/instances/replicas table"),
+    ("--report-bindings", boolean, False, True, "each instance reports its host, NUMA nodes and CPUs"),
+    ("--only-output-from-instance", int, None, True, "show only this instance's output (may hide errors)"),
+    ("--tag-output", boolean, False, True, "prefix every line with [1,<instance>]<stdout>: as mpirun does"),
+    ("--executable-cache-path", str, None, True,
+     "executable cache; unset: one directory per host for this run, removed after; '' disables"),
+    ("--autoreport-dir", str, None, True, "PopVision reports, one sub-directory per instance"),
+    ("--offline-mode", boolean, False, True, "run without attaching IPUs"),
+    ("--vipu-partition", str, None, True, "partition to use (default: the job's, IPUOF_VIPU_API_PARTITION_ID)"),
+    ("--vipu-server-host", str, None, True, "V-IPU host (default: the job's IPUOF_VIPU_API_HOST)"),
+    ("--vipu-server-port", int, None, True, "V-IPU port (default: the job's IPUOF_VIPU_API_PORT)"),
+    ("--vipu-server-timeout", int, 120, True, "IPUOF_VIPU_API_TIMEOUT for the instances, seconds"),
+    ("--update-partition", boolean, False, True, "recreate the partition, same name, if its GCDs/ILDs do not fit"),
+    ("--reset-partition", boolean, None, True,
+     "reset the partition first; unset: reset a non-reconfigurable one between runs of a job"),
+    ("--host", str, None, True, "hosts, PopRun syntax: host0,host1 or host[0-2,4]"),
+    ("--import-config", str, None, False, "read options from this JSON file; the command line wins"),
+    ("--export-config", str, None, False, "write the effective options to this JSON file"),
+    ("--overwrite-config", boolean, False, False, "let --export-config replace an existing file"),
+    ("--srun-arg", list, None, False, "pass ARG to srun (repeatable)"),
+    ("--dry-run", flag, False, False, "print the plan, the srun line and each instance's binding; launch nothing"),
+    ("--verbose", flag, False, False, "say what ipurun does"),
+    ("--debug", flag, False, False, "show tracebacks"),
+)
+ALIASES = {"-H": "--host", "-v": "--verbose"}
+BY_FLAG = {row[0]: row for row in OPTIONS}
+
+
+def dest(name: str) -> str:
+    return name.lstrip("-").replace("-", "_")
+
+
+class Options:
+    """The effective options, as attributes (num_instances, offline_mode, ...)."""
+
+    def __init__(self, values: dict):
+        self.__dict__.update(values)
+
+    def exported(self) -> dict:
+        return {row[0][2:]: getattr(self, dest(row[0])) for row in OPTIONS if row[3]}
+
+
+def usage() -> str:
+    lines = ["usage: ipurun [OPTIONS] [--] COMMAND [ARGS...]", "",
+             "PopRun's options on Slurm's srun; any other --name=value goes to srun.", ""]
+    short = {v: k for k, v in ALIASES.items()}
+    for name, kind, default, _, text in OPTIONS:
+        form = f"{short[name]}, {name}" if name in short else name
+        if kind not in (flag, boolean):
+            form += " VALUE"
+        shown = "" if default in (None, False) else f" (default {default})"
+        lines.append(f"  {form:<34} {text}{shown}")
+    return "\n".join(lines)
+
+
+def _convert(name: str, kind, value: str):
+    try:
+        return kind(value)
+    except ValueError as exc:
+        what = "an integer" if kind is int else str(exc)
+        raise ConfigError(f"{name} {value!r}: not {what}" if kind is int else f"{name}: {what}") from None
+
+
+def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
+    """(options, srun pass-through, command). The command starts at `--` or the first word
+    that is neither an option nor an option's value."""
+    given: dict = {}
+    srun_extra: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-") or arg == "-":
+            break
+        if arg in ("-h", "--help"):
+            print(usage())
+            sys.exit(0)
+        name, eq, value = arg.partition("=")
+        name = ALIASES.get(name, name)
+        row = BY_FLAG.get(name)
+        if row is None:
+            if name.startswith("--") and eq:
+                srun_extra.append(arg)
+                i += 1
+                continue
+            raise ConfigError(f"unknown option {name!r}; srun options pass through as --name=value or --srun-arg=ARG")
+        kind = row[1]
+        if kind is flag:
+            if eq:
+                raise ConfigError(f"{name} takes no value")
+            given[dest(name)] = True
+        elif kind is boolean:
+            if not eq and i + 1 < len(argv) and argv[i + 1].lower() in TRUE + FALSE:
+                i, value, eq = i + 1, argv[i + 1], "="
+            given[dest(name)] = _convert(name, boolean, value) if eq else True
+        else:
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise ConfigError(f"{name} needs a value")
+                i, value = i + 1, argv[i + 1]
+            if kind is list:
+                srun_extra.append(value)
+            else:
+                given[dest(name)] = _convert(name, kind, value)
+        i += 1
+    command = argv[i:]
+    values = {dest(row[0]): row[2] for row in OPTIONS}
+    if given.get("import_config"):
+        values.update(read_config(given["import_config"]))
+    values.update(given)
+    if not command:
+        raise ConfigError("no command to run; usage: ipurun [OPTIONS] [--] COMMAND [ARGS...]")
+    return Options(values), srun_extra, command
+
+
+def read_config(path: str) -> dict:
+    import json
+
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"--import-config {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ConfigError(f"--import-config {path} is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--import-config {path}: expected a JSON object of options")
+    out = {}
+    for key, value in doc.items():
+        row = BY_FLAG.get("--" + key.lstrip("-"))
+        if row is None or not row[3]:
+            raise ConfigError(f"--import-config {path}: unknown option {key!r}")
+        out[dest(row[0])] = value if value is None or row[1] is str else _convert(row[0], row[1], value)
+    return out
+
+
+def export_config(opts: Options) -> None:
+    import json
+    import os
+
+    path = opts.export_config
+    if os.path.exists(path) and not opts.overwrite_config:
+        raise ConfigError(f"--export-config {path} exists; add --overwrite-config=yes to replace it")
+    with open(path, "w") as fh:
+        fh.write(json.dumps(opts.exported(), indent=2) + "\n")

@@ -1,0 +1,65 @@
+"""What ipurun prints without launching: PopRun's topology table and the dry run."""
+
+from __future__ import annotations
+
+import os
+
+from . import numa
+from .plan import Plan
+from .task import instance_env  # the wrapper's own: the dry run shows exactly what each task sets
+
+
+def topology_table(plan: Plan) -> str:
+    """PopRun's --print-topology table: each level's cells centred over its replicas."""
+    reps = plan.num_replicas
+    width = max(3, len(str(reps - 1)) + 2)
+    per_inst = plan.replicas_per_instance
+
+    def row(label: str, cells: list[tuple[str, int]]) -> str:
+        parts = [f"{text:^{span * (width + 1) - 1}}" for text, span in cells]
+        return f"| {label:<9} |" + "|".join(parts) + "|"
+
+    host_cells = [(plan.hosts[h], plan.instances_per_host * per_inst) for h in range(len(plan.hosts))]
+    ild_cells = [(str(i), reps // plan.num_ilds) for i in range(plan.num_ilds)]
+    rows = [row("hosts", host_cells), row("ILDs", ild_cells),
+            row("instances", [(str(i), per_inst) for i in range(plan.num_instances)]),
+            row("replicas", [(str(r), 1) for r in range(reps)])]
+    inner = len(rows[0]) - 2
+    sep = "|" + "-" * 11 + "|" + "-" * (inner - 12) + "|"
+    title = f"|{'ipurun topology':^{inner}}|"
+    return "\n".join([" " + "=" * inner, title, "|" + "=" * inner + "|", rows[0], sep, rows[1], sep, rows[2], sep,
+                      rows[3], " " + "-" * inner])
+
+
+def partition_line(vipu) -> str:
+    if vipu.name is None:
+        return "V-IPU: none (offline, or no partition in this job)"
+    shape = vipu.shape
+    ilds = f", {shape.ilds} ILD(s)" if shape.ilds else ""
+    action = ("recreate it with this shape (--update-partition)" if vipu.recreate
+              else "reset it first" if vipu.reset else "use it as it is")
+    return f"V-IPU partition {vipu.name}: {shape.gcds} GCD(s){ilds}; {action}"
+
+
+def dry_run(launch) -> None:
+    plan, opts = launch.plan, launch.opts
+    print(f"ipurun plan: {plan.num_instances} instance(s) x {plan.replicas_per_instance} replica(s) x "
+          f"{plan.ipus_per_replica} IPU(s) = {plan.total_ipus} IPUs on {len(plan.hosts)} host(s), "
+          f"placement {opts.process_placement}")
+    print(partition_line(launch.vipu))
+    if launch.srun:
+        print("srun command: " + " ".join(launch.srun + launch.command))
+    else:
+        print("local launch (offline, no Slurm): " + " ".join(launch.command))
+    try:
+        cpus = numa.read_topology("/")
+    except numa.PlacementError:
+        cpus = []
+    print("per instance (CPU lists from this host's topology; each node binds from its own):")
+    base = dict(os.environ, **launch.env)
+    for inst in plan.instances():
+        b = numa.bind(cpus, inst.local_index, plan.instances_per_host, opts.process_placement) if cpus else None
+        env = instance_env(base, inst.index, inst.local_index)
+        print(f"  instance {inst.index}: host {inst.host} numa {numa.format_cpulist(b.numa) if b else '?'} "
+              f"cpus {numa.format_cpulist(b.cpus) if b and b.cpus else 'unbound'}")
+        print("    " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))

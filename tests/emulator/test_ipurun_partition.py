@@ -1,0 +1,104 @@
+"""ipurun's --update-partition and --reset-partition against a real emulator (issue 4, item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_ipu.errors import SlurmIpuError
+from slurm_ipu.launcher import cli, partition
+
+JOB = "4242"
+
+
+@pytest.fixture
+def job_env(tmp_path, monkeypatch):
+    """A job's task environment; the run record goes to a private directory."""
+    monkeypatch.setattr(partition, "STATE_ROOT", str(tmp_path))
+    return {"SLURM_JOB_ID": JOB, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_ON_NODE": "8",
+            "IPUOF_VIPU_API_PARTITION_ID": "slurm_4242"}
+
+
+def launch(client, env, *args):
+    opts, extra, command = cli.parse([*args, "true"])
+    built = cli.build(opts, extra, command, env, client_factory=lambda: client)
+    partition.apply(built.vipu, env, lambda: client)
+    return built
+
+
+def test_update_recreates_a_partition_whose_gcds_do_not_fit(client, job_env):
+    client.create_partition("slurm_4242", 8, num_gcds=4, hosts=["node1", "node2"])
+    env = dict(job_env, SPANK_IPU_GCDS="4")
+    with pytest.raises(SlurmIpuError, match="only 2 instances; use --num-instances 4, or --update-partition=yes"):
+        launch(client, env, "--num-instances", "2", "--num-replicas", "8")
+    assert client.get_partition("slurm_4242").num_gcds == 4  # a refusal changes nothing
+    built = launch(client, env, "--num-instances", "2", "--num-replicas", "8", "--update-partition=yes")
+    part = client.get_partition("slurm_4242")
+    assert (part.size, part.num_gcds, part.state, part.hosts) == (8, 1, "ACTIVE", ("node1", "node2"))
+    assert [i.gcd for i in built.plan.instances()] == [0, 0]
+    # The next run of the job knows the new shape without asking V-IPU (SPANK_IPU_GCDS still says 4).
+    later = cli.build(*cli.parse(["--num-instances", "2", "--num-replicas", "8", "true"]), env,
+                      client_factory=_no_vipu)
+    assert later.plan.num_gcds == 1
+
+
+def test_update_keeps_a_partition_that_fits(client, job_env, admin):
+    client.create_partition("slurm_4242", 8, num_gcds=2)
+    before = client.get_partition("slurm_4242").extra
+    launch(client, dict(job_env, SPANK_IPU_GCDS="2"), "--num-instances", "4", "--num-replicas", "8",
+           "--update-partition=yes")
+    assert client.get_partition("slurm_4242").extra == before and "remove" not in admin.stats()
+
+
+def test_update_to_an_impossible_shape_is_refused_before_anything_changes(client, job_env, admin):
+    client.create_partition("slurm_4242", 8)
+    with pytest.raises(SlurmIpuError, match="--update-partition: invalid --num-ilds 3 for a partition of 8 IPUs"):
+        launch(client, job_env, "--num-instances", "3", "--num-replicas", "6", "--num-ilds", "3", "-H", "node1",
+               "--update-partition=yes")
+    assert client.get_partition("slurm_4242").state == "ACTIVE" and "remove" not in admin.stats()
+
+
+def test_a_shape_the_pod_cannot_give_is_refused_by_vipu_and_undone(client, job_env):
+    client.create_partition("slurm_4242", 8, hosts=["node1", "node2"])
+    with pytest.raises(SlurmIpuError, match="refused slurm_4242 with 1 GCD.s. and 4 ILD.s. .*back as it was"):
+        launch(client, job_env, "--num-instances", "4", "--num-replicas", "8", "--num-ilds", "4",
+               "--update-partition=yes")  # 4 ILDs are valid for 8 IPUs, but this Pod has one
+    part = client.get_partition("slurm_4242")
+    assert (part.size, part.num_ilds, part.state, part.hosts) == (8, 1, "ACTIVE", ("node1", "node2"))
+
+
+def test_a_refused_recreate_puts_the_old_partition_back(client, job_env, admin):
+    client.create_partition("slurm_4242", 8, num_gcds=4)
+    client.retries = 0
+    admin.faults(fail={"count": 1, "code": "RESOURCE_EXHAUSTED", "op": "create"})
+    with pytest.raises(SlurmIpuError, match="it is back as it was"):
+        launch(client, dict(job_env, SPANK_IPU_GCDS="4"), "--num-instances", "2", "--num-replicas", "8",
+               "--update-partition=yes")
+    part = client.get_partition("slurm_4242")
+    assert (part.num_gcds, part.state) == (4, "ACTIVE")
+
+
+def test_reset_follows_poprun_from_the_jobs_second_run(client, job_env, admin):
+    client.create_partition("slurm_4242", 8)
+    args = ("--num-instances", "2", "--num-replicas", "8")
+    launch(client, job_env, *args)
+    assert admin.stats().get("reset", 0) == 0  # the prolog has just created it
+    launch(client, job_env, *args)
+    assert admin.stats()["reset"] == 1  # non-reconfigurable: reset between runs
+    launch(client, job_env, *args, "--reset-partition=no")
+    assert admin.stats()["reset"] == 1
+    reconfigurable = dict(job_env, SLURM_JOB_ID="4343", SPANK_IPU_RECONFIGURABLE="1")
+    launch(client, reconfigurable, *args)
+    launch(client, reconfigurable, *args)
+    assert admin.stats()["reset"] == 1  # reconfigurable: never by default
+    launch(client, dict(job_env, SLURM_JOB_ID="4444"), *args, "--reset-partition=yes")
+    assert admin.stats()["reset"] == 2  # asked for: even on a first run
+
+
+def test_offline_runs_never_touch_vipu(job_env):
+    opts, extra, command = cli.parse(["--offline-mode=1", "--reset-partition=yes", "--update-partition=yes", "true"])
+    built = cli.build(opts, extra, command, job_env, client_factory=_no_vipu)
+    partition.apply(built.vipu, job_env, _no_vipu)
+
+
+def _no_vipu():
+    raise AssertionError("no V-IPU call expected")
