@@ -58,8 +58,9 @@ class Lab:
 
     def run(self, *argv: str, timeout: float = 60, check: bool = False, env: dict | None = None,
             stdin: str | None = None) -> subprocess.CompletedProcess:
+        # In the lab's directory: a job's default slurm-<id>.out lands there, never in the checkout.
         proc = subprocess.run(list(argv), env=env or self.env, capture_output=True, text=True, timeout=timeout,
-                              input=stdin)
+                              input=stdin, cwd=self.spec.dir)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
