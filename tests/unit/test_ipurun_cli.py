@@ -186,3 +186,22 @@ def test_gcd_count_comes_from_the_jobs_options_without_a_vipu_call():
     ns, extra, cmd = cli.parse(["--num-instances", "3", "--num-replicas", "3", "-H", "node[1]", "x"])
     with pytest.raises(SlurmIpuError, match="cannot share them evenly; use a multiple of 2 instances, or --update"):
         cli.build(ns, extra, cmd, env, client_factory=no_vipu)
+
+
+def test_an_instance_killed_by_a_signal_is_the_root_cause():
+    script = '[ "$SLURM_PROCID" = 1 ] && kill -9 $$; echo "done $SLURM_PROCID"'
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "--num-instances", "2", "--num-replicas",
+                           "2", "--offline-mode", "bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 128 + 9, proc.stderr
+    assert "ipurun: instance 1 failed first: killed by signal 9" in proc.stderr and "done 0" in proc.stdout
+
+
+def test_dry_run_into_a_closed_pipe_is_quiet():
+    # 256 instances print far more than a pipe holds, so ipurun is still writing when head leaves.
+    proc = subprocess.run(f"{sys.executable} -m slurm_ipu.launcher.cli --num-instances 256 --num-replicas 256 "
+                          "--process-placement=disabled --offline-mode=1 --dry-run true | head -1; "
+                          "echo \"rc=${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash", capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.splitlines()[0].startswith("ipurun plan: 256 instance(s)") and proc.stderr == ""
+    assert proc.stdout.splitlines()[1] == "rc=141"
