@@ -137,8 +137,8 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
         api.remove_partition(args.name)
         print(f"{verb} partition ({args.name}): success.", file=out)
     elif verb == "reset":
-        api.reset_partition(args.name)
-        print(f"reset partition ({args.name}): success.", file=out)
+        doc = api.reset_partition(args.name)
+        print(json.dumps(doc, indent=2) if show_json else f"reset partition ({args.name}): success.", file=out)
     elif verb == "list" and noun.startswith("partition"):
         parts = api.list_partitions()
         print(json.dumps(parts, indent=2) if show_json else partitions_table(parts), file=out)

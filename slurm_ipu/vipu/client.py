@@ -133,8 +133,14 @@ class VipuClient:
             raise
         return True
 
-    def reset_partition(self, name: str, deadline: float | None = None) -> None:
-        self.run(["reset", "partition", name], deadline)
+    def reset_partition(self, name: str, deadline: float | None = None) -> Partition | None:
+        """The partition after the reset when vipu's --showjson reply describes it (the
+        emulator's does), else None: callers then poll until it is ACTIVE again."""
+        out = self.run(["reset", "partition", name, "--showjson"], deadline)
+        try:
+            return partition_from_json(json.loads(out))
+        except (ValueError, VipuError):
+            return None
 
     def wait_active(self, name: str, deadline: float, poll: float = 0.05) -> Partition:
         """Poll until ACTIVE; ERROR or the deadline raise PartitionNotReady."""

@@ -84,6 +84,7 @@ def test_reset_follows_poprun_from_the_jobs_second_run(client, job_env, admin):
     assert admin.stats().get("reset", 0) == 0  # the prolog has just created it
     launch(client, job_env, *args)
     assert admin.stats()["reset"] == 1  # non-reconfigurable: reset between runs
+    assert "list" not in admin.stats()  # the reset's own reply said ACTIVE: no polling call
     launch(client, job_env, *args, "--reset-partition=no")
     assert admin.stats()["reset"] == 1
     reconfigurable = dict(job_env, SLURM_JOB_ID="4343", SPANK_IPU_RECONFIGURABLE="1")
