@@ -245,12 +245,17 @@ class Service:
     def check_invariants(self) -> dict:
         """Used by tests and `vipu-emu check`: every held IPU exists and sits in its allocation."""
         problems = []
-        for name, ipus in self.store.ipus_by_partition().items():
-            rec = self.store.get(name)
-            allowed = self.cluster.allocation_ipus(rec["allocation"])
-            if len(ipus) != rec["size"] or not set(ipus) <= allowed:
-                problems.append(f"partition {name} holds {ipus}")
-        return {"ok": not problems, "problems": problems, "used": len(self.store.used_ipus())}
+        with self._lock:  # one snapshot: a remove between the two reads is not a broken invariant
+            for name, ipus in self.store.ipus_by_partition().items():
+                rec = self.store.get(name)
+                if rec is None:
+                    problems.append(f"IPUs {ipus} held by partition {name}, which does not exist")
+                    continue
+                allowed = self.cluster.allocation_ipus(rec["allocation"])
+                if len(ipus) != rec["size"] or not set(ipus) <= allowed:
+                    problems.append(f"partition {name} holds {ipus}")
+            used = len(self.store.used_ipus())
+        return {"ok": not problems, "problems": problems, "used": used}
 
 
 def _int(req: dict, key: str) -> int:
