@@ -143,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
         if opts.export_config:
             export_config(opts)
         launch = build(opts, extra, command, dict(os.environ))
+        if opts.verbose and not opts.dry_run:
+            from . import show
+
+            print(show.verbose_block(launch), file=sys.stderr, flush=True)
         if opts.print_topology or opts.dry_run:
             from . import show
 

@@ -61,7 +61,7 @@ OPTIONS: tuple[tuple[str, object, object, bool, str], ...] = (
     ("--overwrite-config", boolean, False, False, "let --export-config replace an existing file"),
     ("--srun-arg", list, None, False, "pass ARG to srun (repeatable)"),
     ("--dry-run", flag, False, False, "print the plan, the srun line and each instance's binding; launch nothing"),
-    ("--verbose", flag, False, False, "say what ipurun does"),
+    ("--verbose", flag, False, False, "print the plan, the partition action and the srun line (stderr)"),
     ("--debug", flag, False, False, "show tracebacks"),
 )
 ALIASES = {"-H": "--host", "-v": "--verbose"}

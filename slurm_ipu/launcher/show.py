@@ -41,16 +41,27 @@ def partition_line(vipu) -> str:
     return f"V-IPU partition {vipu.name}: {shape.gcds} GCD(s){ilds}; {action}"
 
 
+def summary(launch) -> list[str]:
+    """The plan, the partition action and the command line: what --verbose and --dry-run open with."""
+    plan, opts = launch.plan, launch.opts
+    lines = [f"plan: {plan.num_instances} instance(s) x {plan.replicas_per_instance} replica(s) x "
+             f"{plan.ipus_per_replica} IPU(s) = {plan.total_ipus} IPUs on {len(plan.hosts)} host(s), "
+             f"placement {opts.process_placement}", partition_line(launch.vipu)]
+    if launch.srun:
+        lines.append("srun command: " + " ".join(launch.srun + launch.command))
+    else:
+        lines.append("local launch (offline, no Slurm): " + " ".join(launch.command))
+    return lines
+
+
+def verbose_block(launch) -> str:
+    return "\n".join(f"ipurun: {line}" for line in summary(launch))
+
+
 def dry_run(launch) -> None:
     plan, opts = launch.plan, launch.opts
-    print(f"ipurun plan: {plan.num_instances} instance(s) x {plan.replicas_per_instance} replica(s) x "
-          f"{plan.ipus_per_replica} IPU(s) = {plan.total_ipus} IPUs on {len(plan.hosts)} host(s), "
-          f"placement {opts.process_placement}")
-    print(partition_line(launch.vipu))
-    if launch.srun:
-        print("srun command: " + " ".join(launch.srun + launch.command))
-    else:
-        print("local launch (offline, no Slurm): " + " ".join(launch.command))
+    first, *rest = summary(launch)
+    print("\n".join([f"ipurun {first}", *rest]))
     try:
         cpus = numa.read_topology("/")
     except numa.PlacementError:

@@ -205,3 +205,14 @@ def test_dry_run_into_a_closed_pipe_is_quiet():
                           text=True, timeout=60)
     assert proc.stdout.splitlines()[0].startswith("ipurun plan: 256 instance(s)") and proc.stderr == ""
     assert proc.stdout.splitlines()[1] == "rc=141"
+
+
+def test_verbose_says_the_plan_and_the_command_on_stderr_then_runs():
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "-v", "--num-instances", "2",
+                           "--num-replicas", "4", "--offline-mode=1", "echo", "ran"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stdout.split() == ["ran", "ran"]
+    assert proc.stderr.splitlines()[:3] == [
+        "ipurun: plan: 2 instance(s) x 2 replica(s) x 1 IPU(s) = 4 IPUs on 1 host(s), placement spreadnuma",
+        "ipurun: V-IPU: none (offline, or no partition in this job)",
+        "ipurun: local launch (offline, no Slurm): echo ran"]
