@@ -65,7 +65,7 @@ int ipu_job_epilog_cleanup(spank_t sp)
     char cache[64], state[64];
     struct stat st;
     pid_t pid;
-    int status;
+    int status = 0;
 
     if (job_number(sp, S_JOB_ID, "SLURM_JOB_ID", &job_id) < 0 ||
         job_number(sp, S_JOB_UID, "SLURM_JOB_UID", &uid) < 0 || job_id == 0)

@@ -118,7 +118,7 @@ def srun_line(opts: Options, plan: Plan, inside: bool, subset: bool, env: dict, 
 def run(launch: Launch) -> int:
     from . import output
 
-    partition.apply(launch.vipu, dict(os.environ), launch.client_factory)
+    partition.apply(launch.vipu, os.environ, launch.client_factory)  # reads the job id only
     env = dict(os.environ, **launch.env)
     out = output.Output(launch.opts.tag_output)
     if launch.srun is not None:

@@ -97,11 +97,7 @@ def pump(streams: dict[int, tuple[object, bool]], emit) -> None:
 
 
 def wait(pid: int) -> int:
-    while True:
-        try:
-            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        except InterruptedError:  # pragma: no cover - PEP 475 retries for us; kept for clarity
-            continue
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])  # EINTR is retried for us (PEP 475)
 
 
 def run_srun(argv: list[str], env: dict, out: Output) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 from ..errors import ConfigError, SlurmIpuError, VipuError
+from .task import CACHE_ROOT
 
 
 class Shape:
@@ -35,7 +36,8 @@ def _count(env: dict, key: str) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-STATE_ROOT = "/tmp"  # the SPANK plugin's job epilog removes STATE_ROOT/ipurun-job-<jobid>.json (spank/cache.c)
+# The root the SPANK plugin's job epilog cleans: it removes STATE_ROOT/ipurun-job-<jobid>.json.
+STATE_ROOT = CACHE_ROOT
 
 
 def state_path(env: dict) -> str | None:
@@ -153,18 +155,17 @@ def apply(plan: PartitionPlan, env: dict, client_factory, deadline_s: float = 12
 
 def _recreate(client, plan: PartitionPlan, deadline: float) -> None:
     old, new = plan.current, plan.shape
-    common = {"reconfigurable": old.reconfigurable, "allocation": old.allocation, "hosts": list(old.hosts),
-              "owner_uid": old.owner_uid, "deadline": deadline}
+    keep = {"reconfigurable": old.reconfigurable, "allocation": old.allocation, "hosts": list(old.hosts),
+            "owner_uid": old.owner_uid}
     client.emulator_flags = bool(old.hosts)  # only the emulator reports hosts, and only it takes them back
     client.remove_partition(plan.name, missing_ok=True, deadline=deadline)
     try:
-        client.create_partition(plan.name, old.size, num_gcds=new.gcds, num_ilds=new.ilds, **common)
-        client.wait_active(plan.name, deadline)
+        client.ensure_partition(plan.name, old.size, deadline, num_gcds=new.gcds, num_ilds=new.ilds, **keep)
     except VipuError as exc:
         try:
             client.remove_partition(plan.name, missing_ok=True, deadline=deadline)
-            client.create_partition(plan.name, old.size, num_gcds=old.num_gcds, num_ilds=old.num_ilds, **common)
-            client.wait_active(plan.name, deadline)
+            client.ensure_partition(plan.name, old.size, deadline, num_gcds=old.num_gcds, num_ilds=old.num_ilds,
+                                    **keep)
         except VipuError as again:
             raise ConfigError(f"--update-partition: recreating {plan.name} failed ({exc}) and so did putting "
                               f"it back ({again}); ask your admin, the job has no partition now") from None

@@ -7,6 +7,8 @@ import pytest
 from slurm_ipu import errors
 from slurm_ipu.emulator.process import EmulatorProcess
 
+from ..waiting import wait_for
+
 
 def deadline(seconds=10.0):
     return time.monotonic() + seconds
@@ -68,15 +70,15 @@ def test_error_state(client, admin):
 def test_down_refuses_connections_until_up(client, admin, emu):
     admin.down()
     client.retries = 0
-    for _ in range(200):  # the listener closes just after the admin call returns
+
+    def refused() -> str | None:
         try:
             client.list_partitions()
         except errors.VipuUnavailable as exc:
-            assert "unavailable" in str(exc).lower() or "refused" in str(exc).lower()
-            break
-        time.sleep(0.01)
-    else:
-        pytest.fail("server never went down")
+            return str(exc)
+        return None
+    message = wait_for("the server to go down", refused, 2, 0.01)  # the listener closes just after the call
+    assert "unavailable" in message.lower() or "refused" in message.lower()
     admin.up()
     assert client.list_partitions() == []
 
@@ -90,9 +92,7 @@ def test_down_for_a_while_comes_back_by_itself(client, admin):
 def test_crash_then_restart_keeps_state(client, admin, emu):
     client.create_partition("keep", 8)
     admin.crash()
-    end = deadline(10)
-    while emu.alive() and time.monotonic() < end:
-        time.sleep(0.02)
+    wait_for("the emulator to exit", lambda: not emu.alive(), 10, 0.02)
     assert not emu.alive()
     client.retries = 0
     with pytest.raises(errors.VipuUnavailable):

@@ -12,7 +12,6 @@ import random
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,8 @@ import pytest
 
 from slurm_ipu import lab as labmod
 from slurm_ipu.emulator.api import Api
+
+from ..waiting import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -101,15 +102,12 @@ class Lab:
         return labmod.node_states(self.spec)
 
 
-def wait_for(what: str, predicate, timeout: float = 60.0, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = predicate()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+def cancel_and_expect_clean(lab: Lab, job_id: int) -> None:
+    """scancel, then what a user must see: the job gone, its partition removed, the nodes idle."""
+    lab.run("scancel", str(job_id), check=True)
+    wait_gone(lab, job_id)
+    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+    wait_for("nodes idle", lambda: all_idle(lab), 60)
 
 
 def wait_gone(lab: Lab, job_id: int, timeout: float = 90.0) -> None:

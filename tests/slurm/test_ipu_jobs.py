@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from .conftest import all_idle, parse_probe, probe_script, wait_for, wait_gone
+from .conftest import all_idle, cancel_and_expect_clean, parse_probe, probe_script, wait_for, wait_gone
 
 
 def batch(lab, tmp_path, nodes: int, per_node: int, *extra: str) -> tuple[int, str]:
@@ -115,10 +115,7 @@ def test_scancel_while_running_leaves_nothing(clean_lab):
     job = lab.sbatch("-N", "2", "--gres=ipu:16", "--wrap", "srun sleep 300")
     wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
     assert lab.partitions()[f"slurm_{job}"]["spec"]["size"] == 32
-    lab.run("scancel", str(job), check=True)
-    wait_gone(lab, job)
-    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
-    wait_for("nodes idle", lambda: all_idle(lab), 60)
+    cancel_and_expect_clean(lab, job)
 
 
 def test_scancel_while_prolog_is_creating_leaves_nothing(clean_lab):
@@ -128,10 +125,7 @@ def test_scancel_while_prolog_is_creating_leaves_nothing(clean_lab):
     wait_for("partition PENDING while the job configures",
              lambda: lab.partitions().get(f"slurm_{job}", {}).get("status", {}).get("state") == "PS_PENDING", 30)
     assert lab.state(job) == "CONFIGURING"
-    lab.run("scancel", str(job), check=True)
-    wait_gone(lab, job)
-    wait_for("half-created partition removed", lambda: lab.partitions() == {}, 30)
-    wait_for("nodes idle", lambda: all_idle(lab), 60)
+    cancel_and_expect_clean(lab, job)  # the half-created partition included
 
 
 def test_prolog_failure_requeues_batch_job_and_leaks_nothing(clean_lab):
