@@ -51,6 +51,8 @@ class LabSpec:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.path("etc", "slurm.conf"))
+        # ipurun in an salloc shell reads the site's partition prefix and V-IPU from it.
+        env["SLURM_IPU_CONFIG"] = str(self.path("etc", "slurm-ipu.yaml"))
         env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
 
@@ -333,6 +335,7 @@ def _spec_key(spec: LabSpec) -> dict:
 
 def print_exports(spec: LabSpec) -> None:
     print(f"export SLURM_CONF={spec.path('etc', 'slurm.conf')}")
+    print(f"export SLURM_IPU_CONFIG={spec.path('etc', 'slurm-ipu.yaml')}")
     print(f"export PATH={spec.path('bin')}:$PATH")
 
 

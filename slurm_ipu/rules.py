@@ -28,7 +28,9 @@ RULES = {
     "num_gcds": "a power of two that divides the size",
     "num_ilds": "a power of two, at most the cluster's ILDs, with size/ILDs at most one ILD",
     "allocation": "a partition's IPUs all come from one allocation",
+    "replica": "a replica takes 1, 2 or 4 IPUs (V-IPU's replica sizes)",
 }
+REPLICA_SIZES = (1, 2, 4)
 
 
 @dataclass(frozen=True)

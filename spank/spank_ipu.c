@@ -9,8 +9,8 @@
  *     plugin-less GRES (measured: no variable, no SPANK item), and asking slurmctld or V-IPU
  *     would cost a call per node per step. A job without IPUs names a partition that does
  *     not exist, so an attach fails with "not found"; no task ever names another job's.
- *     Tasks also get SPANK_IPU_GCDS/ILDS/RECONFIGURABLE (the job's --ipu-* options, as the prolog
- *     saw them), so ipurun knows the partition's shape without asking V-IPU.
+ *     The partition's shape is not passed on: ipurun reads it from V-IPU, since salloc's shell
+ *     is no task and a partition can be recreated during the job (ipurun --update-partition).
  *   job_script (job_epilog): removes ipurun's per-job files on the node (cache.c).
  *   slurmd: logs the plugin and Slurm versions at load.
  */
@@ -80,10 +80,6 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
         return -1;
     }
     spank_unsetenv(sp, "IPUOF_CONFIG_PATH");
-    if ((ipu_opts.gcds[0] && spank_setenv(sp, "SPANK_IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS) ||
-        (ipu_opts.ilds[0] && spank_setenv(sp, "SPANK_IPU_ILDS", ipu_opts.ilds, 1) != ESPANK_SUCCESS) ||
-        (ipu_opts.reconfigurable && spank_setenv(sp, "SPANK_IPU_RECONFIGURABLE", "1", 1) != ESPANK_SUCCESS))
-        slurm_error("spank_ipu: job %u: cannot pass the partition's shape to the task", job_id);
     if (ipu_conf.debug)
         slurm_info("spank_ipu: job %u task: IPUOF_VIPU_API_PARTITION_ID=%s at %s:%s", job_id, partition,
                    ipu_conf.vipu_host, ipu_conf.vipu_port);

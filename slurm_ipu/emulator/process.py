@@ -24,7 +24,7 @@ class EmulatorProcess:
 
     @classmethod
     def start(cls, state_dir: Path, cluster: str = "pod64", port: int = 0, host: str = "127.0.0.1",
-              log_path: Path | None = None, timeout: float = 15.0, detach: bool = False) -> "EmulatorProcess":
+              log_path: Path | None = None, timeout: float = 15.0, detach: bool = False) -> EmulatorProcess:
         state_dir.mkdir(parents=True, exist_ok=True)
         info_path = state_dir / "server.json"
         info_path.unlink(missing_ok=True)

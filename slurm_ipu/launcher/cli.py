@@ -22,7 +22,6 @@ from .plan import Plan, make_plan
 from .task import CACHE_ROOT, TASK
 
 
-
 class Launch:
     """Everything decided before anything starts."""
 
@@ -67,18 +66,21 @@ def hosts_for(opts: Options, env: dict) -> tuple[list[str], bool, bool]:
 
 
 def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, client_factory=None) -> Launch:
-    """Plan the run and check every option against it; reads V-IPU only for --update-partition."""
+    """Plan the run and check every option against it and the partition's real shape (one
+    V-IPU read when there is a partition to drive)."""
     if opts.process_placement not in numa.STRATEGIES:
         raise ConfigError(f"--process-placement {opts.process_placement!r}; use one of {', '.join(numa.STRATEGIES)}")
     check_autoreport(opts, env)
     hosts, inside, subset = hosts_for(opts, env)
     cpus = int(env["SLURM_CPUS_ON_NODE"]) if inside and env.get("SLURM_CPUS_ON_NODE", "").isdigit() else len(
         os.sched_getaffinity(0))
-    factory = client_factory or partition.make_client_factory(opts, env)
-    vipu = partition.decide(opts, env, opts.num_instances, factory)
+    target = partition.locate(opts, env, inside)
+    factory = client_factory or partition.make_client_factory(opts, target)
+    vipu = partition.decide(opts, env, opts.num_instances, target, factory, srun_extra)
     plan = make_plan(opts.num_instances, opts.num_replicas, opts.ipus_per_replica, hosts,
                      opts.num_ilds or vipu.shape.ilds or 1, num_gcds=vipu.shape.gcds,
-                     cpus_per_host=cpus if opts.process_placement != "disabled" else None)
+                     cpus_per_host=cpus if opts.process_placement != "disabled" else None,
+                     partition=(vipu.name, vipu.shape.size) if vipu.name else None)
     local = not inside and not opts.host and opts.offline_mode
     cache, own_cache = opts.executable_cache_path, None
     if cache is None and local:

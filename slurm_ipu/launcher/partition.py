@@ -1,15 +1,20 @@
-"""The job's V-IPU partition as ipurun sees it: its shape (GCDs, ILDs, reconfigurable), and
-PopRun's --update-partition and --reset-partition.
+"""The V-IPU partition an ipurun run drives: which one, its real shape, and PopRun's
+--update-partition and --reset-partition.
 
-Cheap by default: the shape comes from the variables the SPANK plugin gives every task
-(SPANK_IPU_GCDS, SPANK_IPU_ILDS, SPANK_IPU_RECONFIGURABLE: the job's --ipu-* options, which
-the prolog created the partition with), overlaid by the job's state file on this host, where
-an earlier ipurun of the same job recorded what it changed. V-IPU is called only to update
-(which first reads the partition) or to reset, so a plain launch costs no V-IPU round trip.
+Which partition: --vipu-partition, else IPUOF_VIPU_API_PARTITION_ID (the SPANK plugin sets it in
+every task of a job), else, inside an allocation whose shell is no task (salloc), the job's own:
+the site's partition prefix + SLURM_JOB_ID, read from the slurm-ipu configuration.
+
+Its shape (size, GCDs, ILDs, reconfigurable) comes from one V-IPU read per launch. The job's
+--ipu-* options are not enough: in salloc no task carries them, --vipu-partition can name any
+partition, and a partition can have been recreated by an earlier --update-partition on another
+host. A GCD id computed from a guessed shape attaches the wrong IPUs without any error, so ipurun
+asks V-IPU rather than guess. Offline runs, and launches that will create the partition
+(outside an allocation: srun asks for --gres=ipu:N), read nothing.
 
 Reset, as PopRun documents it: --reset-partition=yes resets before the run; unset resets a
 non-reconfigurable partition, except on the job's first run, whose partition the prolog has
-just created.
+just created. A per-job run record on the launch host counts the runs.
 """
 
 from __future__ import annotations
@@ -27,13 +32,9 @@ class Shape:
                  size: int | None = None):
         self.gcds, self.ilds, self.reconfigurable, self.size = gcds, ilds, reconfigurable, size
 
-    def as_dict(self) -> dict:
-        return {"gcds": self.gcds, "ilds": self.ilds, "reconfigurable": self.reconfigurable, "size": self.size}
-
-
-def _count(env: dict, key: str) -> int | None:
-    text = env.get(key, "")
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    @classmethod
+    def of(cls, part) -> Shape:
+        return cls(part.num_gcds, part.num_ilds, part.reconfigurable, part.size)
 
 
 # The root the SPANK plugin's job epilog cleans: it removes STATE_ROOT/ipurun-job-<jobid>.json.
@@ -45,17 +46,34 @@ def state_path(env: dict) -> str | None:
     return os.path.join(STATE_ROOT, f"ipurun-job-{job}.json") if job.isdigit() else None
 
 
+def _trusted(fd: int) -> bool:
+    """The record sits in /tmp under a name anyone can guess: believe it only if it is a
+    regular file of ours that nobody else can write."""
+    import stat
+
+    st = os.fstat(fd)
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def read_state(env: dict) -> dict:
     path = state_path(env)
+    if path is None:
+        return {}
     try:
-        with open(path) as fh:
-            text = fh.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return {}  # the job's first run on this host (or a link someone planted: ignored)
+    try:
+        if not _trusted(fd):
+            return {}
         import json  # only from a job's second run on
 
-        doc = json.loads(text)
+        doc = json.loads(os.read(fd, 65536) or b"{}")
         return doc if isinstance(doc, dict) else {}
-    except (TypeError, OSError, ValueError):
-        return {}  # no job, first run, or a file we cannot trust: start from the job's options
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
 
 
 def write_state(env: dict, doc: dict) -> None:
@@ -66,19 +84,56 @@ def write_state(env: dict, doc: dict) -> None:
 
     tmp = f"{path}.{os.getpid()}"
     try:
-        with open(tmp, "w") as fh:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as fh:
             json.dump(doc, fh)
         os.replace(tmp, path)  # whole or not at all: a concurrent ipurun never reads half a file
     except OSError:
-        pass  # losing the run count only costs one reset or one skipped reset, never a failure
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        # Losing the run count only costs one reset or one skipped reset, never a failure.
 
 
-def known_shape(env: dict, state: dict) -> Shape:
-    shape = Shape(_count(env, "SPANK_IPU_GCDS") or 1, _count(env, "SPANK_IPU_ILDS"),
-                  env.get("SPANK_IPU_RECONFIGURABLE") == "1")
-    for key in ("gcds", "ilds", "reconfigurable", "size"):
-        if state.get(key) is not None:
-            setattr(shape, key, state[key])
+class Target:
+    """Where the run's partition is and how to reach V-IPU; `name` None: no partition to read."""
+
+    __slots__ = ("name", "host", "port", "command")
+
+    def __init__(self, name: str | None, host: str | None, port, command: list[str]):
+        self.name, self.host, self.port, self.command = name, host, port, command
+
+
+def locate(opts, env: dict, inside: bool) -> Target:
+    """The partition this run drives. Only salloc's shell (an allocation, no task, so no
+    IPUOF_* from the SPANK plugin) needs the site configuration, for the prefix and V-IPU."""
+    name = opts.vipu_partition or env.get("IPUOF_VIPU_API_PARTITION_ID")
+    host = opts.vipu_server_host or env.get("IPUOF_VIPU_API_HOST")
+    port = opts.vipu_server_port or env.get("IPUOF_VIPU_API_PORT")
+    command = env.get("IPURUN_VIPU_COMMAND", "").split()
+    if opts.offline_mode or not (inside or opts.vipu_partition):
+        return Target(None, host, port, command or ["vipu"])
+    if not name or not host or not command:
+        from .. import config
+
+        cfg = config.load(environ=env)
+        name = name or f"{cfg['partition.prefix']}{env['SLURM_JOB_ID']}"
+        host, port = host or cfg["vipu.host"], port or cfg["vipu.port"]
+        command = command or cfg["vipu.command"].split()
+    return Target(name, host, port, command)
+
+
+def requested_shape(extra: list[str]) -> Shape:
+    """Outside an allocation srun asks for the partition: its GCDs and ILDs are the --ipu-*
+    options passed through to srun, if any (the SPANK plugin hands them to the prolog)."""
+    shape = Shape()
+    for arg in extra:
+        name, _, value = arg.partition("=")
+        if name in ("--ipu-gcds", "--ipu-ilds") and value.isdigit() and int(value) > 0:
+            setattr(shape, name[6:], int(value))
+        elif name == "--ipu-reconfigurable":
+            shape.reconfigurable = True
     return shape
 
 
@@ -97,21 +152,17 @@ class PartitionPlan:
         self.recreate, self.reset, self.current = recreate, reset, current  # current: the Partition read
 
 
-def decide(opts, env: dict, instances: int, client_factory) -> PartitionPlan:
-    """The shape the run will use and the V-IPU changes it needs. Reads V-IPU only with
-    --update-partition; changes nothing."""
+def decide(opts, env: dict, instances: int, target: Target, client_factory, extra: list[str] = ()) -> PartitionPlan:
+    """The partition's real shape and the V-IPU changes the run needs: one V-IPU read when
+    there is a partition to drive, none offline; changes nothing."""
     state = read_state(env)
-    shape = known_shape(env, state)
-    name = opts.vipu_partition or env.get("IPUOF_VIPU_API_PARTITION_ID")
-    if opts.offline_mode or not name:
-        return PartitionPlan(None, shape, state)
-    recreate, current = False, None
+    if target.name is None:
+        return PartitionPlan(None, requested_shape(extra), state)
+    part = client_factory().get_partition(target.name)
+    if part is None:
+        raise ConfigError(_missing(target.name, env, opts))
+    shape, recreate = Shape.of(part), False
     if opts.update_partition:
-        part = client_factory().get_partition(name)
-        if part is None:
-            raise ConfigError(f"--update-partition: partition {name} does not exist; "
-                              "run inside the job that owns it, or give --vipu-partition")
-        current, shape = part, Shape(part.num_gcds, part.num_ilds, part.reconfigurable, part.size)
         want = Shape(fitting_gcds(part.num_gcds, instances), opts.num_ilds or part.num_ilds,
                      part.reconfigurable, part.size)
         recreate = (want.gcds, want.ilds) != (part.num_gcds, part.num_ilds)
@@ -122,7 +173,15 @@ def decide(opts, env: dict, instances: int, client_factory) -> PartitionPlan:
         reset = bool(opts.reset_partition)
     else:
         reset = not shape.reconfigurable and state.get("runs", 0) > 0
-    return PartitionPlan(name, shape, state, recreate, reset and not recreate, current)
+    return PartitionPlan(target.name, shape, state, recreate, reset and not recreate, part)
+
+
+def _missing(name: str, env: dict, opts) -> str:
+    if opts.vipu_partition:
+        return (f"--vipu-partition {name}: no such partition on V-IPU; check `vipu list partitions` "
+                "or leave --vipu-partition out to use the job's own")
+    return (f"partition {name} does not exist: job {env.get('SLURM_JOB_ID', '?')} has no IPUs; "
+            "submit it with --gres=ipu:N (IPUs per node), or run with --offline-mode=yes")
 
 
 def _check(shape: Shape) -> None:
@@ -149,8 +208,7 @@ def apply(plan: PartitionPlan, env: dict, client_factory, deadline_s: float = 12
         after = client.reset_partition(plan.name, deadline)
         if after is None or after.state != "ACTIVE":  # one `vipu` call saved when the reply says ACTIVE
             client.wait_active(plan.name, deadline)
-    doc = dict(plan.shape.as_dict(), runs=int(plan.state.get("runs", 0)) + 1)
-    write_state(env, doc)
+    write_state(env, {"runs": int(plan.state.get("runs", 0)) + 1})
 
 
 def _recreate(client, plan: PartitionPlan, deadline: float) -> None:
@@ -173,18 +231,16 @@ def _recreate(client, plan: PartitionPlan, deadline: float) -> None:
                           f"{new.ilds} ILD(s) ({exc}); it is back as it was") from None
 
 
-def make_client_factory(opts, env: dict):
-    """A VipuClient on the job's controller, built on first use (its imports cost start-up)."""
+def make_client_factory(opts, target: Target):
+    """A VipuClient on the run's controller, built on first use (its imports cost start-up)."""
     made = []
 
     def factory():
         if not made:
             from ..vipu import VipuClient
 
-            host = opts.vipu_server_host or env.get("IPUOF_VIPU_API_HOST")
-            port = opts.vipu_server_port or env.get("IPUOF_VIPU_API_PORT")
-            command = env.get("IPURUN_VIPU_COMMAND", "vipu").split()
-            made.append(VipuClient(command=command, host=host, port=int(port) if port else None,
+            made.append(VipuClient(command=target.command, host=target.host,
+                                   port=int(target.port) if target.port else None,
                                    timeout=float(opts.vipu_server_timeout)))
         return made[0]
     return factory

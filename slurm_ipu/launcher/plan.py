@@ -8,6 +8,7 @@ i // (instances / GCDs). Every impossible combination raises PlanError with the 
 
 from __future__ import annotations
 
+from .. import rules
 from ..errors import SlurmIpuError
 
 
@@ -67,13 +68,18 @@ def _divisors(n: int) -> str:
 
 
 def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, hosts: list[str] | tuple[str, ...],
-              num_ilds: int = 1, num_gcds: int = 1, cpus_per_host: int | None = None) -> Plan:
+              num_ilds: int = 1, num_gcds: int = 1, cpus_per_host: int | None = None,
+              partition: tuple[str, int] | None = None) -> Plan:
+    """partition: (name, size) of the partition the run drives, when there is one."""
     for name, value in (("--num-instances", num_instances), ("--num-replicas", num_replicas),
                         ("--ipus-per-replica", ipus_per_replica), ("--num-ilds", num_ilds)):
         if value < 1:
             raise PlanError(f"{name} {value} must be at least 1")
     if not hosts:
         raise PlanError("no hosts to run on; give --host or run inside a Slurm allocation")
+    if ipus_per_replica not in rules.REPLICA_SIZES:
+        raise PlanError(f"--ipus-per-replica {ipus_per_replica}: {rules.RULES['replica']}; "
+                        f"use --ipus-per-replica {' or '.join(map(str, rules.REPLICA_SIZES))}")
     if num_replicas % num_instances:
         raise PlanError(f"{num_replicas} replicas do not divide evenly over {num_instances} instances; "
                         f"use --num-instances {_divisors(num_replicas)}")
@@ -91,8 +97,20 @@ def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, host
     if num_gcds > 1 and num_instances % num_gcds:
         raise PlanError(f"the partition has {num_gcds} GCDs: {num_instances} instances cannot share them evenly; "
                         f"use a multiple of {num_gcds} instances, or --update-partition=yes to recreate it with 1 GCD")
+    if partition is not None:
+        check_fit(num_replicas, ipus_per_replica, *partition)
     per_host = num_instances // len(hosts)
     if cpus_per_host is not None and per_host > cpus_per_host:
         raise PlanError(f"{per_host} instances per host but only {cpus_per_host} CPUs per host; "
                         f"use at most {cpus_per_host * len(hosts)} instances or more hosts")
     return Plan(tuple(hosts), num_instances, num_replicas, ipus_per_replica, num_ilds, num_gcds)
+
+
+def check_fit(num_replicas: int, ipus_per_replica: int, name: str, size: int) -> None:
+    """The replicas must fit in the partition. Each GCD's share then fits its GCD too: the
+    instances divide evenly over the GCDs and the replicas over the instances (checked before),
+    so every GCD of size/G IPUs gets exactly 1/G of the replicas."""
+    need = num_replicas * ipus_per_replica
+    if need > size:
+        raise PlanError(f"{num_replicas} replicas x {ipus_per_replica} IPU(s) = {need} IPUs, but partition {name} "
+                        f"has {size}; use --num-replicas {size // ipus_per_replica} or fewer, or a job with more IPUs")

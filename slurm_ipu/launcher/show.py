@@ -38,7 +38,8 @@ def partition_line(vipu) -> str:
     ilds = f", {shape.ilds} ILD(s)" if shape.ilds else ""
     action = ("recreate it with this shape (--update-partition)" if vipu.recreate
               else "reset it first" if vipu.reset else "use it as it is")
-    return f"V-IPU partition {vipu.name}: {shape.gcds} GCD(s){ilds}; {action}"
+    size = f"{shape.size} IPUs, " if shape.size else ""
+    return f"V-IPU partition {vipu.name}: {size}{shape.gcds} GCD(s){ilds}; {action}"
 
 
 def summary(launch) -> list[str]:

@@ -35,9 +35,9 @@ def test_update_recreates_a_partition_whose_gcds_do_not_fit(client, job_env):
     part = client.get_partition("slurm_4242")
     assert (part.size, part.num_gcds, part.state, part.hosts) == (8, 1, "ACTIVE", ("node1", "node2"))
     assert [i.gcd for i in built.plan.instances()] == [0, 0]
-    # The next run of the job knows the new shape without asking V-IPU (SPANK_IPU_GCDS still says 4).
+    # The next run reads the new shape from V-IPU: the job's --ipu-gcds (SPANK_IPU_GCDS) still says 4.
     later = cli.build(*cli.parse(["--num-instances", "2", "--num-replicas", "8", "true"]), env,
-                      client_factory=_no_vipu)
+                      client_factory=lambda: client)
     assert later.plan.num_gcds == 1
 
 
@@ -84,10 +84,11 @@ def test_reset_follows_poprun_from_the_jobs_second_run(client, job_env, admin):
     assert admin.stats().get("reset", 0) == 0  # the prolog has just created it
     launch(client, job_env, *args)
     assert admin.stats()["reset"] == 1  # non-reconfigurable: reset between runs
-    assert "list" not in admin.stats()  # the reset's own reply said ACTIVE: no polling call
+    assert admin.stats()["list"] == 2  # one shape read per launch; the reset's reply said ACTIVE: no polling
     launch(client, job_env, *args, "--reset-partition=no")
     assert admin.stats()["reset"] == 1
-    reconfigurable = dict(job_env, SLURM_JOB_ID="4343", SPANK_IPU_RECONFIGURABLE="1")
+    client.create_partition("slurm_4343", 8, reconfigurable=True)
+    reconfigurable = dict(job_env, SLURM_JOB_ID="4343", IPUOF_VIPU_API_PARTITION_ID="slurm_4343")
     launch(client, reconfigurable, *args)
     launch(client, reconfigurable, *args)
     assert admin.stats()["reset"] == 1  # reconfigurable: never by default

@@ -10,10 +10,23 @@ from pathlib import Path
 import pytest
 
 from slurm_ipu.errors import ConfigError, SlurmIpuError
-from slurm_ipu.launcher import cli, show
+from slurm_ipu.launcher import cli, partition, show
 from slurm_ipu.launcher.options import OPTIONS
 from slurm_ipu.launcher.plan import make_plan
 from slurm_ipu.launcher.task import instance_env
+from slurm_ipu.vipu import VipuClient
+
+from .fake_vipu import FakeVipu
+
+
+def vipu_with(**partitions):
+    """A fake `vipu` holding these partitions (name=(size, GCDs)), and a client factory on it."""
+    fake = FakeVipu()
+    for name, (size, gcds) in partitions.items():
+        fake(["vipu", "create", "partition", name, "--size", str(size), "--num-gcds", str(gcds)])
+    fake.calls.clear()
+    client = VipuClient(runner=fake, retries=0)
+    return fake, lambda: client
 
 
 @pytest.mark.parametrize("argv,key,value,command", [
@@ -82,7 +95,7 @@ def test_autoreport_conflicts_with_engine_options():
 def test_srun_line_inside_an_allocation_step():
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_STEP_ID": "0", "SLURM_CPUS_ON_NODE": "8"}
     ns, extra, cmd = cli.parse(["--num-instances", "8", "--num-replicas", "16", "train.py"])
-    launch = cli.build(ns, extra, cmd, env)
+    launch = cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(16, 1))[1])
     assert launch.srun[:9] == ["srun", "--nodes=4", "--ntasks=8", "--ntasks-per-node=2", "--distribution=block",
                                "--kill-on-bad-exit=1", "--label", "--cpu-bind=none", "--overlap"]
     assert launch.env["IPURUN_INSTANCES_PER_HOST"] == "2" and launch.cache_dir is None
@@ -94,7 +107,7 @@ def test_srun_line_inside_an_allocation_step():
 def test_explicit_or_empty_cache_path(path, expected):
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node1"}
     ns, extra, cmd = cli.parse([f"--executable-cache-path={path}", "train.py"])
-    launch = cli.build(ns, extra, cmd, env)
+    launch = cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(1, 1))[1])
     assert launch.cache_dir is None and launch.env["IPURUN_OWN_CACHE"] == "0"
     assert instance_env(dict(env, **launch.env), 0, 0).get("POPDIST_EXECUTABLE_CACHE_PATH") == expected
 
@@ -174,18 +187,69 @@ def test_refusal_is_one_line_exit_2():
     assert proc.stderr.strip() == "ipurun: 8 replicas do not divide evenly over 3 instances; use --num-instances 1, 2, 4, 8"
 
 
-def test_gcd_count_comes_from_the_jobs_options_without_a_vipu_call():
-    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SPANK_IPU_GCDS": "2",
+def test_gcds_come_from_the_partition_v_ipu_reports_in_one_read():
+    """The job's --ipu-gcds (SPANK_IPU_GCDS) can be absent (salloc) or stale (an update on another
+    host): instance k drives GCD k // (instances / GCDs) of the partition as V-IPU has it."""
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SPANK_IPU_GCDS": "1",
            "IPUOF_VIPU_API_PARTITION_ID": "slurm_7", "TMPDIR": "/nonexistent"}
-
-    def no_vipu():
-        raise AssertionError("a plain launch must not call V-IPU")
+    fake, factory = vipu_with(slurm_7=(8, 2))
     ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "8", "x"])
-    launch = cli.build(ns, extra, cmd, env, client_factory=no_vipu)
+    launch = cli.build(ns, extra, cmd, env, client_factory=factory)
     assert [i.gcd for i in launch.plan.instances()] == [0, 0, 1, 1] and launch.env["IPURUN_NUM_GCDS"] == "2"
+    assert [c[:2] for c in fake.calls] == [["list", "partitions"]]
     ns, extra, cmd = cli.parse(["--num-instances", "3", "--num-replicas", "3", "-H", "node[1]", "x"])
     with pytest.raises(SlurmIpuError, match="cannot share them evenly; use a multiple of 2 instances, or --update"):
-        cli.build(ns, extra, cmd, env, client_factory=no_vipu)
+        cli.build(ns, extra, cmd, env, client_factory=factory)
+
+
+def test_salloc_shell_finds_the_jobs_partition_from_the_site_prefix(tmp_path):
+    """No task, so no IPUOF_*: the partition is the site's prefix + the job id, and V-IPU is
+    reached as the site configuration says."""
+    site = tmp_path / "config.yaml"
+    site.write_text("version: 1\npartition:\n  prefix: pod7_\nvipu:\n  command: /opt/vipu/bin/vipu\n"
+                    "  host: ctl\n  port: 8091\n")
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_IPU_CONFIG": str(site)}
+    ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "4", "x"])
+    target = partition.locate(ns, env, inside=True)
+    assert (target.name, target.host, target.port, target.command) == ("pod7_9", "ctl", 8091, ["/opt/vipu/bin/vipu"])
+    launch = cli.build(ns, extra, cmd, env, client_factory=vipu_with(pod7_9=(4, 4))[1])
+    assert [i.gcd for i in launch.plan.instances()] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--num-instances", "2", "--num-replicas", "32"], "32 replicas x 1 IPU.s. = 32 IPUs, but partition slurm_7 "
+     "has 16; use --num-replicas 16 or fewer"),
+    (["--num-instances", "2", "--num-replicas", "8", "--ipus-per-replica", "4"], "= 32 IPUs, but partition "
+     "slurm_7 has 16; use --num-replicas 4 or fewer"),
+    (["--num-instances", "2", "--num-replicas", "2", "--ipus-per-replica", "8"], "--ipus-per-replica 8: a replica "
+     "takes 1, 2 or 4 IPUs .* use --ipus-per-replica 1 or 2 or 4"),
+])
+def test_a_request_larger_than_the_partition_is_refused_before_launch(argv, words):
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "IPUOF_VIPU_API_PARTITION_ID": "slurm_7"}
+    ns, extra, cmd = cli.parse([*argv, "x"])
+    with pytest.raises(SlurmIpuError, match=words):
+        cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(16, 2))[1])
+
+
+def test_a_job_without_ipus_is_told_so():
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node1", "IPUOF_VIPU_API_PARTITION_ID": "slurm_7"}
+    ns, extra, cmd = cli.parse(["x"])
+    with pytest.raises(SlurmIpuError, match="partition slurm_7 does not exist: job 7 has no IPUs; submit it with "
+                                            "--gres=ipu:N"):
+        cli.build(ns, extra, cmd, env, client_factory=vipu_with()[1])
+    ns, extra, cmd = cli.parse(["--vipu-partition", "other", "x"])
+    with pytest.raises(SlurmIpuError, match="--vipu-partition other: no such partition"):
+        cli.build(ns, extra, cmd, env, client_factory=vipu_with()[1])
+
+
+def test_outside_an_allocation_the_gcds_are_the_ones_srun_asks_for():
+    ns, extra, cmd = cli.parse(["--num-instances", "2", "--num-replicas", "4", "-H", "n[1-2]", "--ipu-gcds=2", "x"])
+    launch = cli.build(ns, extra, cmd, {}, client_factory=_no_vipu)
+    assert "--ipu-gcds=2" in launch.srun and [i.gcd for i in launch.plan.instances()] == [0, 1]
+
+
+def _no_vipu():
+    raise AssertionError("no V-IPU call expected")
 
 
 def test_an_instance_killed_by_a_signal_is_the_root_cause():

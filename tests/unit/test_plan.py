@@ -16,7 +16,7 @@ def test_eight_instances_sixteen_replicas_over_four_hosts():
 
 
 def test_ilds_and_gcds_per_instance():
-    plan = make_plan(4, 8, 8, ["a", "b"], num_ilds=2, num_gcds=2)
+    plan = make_plan(4, 8, 4, ["a", "b"], num_ilds=2, num_gcds=2)
     assert [(i.ild, i.gcd) for i in plan.instances()] == [(0, 0), (0, 0), (1, 1), (1, 1)]
 
 
