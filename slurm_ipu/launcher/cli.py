@@ -26,23 +26,49 @@ class Launch:
     """Everything decided before anything starts."""
 
     def __init__(self, opts: Options, plan: Plan, env: dict, srun: list[str] | None, command: list[str],
-                 cache_dir: str | None, vipu: partition.PartitionPlan, client_factory):
+                 cache_dir: str | None, vipu: partition.PartitionPlan, client_factory, mpi=None):
         self.opts, self.plan, self.env, self.srun, self.command = opts, plan, env, srun, command
         self.cache_dir = cache_dir   # a cache ipurun itself must remove (local backend only)
         self.vipu, self.client_factory = vipu, client_factory
+        self.mpi = mpi               # what the --mpi-* options asked (None without them)
 
 
-def check_autoreport(opts: Options, env: dict) -> None:
-    if not opts.autoreport_dir or "autoReport.directory" not in env.get("POPLAR_ENGINE_OPTIONS", ""):
+AUTOREPORT_CONFLICT = ("autoreport-dir command line argument cannot be specified when POPLAR_ENGINE_OPTIONS "
+                       "contains autoReport.directory setting")
+
+
+def check_autoreport(opts: Options, env: dict, mpi) -> None:
+    """PopRun's rule: PopDist gives every instance its own report directory under
+    --autoreport-dir, so POPLAR_ENGINE_OPTIONS may not fix one, whether it comes from the
+    environment or from -x in --mpi-local-args / --instance-mpi-local-args."""
+    if not opts.autoreport_dir:
         return
-    import json
+    if "autoReport.directory" in env.get("POPLAR_ENGINE_OPTIONS", ""):
+        raise ConfigError(f"{AUTOREPORT_CONFLICT} (in the environment); keep one")
+    if mpi is not None:
+        from .mpiargs import engine_options_with_directory
 
-    try:
-        engine = json.loads(env["POPLAR_ENGINE_OPTIONS"])
-    except ValueError:
-        raise ConfigError("POPLAR_ENGINE_OPTIONS is not JSON; fix it or unset it") from None
-    if isinstance(engine, dict) and "autoReport.directory" in engine:
-        raise ConfigError("--autoreport-dir conflicts with autoReport.directory in POPLAR_ENGINE_OPTIONS; keep one")
+        if engine_options_with_directory(mpi):
+            raise ConfigError(f"{AUTOREPORT_CONFLICT} (through -x in the MPI arguments); keep one")
+
+
+def check_options(opts: Options, srun_extra: list[str]) -> None:
+    """Combinations of options, checked before anything is read or started."""
+    if opts.process_placement not in numa.STRATEGIES:
+        raise ConfigError(f"--process-placement {opts.process_placement!r}; use one of {', '.join(numa.STRATEGIES)}")
+    if opts.process_placement != "disabled" and any(a.startswith("--cpu-bind") for a in srun_extra):
+        raise ConfigError("--cpu-bind: ipurun binds instances itself; add --process-placement=disabled to bind "
+                          "with srun's --cpu-bind instead")
+    if opts.offline_target and not opts.offline_mode:
+        raise ConfigError(f"--offline-target {opts.offline_target} is for offline compiles; add --offline-mode=yes")
+
+
+def mpi_args(opts: Options):
+    if not (opts.mpi_global_args or opts.mpi_local_args or opts.instance_mpi_local_args):
+        return None
+    from . import mpiargs
+
+    return mpiargs.parse(opts, opts.num_instances)
 
 
 def hosts_for(opts: Options, env: dict) -> tuple[list[str], bool, bool]:
@@ -67,10 +93,10 @@ def hosts_for(opts: Options, env: dict) -> tuple[list[str], bool, bool]:
 
 def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, client_factory=None) -> Launch:
     """Plan the run and check every option against it and the partition's real shape (one
-    V-IPU read when there is a partition to drive)."""
-    if opts.process_placement not in numa.STRATEGIES:
-        raise ConfigError(f"--process-placement {opts.process_placement!r}; use one of {', '.join(numa.STRATEGIES)}")
-    check_autoreport(opts, env)
+    V-IPU read when there is a partition to drive). Nothing starts or changes here."""
+    check_options(opts, srun_extra)
+    mpi = mpi_args(opts)
+    check_autoreport(opts, env, mpi)
     hosts, inside, subset = hosts_for(opts, env)
     cpus = int(env["SLURM_CPUS_ON_NODE"]) if inside and env.get("SLURM_CPUS_ON_NODE", "").isdigit() else len(
         os.sched_getaffinity(0))
@@ -79,33 +105,67 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     vipu = partition.decide(opts, env, opts.num_instances, target, factory, srun_extra)
     plan = make_plan(opts.num_instances, opts.num_replicas, opts.ipus_per_replica, hosts,
                      opts.num_ilds or vipu.shape.ilds or 1, num_gcds=vipu.shape.gcds,
-                     cpus_per_host=cpus if opts.process_placement != "disabled" else None,
-                     partition=(vipu.name, vipu.shape.size) if vipu.name else None)
+                     cpus_per_host=cpus if opts.process_placement in numa.ONE_CORE_EACH else None,
+                     partition=(vipu.name, vipu.shape.size) if vipu.name else None,
+                     distribution=mpi.distribution if mpi else "block")
     local = not inside and not opts.host and opts.offline_mode
-    cache, own_cache = opts.executable_cache_path, None
+    cache, own_cache = cache_for(opts, plan, local)
+    task_env = instance_constants(opts, plan, cache, mpi)
+    if mpi is not None:
+        srun_extra = srun_extra + mpi.srun
+    srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
+    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi)
+
+
+def cache_for(opts: Options, plan: Plan, local: bool) -> tuple[str | None, str | None]:
+    """(the cache path the instances get, one ipurun must remove itself). As PopRun: none for
+    one instance on one host unless a path is given; '' disables; a path given is kept.
+    Otherwise, locally, one directory for this run that ipurun removes; under Slurm, each
+    task's wrapper uses CACHE_ROOT/ipurun-cache-<jobid>, one per job and host, shared by the
+    job's runs and removed by the node's job epilog however the job ends."""
+    cache = opts.executable_cache_path
+    if cache is None and plan.num_instances == 1 and len(plan.hosts) == 1:
+        return "", None
     if cache is None and local:
-        cache = own_cache = os.path.join(CACHE_ROOT, f"ipurun-cache-local-{os.getpid()}")  # ipurun removes it
-    # Under Slurm, unset: each task's wrapper uses CACHE_ROOT/ipurun-cache-<jobid>, one per job and
-    # host, shared by the job's runs, removed by the node's job epilog however the job ends.
-    task_env = {
+        cache = os.path.join(CACHE_ROOT, f"ipurun-cache-local-{os.getpid()}")
+        return cache, cache
+    return cache, None
+
+
+def instance_constants(opts: Options, plan: Plan, cache: str | None, mpi) -> dict:
+    """What every instance's wrapper reads (IPURUN_*), and what every instance gets as is."""
+    own = opts.executable_cache_path is None and cache != ""
+    env = {
         "IPURUN_NUM_INSTANCES": str(plan.num_instances), "IPURUN_NUM_REPLICAS": str(plan.num_replicas),
-        "IPURUN_IPUS_PER_REPLICA": str(plan.ipus_per_replica), "IPURUN_INSTANCES_PER_HOST": str(plan.instances_per_host),
+        "IPURUN_IPUS_PER_REPLICA": str(plan.ipus_per_replica),
+        "IPURUN_INSTANCES_PER_HOST": str(plan.instances_per_host),
         "IPURUN_NUM_GCDS": str(plan.num_gcds), "IPURUN_PLACEMENT": opts.process_placement,
         "IPURUN_VIPU_TIMEOUT": str(opts.vipu_server_timeout), "IPURUN_OFFLINE": "1" if opts.offline_mode else "0",
         "IPURUN_REPORT_BINDINGS": "1" if opts.report_bindings or opts.print_topology else "0",
-        "IPURUN_ONLY_OUTPUT_FROM": "" if opts.only_output_from_instance is None else str(opts.only_output_from_instance),
-        "IPURUN_CACHE_DIR": cache or "", "IPURUN_OWN_CACHE": "1" if opts.executable_cache_path is None else "0",
+        "IPURUN_ONLY_OUTPUT_FROM": "" if opts.only_output_from_instance is None
+        else str(opts.only_output_from_instance),
+        "IPURUN_CACHE_DIR": cache or "", "IPURUN_OWN_CACHE": "1" if own else "0",
         "IPURUN_AUTOREPORT_DIR": opts.autoreport_dir or "",
         "IPURUN_VIPU_HOST": opts.vipu_server_host or "", "IPURUN_VIPU_PORT": str(opts.vipu_server_port or ""),
         "IPURUN_VIPU_PARTITION_ID": opts.vipu_partition or "",
     }
-    srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
-    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory)
+    if opts.offline_target:
+        from .offline import target_options
+
+        env["POPLAR_TARGET_OPTIONS"] = target_options(opts.offline_target, plan.total_ipus)
+    if mpi is not None:
+        env.update(mpi.env)
+        import json
+
+        for k, extra in mpi.instance_env.items():
+            env[f"IPURUN_INSTANCE_ENV_{k}"] = json.dumps(extra)
+    return env
 
 
 def srun_line(opts: Options, plan: Plan, inside: bool, subset: bool, env: dict, extra: list[str]) -> list[str]:
     argv = ["srun", f"--nodes={len(plan.hosts)}", f"--ntasks={plan.num_instances}",
-            f"--ntasks-per-node={plan.instances_per_host}", "--distribution=block", "--kill-on-bad-exit=1", "--label"]
+            f"--ntasks-per-node={plan.instances_per_host}", f"--distribution={plan.distribution}",
+            "--kill-on-bad-exit=1", "--label"]
     if opts.process_placement != "disabled":
         argv.append("--cpu-bind=none")  # ipurun binds each instance itself, inside the step's CPUs
     if opts.host or subset:
@@ -120,12 +180,12 @@ def srun_line(opts: Options, plan: Plan, inside: bool, subset: bool, env: dict, 
 def run(launch: Launch) -> int:
     from . import output
 
-    partition.apply(launch.vipu, os.environ, launch.client_factory)  # reads the job id only
-    env = dict(os.environ, **launch.env)
-    out = output.Output(launch.opts.tag_output)
-    if launch.srun is not None:
-        return output.run_srun(launch.srun + launch.command, env, out)
+    partition.apply(launch.vipu, os.environ, launch.client_factory)
     try:
+        env = dict(os.environ, **launch.env)
+        out = output.Output(launch.opts.tag_output or (launch.mpi is not None and launch.mpi.tag_output))
+        if launch.srun is not None:
+            return output.run_srun(launch.srun + launch.command, env, out)
         argv = [sys.executable, "-S", "-I", TASK, "--", *launch.command]
         envs = [dict(env, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)) for i in range(launch.plan.num_instances)]
         return output.run_instances([argv] * len(envs), envs, out)
@@ -134,6 +194,7 @@ def run(launch: Launch) -> int:
             import shutil
 
             shutil.rmtree(launch.cache_dir, ignore_errors=True)
+        partition.remove_created(launch.vipu, launch.opts, launch.client_factory)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         opts, extra, command = parse(argv)
-        if opts.export_config:
-            export_config(opts)
         launch = build(opts, extra, command, dict(os.environ))
+        if opts.export_config:  # only once every option has been checked, as PopRun does
+            written = export_config(opts, command)
+            if opts.verbose:
+                print(f"ipurun: options and command stored in {written}", file=sys.stderr, flush=True)
         if opts.verbose and not opts.dry_run:
             from . import show
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 STRATEGIES = ("spreadnuma", "scatternuma", "scattersocket", "close", "disabled")
+ONE_CORE_EACH = ("scatternuma", "scattersocket", "close")  # these need a core per instance on each host
 
 
 class PlacementError(Exception):
@@ -162,6 +163,9 @@ def bind(cpus: list[Cpu], k: int, n: int, strategy: str) -> Binding:
             ids = [c.id for c in cpus if c.numa in mine]
         else:
             dom, slot, count = _share(cpus, k, n, lambda c: c.numa)
-            ids = _by_cores(dom, slot, count, f"NUMA node {dom[0].numa}")
+            if strategy == "spreadnuma" and count > len(_cores(dom)):
+                ids = [c.id for c in dom]  # spreadnuma binds to NUMA nodes, never one core each: share the node
+            else:
+                ids = _by_cores(dom, slot, count, f"NUMA node {dom[0].numa}")
     numa = tuple(sorted({c.numa for c in cpus if c.id in set(ids)}))
     return Binding(tuple(sorted(ids)), numa, strategy == "spreadnuma")

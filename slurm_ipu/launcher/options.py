@@ -48,18 +48,27 @@ OPTIONS: tuple[tuple[str, object, object, bool, str], ...] = (
      "executable cache; unset: one directory per host for this run, removed after; '' disables"),
     ("--autoreport-dir", str, None, True, "PopVision reports, one sub-directory per instance"),
     ("--offline-mode", boolean, False, True, "run without attaching IPUs"),
+    ("--offline-target", str, None, True, "with --offline-mode: POPLAR_TARGET_OPTIONS for this system, e.g. pod16"),
+    ("--mpi-global-args", str, None, True, "mpirun options for every instance, given their srun meaning "
+     "(--tag-output, -x VAR=value, --bind-to, --map-by, --output-filename)"),
+    ("--mpi-local-args", str, None, True, "mpirun options for each instance (-x VAR=value)"),
+    ("--instance-mpi-local-args", list, None, True, "'K:ARGS': mpirun options for instance K only (repeatable)"),
     ("--vipu-partition", str, None, True, "partition to use (default: the job's, IPUOF_VIPU_API_PARTITION_ID)"),
+    ("--vipu-allocation", str, None, True, "V-IPU allocation for a partition ipurun creates"),
     ("--vipu-server-host", str, None, True, "V-IPU host (default: the job's IPUOF_VIPU_API_HOST)"),
     ("--vipu-server-port", int, None, True, "V-IPU port (default: the job's IPUOF_VIPU_API_PORT)"),
     ("--vipu-server-timeout", int, 120, True, "IPUOF_VIPU_API_TIMEOUT for the instances, seconds"),
-    ("--update-partition", boolean, False, True, "recreate the partition, same name, if its GCDs/ILDs do not fit"),
+    ("--update-partition", boolean, False, True,
+     "recreate the partition, same name, if its GCDs/ILDs do not fit; create it if it does not exist"),
+    ("--remove-partition", boolean, True, True, "remove, when the run ends, a partition this run created"),
     ("--reset-partition", boolean, None, True,
      "reset the partition first; unset: reset a non-reconfigurable one between runs of a job"),
     ("--host", str, None, True, "hosts, PopRun syntax: host0,host1 or host[0-2,4]"),
     ("--import-config", str, None, False, "read options from this JSON file; the command line wins"),
     ("--export-config", str, None, False, "write the effective options to this JSON file"),
-    ("--overwrite-config", boolean, False, False, "let --export-config replace an existing file"),
-    ("--srun-arg", list, None, False, "pass ARG to srun (repeatable)"),
+    ("--overwrite-config", boolean, False, False,
+     "let --export-config replace an existing file (otherwise a time stamp is appended to the name)"),
+    ("--srun-arg", list, None, False, "pass ARG to srun untouched (repeatable): for options ipurun does not know"),
     ("--dry-run", flag, False, False, "print the plan, the srun line and each instance's binding; launch nothing"),
     ("--verbose", flag, False, False, "print the plan, the partition action and the srun line (stderr)"),
     ("--debug", flag, False, False, "show tracebacks"),
@@ -123,11 +132,9 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
         name = ALIASES.get(name, name)
         row = BY_FLAG.get(name)
         if row is None:
-            if name.startswith("--") and eq:
-                srun_extra.append(arg)
-                i += 1
-                continue
-            raise ConfigError(f"unknown option {name!r}; srun options pass through as --name=value or --srun-arg=ARG")
+            srun_extra.append(srun_option(arg, name, bool(eq)))
+            i += 1
+            continue
         kind = row[1]
         if kind is flag:
             if eq:
@@ -143,21 +150,48 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
                     raise ConfigError(f"{name} needs a value")
                 i, value = i + 1, argv[i + 1]
             if kind is list:
-                srun_extra.append(value)
+                given.setdefault(dest(name), []).append(value)
             else:
                 given[dest(name)] = _convert(name, kind, value)
         i += 1
     command = argv[i:]
+    srun_extra += given.pop("srun_arg", [])
     values = {dest(row[0]): row[2] for row in OPTIONS}
     if given.get("import_config"):
-        values.update(read_config(given["import_config"]))
+        if given.get("export_config"):
+            raise ConfigError("--export-config and --import-config cannot be used together; export once, "
+                              "then import")
+        stored, stored_command = read_config(given["import_config"])
+        values.update(stored)
+        command = command or stored_command
     values.update(given)
     if not command:
         raise ConfigError("no command to run; usage: ipurun [OPTIONS] [--] COMMAND [ARGS...]")
     return Options(values), srun_extra, command
 
 
-def read_config(path: str) -> dict:
+def srun_option(arg: str, name: str, has_value: bool) -> str:
+    """An option ipurun does not own goes to srun, if srun has it; else a did-you-mean."""
+    from . import srunopts
+
+    bare = name[2:] if name.startswith("--") else None
+    if bare in srunopts.OWNED:
+        raise ConfigError(f"{name} is set by ipurun ({srunopts.OWNED[bare]})")
+    if bare in srunopts.VALUED and not has_value:
+        raise ConfigError(f"srun option {name} needs its value as {name}=VALUE when passed through ipurun")
+    if bare is not None and srunopts.known(bare):
+        return arg
+    import difflib
+
+    names = [row[0] for row in OPTIONS] + [f"--{o}" for o in srunopts.FLAGS | srunopts.VALUED]
+    near = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+    hint = f"did you mean {near[0]}? " if near else ""
+    raise ConfigError(f"unknown option {name!r}: neither ipurun's nor srun's; {hint}"
+                      "(an option of a site's SPANK plugin goes through --srun-arg=ARG)")
+
+
+def read_config(path: str) -> tuple[dict, list[str]]:
+    """(options, command) stored by --export-config."""
     import json
 
     try:
@@ -169,21 +203,34 @@ def read_config(path: str) -> dict:
         raise ConfigError(f"--import-config {path} is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"--import-config {path}: expected a JSON object of options")
+    command = doc.pop("command", [])
+    if not isinstance(command, list) or not all(isinstance(w, str) for w in command):
+        raise ConfigError(f"--import-config {path}: 'command' must be a list of words")
     out = {}
     for key, value in doc.items():
         row = BY_FLAG.get("--" + key.lstrip("-"))
         if row is None or not row[3]:
             raise ConfigError(f"--import-config {path}: unknown option {key!r}")
-        out[dest(row[0])] = value if value is None or row[1] is str else _convert(row[0], row[1], value)
-    return out
+        out[dest(row[0])] = value if value is None or row[1] in (str, list) else _convert(row[0], row[1], value)
+    return out, command
 
 
-def export_config(opts: Options) -> None:
+def export_config(opts: Options, command: list[str]) -> str:
+    """Store the effective options and the command; an existing file is kept and the new one
+    gets a time stamp in its name, unless --overwrite-config=yes. Returns the path written."""
     import json
     import os
+    import time
 
     path = opts.export_config
     if os.path.exists(path) and not opts.overwrite_config:
-        raise ConfigError(f"--export-config {path} exists; add --overwrite-config=yes to replace it")
-    with open(path, "w") as fh:
-        fh.write(json.dumps(opts.exported(), indent=2) + "\n")
+        path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}"
+    doc = dict(opts.exported(), command=list(command))
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(doc, indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ConfigError(f"--export-config {opts.export_config}: {exc.strerror}") from None
+    return path

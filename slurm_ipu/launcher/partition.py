@@ -137,19 +137,34 @@ def requested_shape(extra: list[str]) -> Shape:
     return shape
 
 
-def fitting_gcds(gcds: int, instances: int) -> int:
-    """The partition's GCD count if the instances share its GCDs evenly, else 1 (PopRun's
-    default for a partition it creates)."""
-    return gcds if gcds <= instances and instances % gcds == 0 else 1
+def fitting_gcds(gcds: int, instances: int) -> bool:
+    """The instances share the partition's GCDs evenly (instance k drives GCD k // (n / G))."""
+    return gcds <= instances and instances % gcds == 0
+
+
+def poprun_gcds(size: int, instances: int, ilds: int | None) -> int:
+    """GCDs for a partition ipurun creates: one per instance, as in PopRun's guide (32 replicas
+    over 2 instances: a 32-IPU, 2-GCD partition), where V-IPU's rules allow it; otherwise the
+    most GCDs that still divide the instances evenly."""
+    from .. import rules
+
+    for gcds in sorted((g for g in range(1, instances + 1) if instances % g == 0), reverse=True):
+        try:
+            rules.check_shape(size, gcds, ilds, cluster_ilds=max(ilds or 1, 1))
+            return gcds
+        except SlurmIpuError:
+            continue
+    return 1
 
 
 class PartitionPlan:
     """What ipurun will do to the partition, decided before anything changes."""
 
     def __init__(self, name: str | None, shape: Shape, state: dict, recreate: bool = False, reset: bool = False,
-                 current=None):
+                 current=None, create: bool = False, allocation: str | None = None):
         self.name, self.shape, self.state = name, shape, state
         self.recreate, self.reset, self.current = recreate, reset, current  # current: the Partition read
+        self.create, self.allocation = create, allocation  # create: it does not exist; this run makes it
 
 
 def decide(opts, env: dict, instances: int, target: Target, client_factory, extra: list[str] = ()) -> PartitionPlan:
@@ -160,20 +175,31 @@ def decide(opts, env: dict, instances: int, target: Target, client_factory, extr
         return PartitionPlan(None, requested_shape(extra), state)
     part = client_factory().get_partition(target.name)
     if part is None:
-        raise ConfigError(_missing(target.name, env, opts))
+        if not opts.update_partition:
+            raise ConfigError(_missing(target.name, env, opts))
+        return PartitionPlan(target.name, _new_shape(opts, instances), state, create=True,
+                             allocation=opts.vipu_allocation)
     shape, recreate = Shape.of(part), False
     if opts.update_partition:
-        want = Shape(fitting_gcds(part.num_gcds, instances), opts.num_ilds or part.num_ilds,
-                     part.reconfigurable, part.size)
-        recreate = (want.gcds, want.ilds) != (part.num_gcds, part.num_ilds)
+        ilds = opts.num_ilds or part.num_ilds
+        recreate = not fitting_gcds(part.num_gcds, instances) or ilds != part.num_ilds
         if recreate:
-            _check(want)
-            shape = want
+            shape = Shape(poprun_gcds(part.size, instances, ilds), ilds, False, part.size)
+            _check(shape)
     if opts.reset_partition is not None:
         reset = bool(opts.reset_partition)
     else:
         reset = not shape.reconfigurable and state.get("runs", 0) > 0
-    return PartitionPlan(target.name, shape, state, recreate, reset and not recreate, part)
+    return PartitionPlan(target.name, shape, state, recreate, reset and not recreate, part,
+                         allocation=opts.vipu_allocation or part.allocation)
+
+
+def _new_shape(opts, instances: int) -> Shape:
+    """PopRun creates a partition of exactly the IPUs the replicas need, never reconfigurable."""
+    size = opts.num_replicas * opts.ipus_per_replica
+    shape = Shape(poprun_gcds(size, instances, opts.num_ilds), opts.num_ilds, False, size)
+    _check(shape)
+    return shape
 
 
 def _missing(name: str, env: dict, opts) -> str:
@@ -200,7 +226,11 @@ def apply(plan: PartitionPlan, env: dict, client_factory, deadline_s: float = 12
         return
     import time
 
-    if plan.recreate:
+    if plan.create:
+        client = client_factory()
+        client.ensure_partition(plan.name, plan.shape.size, time.monotonic() + deadline_s,
+                                num_gcds=plan.shape.gcds, num_ilds=plan.shape.ilds, allocation=plan.allocation)
+    elif plan.recreate:
         _recreate(client_factory(), plan, time.monotonic() + deadline_s)
     elif plan.reset:
         client = client_factory()
@@ -213,8 +243,8 @@ def apply(plan: PartitionPlan, env: dict, client_factory, deadline_s: float = 12
 
 def _recreate(client, plan: PartitionPlan, deadline: float) -> None:
     old, new = plan.current, plan.shape
-    keep = {"reconfigurable": old.reconfigurable, "allocation": old.allocation, "hosts": list(old.hosts),
-            "owner_uid": old.owner_uid}
+    keep = {"reconfigurable": False, "allocation": plan.allocation, "hosts": list(old.hosts),
+            "owner_uid": old.owner_uid}  # PopRun never creates a reconfigurable partition
     client.emulator_flags = bool(old.hosts)  # only the emulator reports hosts, and only it takes them back
     client.remove_partition(plan.name, missing_ok=True, deadline=deadline)
     try:
@@ -223,7 +253,7 @@ def _recreate(client, plan: PartitionPlan, deadline: float) -> None:
         try:
             client.remove_partition(plan.name, missing_ok=True, deadline=deadline)
             client.ensure_partition(plan.name, old.size, deadline, num_gcds=old.num_gcds, num_ilds=old.num_ilds,
-                                    **keep)
+                                    **dict(keep, reconfigurable=old.reconfigurable, allocation=old.allocation))
         except VipuError as again:
             raise ConfigError(f"--update-partition: recreating {plan.name} failed ({exc}) and so did putting "
                               f"it back ({again}); ask your admin, the job has no partition now") from None
@@ -244,3 +274,19 @@ def make_client_factory(opts, target: Target):
                                    timeout=float(opts.vipu_server_timeout)))
         return made[0]
     return factory
+
+
+def remove_created(plan: PartitionPlan, opts, client_factory, deadline_s: float = 120.0) -> None:
+    """--remove-partition (default yes): a partition this run created goes when the run ends.
+    A partition that existed before (the job's own, even if recreated) stays."""
+    if not plan.create or not opts.remove_partition:
+        return
+    import time
+
+    try:
+        client_factory().remove_partition(plan.name, missing_ok=True, deadline=time.monotonic() + deadline_s)
+    except VipuError as exc:
+        import sys
+
+        print(f"ipurun: could not remove partition {plan.name} that this run created ({exc}); remove it with "
+              f"`vipu remove partition {plan.name}`", file=sys.stderr, flush=True)

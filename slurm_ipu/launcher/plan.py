@@ -31,12 +31,13 @@ class Instance:
 
 
 class Plan:
-    __slots__ = ("hosts", "num_instances", "num_replicas", "ipus_per_replica", "num_ilds", "num_gcds")
+    __slots__ = ("hosts", "num_instances", "num_replicas", "ipus_per_replica", "num_ilds", "num_gcds", "distribution")
 
     def __init__(self, hosts: tuple[str, ...], num_instances: int, num_replicas: int, ipus_per_replica: int,
-                 num_ilds: int, num_gcds: int):
+                 num_ilds: int, num_gcds: int, distribution: str = "block"):
         self.hosts, self.num_instances, self.num_replicas = hosts, num_instances, num_replicas
         self.ipus_per_replica, self.num_ilds, self.num_gcds = ipus_per_replica, num_ilds, num_gcds
+        self.distribution = distribution  # srun's: block (PopRun's order) or cyclic (mpirun --map-by node)
 
     @property
     def replicas_per_instance(self) -> int:
@@ -52,8 +53,10 @@ class Plan:
 
     def instance(self, i: int) -> Instance:
         per_host = self.instances_per_host
+        host, local = (i % len(self.hosts), i // len(self.hosts)) if self.distribution == "cyclic" else (
+            i // per_host, i % per_host)
         return Instance(
-            index=i, host=self.hosts[i // per_host], host_index=i // per_host, local_index=i % per_host,
+            index=i, host=self.hosts[host], host_index=host, local_index=local,
             replica_offset=i * self.replicas_per_instance,
             gcd=i // (self.num_instances // self.num_gcds), ild=i * self.num_ilds // self.num_instances,
         )
@@ -69,7 +72,7 @@ def _divisors(n: int) -> str:
 
 def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, hosts: list[str] | tuple[str, ...],
               num_ilds: int = 1, num_gcds: int = 1, cpus_per_host: int | None = None,
-              partition: tuple[str, int] | None = None) -> Plan:
+              partition: tuple[str, int] | None = None, distribution: str = "block") -> Plan:
     """partition: (name, size) of the partition the run drives, when there is one."""
     for name, value in (("--num-instances", num_instances), ("--num-replicas", num_replicas),
                         ("--ipus-per-replica", ipus_per_replica), ("--num-ilds", num_ilds)):
@@ -101,9 +104,10 @@ def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, host
         check_fit(num_replicas, ipus_per_replica, *partition)
     per_host = num_instances // len(hosts)
     if cpus_per_host is not None and per_host > cpus_per_host:
-        raise PlanError(f"{per_host} instances per host but only {cpus_per_host} CPUs per host; "
-                        f"use at most {cpus_per_host * len(hosts)} instances or more hosts")
-    return Plan(tuple(hosts), num_instances, num_replicas, ipus_per_replica, num_ilds, num_gcds)
+        raise PlanError(f"{per_host} instances per host, but this allocation has {cpus_per_host} CPU(s) per host and "
+                        f"the placement binds one core per instance; ask for more (sbatch --ntasks-per-node={per_host} "
+                        "or -c), or use --process-placement spreadnuma")
+    return Plan(tuple(hosts), num_instances, num_replicas, ipus_per_replica, num_ilds, num_gcds, distribution)
 
 
 def check_fit(num_replicas: int, ipus_per_replica: int, name: str, size: int) -> None:

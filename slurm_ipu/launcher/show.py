@@ -36,7 +36,8 @@ def partition_line(vipu) -> str:
         return "V-IPU: none (offline, or no partition in this job)"
     shape = vipu.shape
     ilds = f", {shape.ilds} ILD(s)" if shape.ilds else ""
-    action = ("recreate it with this shape (--update-partition)" if vipu.recreate
+    action = ("create it (--update-partition)" if vipu.create
+              else "recreate it with this shape (--update-partition)" if vipu.recreate
               else "reset it first" if vipu.reset else "use it as it is")
     size = f"{shape.size} IPUs, " if shape.size else ""
     return f"V-IPU partition {vipu.name}: {size}{shape.gcds} GCD(s){ilds}; {action}"
@@ -56,7 +57,8 @@ def summary(launch) -> list[str]:
 
 
 def verbose_block(launch) -> str:
-    return "\n".join(f"ipurun: {line}" for line in summary(launch))
+    notes = launch.mpi.notes if launch.mpi is not None else []
+    return "\n".join(f"ipurun: {line}" for line in [*summary(launch), *notes])
 
 
 def dry_run(launch) -> None:

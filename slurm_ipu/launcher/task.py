@@ -80,7 +80,12 @@ def instance_env(env: dict, k: int, local: int) -> dict:
         if env.get(f"IPURUN_VIPU_{key}"):
             out[f"IPUOF_VIPU_API_{key}"] = env[f"IPURUN_VIPU_{key}"]
     if env.get("IPURUN_AUTOREPORT_DIR"):
-        out["POPDIST_AUTOREPORT_DIRECTORY"] = os.path.join(env["IPURUN_AUTOREPORT_DIR"], f"instance_{k}")
+        out["POPDIST_AUTOREPORT_DIRECTORY"] = env["IPURUN_AUTOREPORT_DIR"]  # PopDist adds one sub-directory each
+    own = env.get(f"IPURUN_INSTANCE_ENV_{k}")
+    if own:  # -x VAR=value given for this instance alone (--instance-mpi-local-args 'K:-x ...')
+        import json
+
+        out.update(json.loads(own))
     cache = env.get("IPURUN_CACHE_DIR")
     if not cache and env.get("IPURUN_OWN_CACHE") == "1":
         cache = os.path.join(CACHE_ROOT, f"ipurun-cache-{env.get('SLURM_JOB_ID', '<jobid>')}")
@@ -100,6 +105,7 @@ def main(argv: list[str]) -> None:
         extra = instance_env(env, k, local)
     except (KeyError, ValueError) as exc:
         fail(f"task wrapper: missing or bad {exc} in the environment (run it through ipurun)")
+    env.pop("IPUOF_CONFIG_PATH", None)  # as PopRun: instances find IPUs through V-IPU, never a stale file
     if env.get("IPURUN_OFFLINE") == "1":
         for key in ("HOST", "PORT", "PARTITION_ID", "GCD_ID"):
             extra.pop(f"IPUOF_VIPU_API_{key}", None)

@@ -33,12 +33,13 @@ def test_update_recreates_a_partition_whose_gcds_do_not_fit(client, job_env):
     assert client.get_partition("slurm_4242").num_gcds == 4  # a refusal changes nothing
     built = launch(client, env, "--num-instances", "2", "--num-replicas", "8", "--update-partition=yes")
     part = client.get_partition("slurm_4242")
-    assert (part.size, part.num_gcds, part.state, part.hosts) == (8, 1, "ACTIVE", ("node1", "node2"))
-    assert [i.gcd for i in built.plan.instances()] == [0, 0]
+    # One GCD per instance, as PopRun's own partitions: each instance attaches IPUs of its own.
+    assert (part.size, part.num_gcds, part.state, part.hosts) == (8, 2, "ACTIVE", ("node1", "node2"))
+    assert [i.gcd for i in built.plan.instances()] == [0, 1]
     # The next run reads the new shape from V-IPU: the job's --ipu-gcds (SPANK_IPU_GCDS) still says 4.
     later = cli.build(*cli.parse(["--num-instances", "2", "--num-replicas", "8", "true"]), env,
                       client_factory=lambda: client)
-    assert later.plan.num_gcds == 1
+    assert later.plan.num_gcds == 2
 
 
 def test_update_keeps_a_partition_that_fits(client, job_env, admin):
@@ -59,7 +60,7 @@ def test_update_to_an_impossible_shape_is_refused_before_anything_changes(client
 
 def test_a_shape_the_pod_cannot_give_is_refused_by_vipu_and_undone(client, job_env):
     client.create_partition("slurm_4242", 8, hosts=["node1", "node2"])
-    with pytest.raises(SlurmIpuError, match="refused slurm_4242 with 1 GCD.s. and 4 ILD.s. .*back as it was"):
+    with pytest.raises(SlurmIpuError, match="refused slurm_4242 with 4 GCD.s. and 4 ILD.s. .*back as it was"):
         launch(client, job_env, "--num-instances", "4", "--num-replicas", "8", "--num-ilds", "4",
                "--update-partition=yes")  # 4 ILDs are valid for 8 IPUs, but this Pod has one
     part = client.get_partition("slurm_4242")
@@ -94,6 +95,31 @@ def test_reset_follows_poprun_from_the_jobs_second_run(client, job_env, admin):
     assert admin.stats()["reset"] == 1  # reconfigurable: never by default
     launch(client, dict(job_env, SLURM_JOB_ID="4444"), *args, "--reset-partition=yes")
     assert admin.stats()["reset"] == 2  # asked for: even on a first run
+
+
+def test_update_creates_a_missing_named_partition_and_removes_it_after(client, job_env, admin):
+    """PopRun: 'if the partition doesn't exist, PopRun will create a suitable one with the same
+    name'; --remove-partition (default yes) removes it when the run ends."""
+    args = ("--vipu-partition", "my_partition", "--num-instances", "2", "--num-replicas", "8", "--update-partition=yes")
+    with pytest.raises(SlurmIpuError, match="--vipu-partition my_partition: no such partition"):
+        launch(client, job_env, *args[:6])
+    built = launch(client, job_env, *args)
+    part = client.get_partition("my_partition")
+    assert (part.size, part.num_gcds, part.reconfigurable, part.state) == (8, 2, False, "ACTIVE")
+    assert [i.gcd for i in built.plan.instances()] == [0, 1]
+    partition.remove_created(built.vipu, built.opts, lambda: client)
+    assert client.get_partition("my_partition") is None
+    kept = launch(client, job_env, *args, "--remove-partition=no")
+    partition.remove_created(kept.vipu, kept.opts, lambda: client)
+    assert client.get_partition("my_partition").state == "ACTIVE"
+    client.remove_partition("my_partition")
+
+
+def test_vipu_allocation_names_where_a_created_partition_goes(client, job_env):
+    with pytest.raises(SlurmIpuError, match="allocation"):
+        launch(client, job_env, "--vipu-partition", "p2", "--vipu-allocation", "nosuch", "--num-instances", "1",
+               "--num-replicas", "4", "--update-partition=yes")
+    assert client.get_partition("p2") is None
 
 
 def test_offline_runs_never_touch_vipu(job_env):

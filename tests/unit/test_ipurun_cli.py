@@ -49,7 +49,13 @@ def test_srun_options_pass_through():
 
 @pytest.mark.parametrize("argv,words", [
     (["--offline-mode=maybe", "x"], "--offline-mode: 'maybe' is not a boolean; use yes/no"),
-    (["--partition", "ipu", "x"], "unknown option '--partition'"),
+    (["--partition", "ipu", "x"], "srun option --partition needs its value as --partition=VALUE"),
+    (["--vipu-alocation=a1", "x"], "unknown option '--vipu-alocation': neither ipurun's nor srun's; did you mean "
+     "--vipu-allocation?"),
+    (["--ntasks=4", "x"], r"--ntasks is set by ipurun \(use --num-instances\)"),
+    (["--export-config=a.json", "--import-config=b.json", "x"], "--export-config and --import-config cannot be "
+     "used together"),
+    (["--tag-outptu", "x"], "did you mean --tag-output"),
     (["--num-instances", "2"], "no command to run"),
     (["--num-instances", "two", "x"], "--num-instances 'two': not an integer"),
     (["--num-replicas"], "--num-replicas needs a value"),
@@ -70,14 +76,20 @@ def test_help_lists_every_option_from_the_table(capsys):
 
 def test_import_and_export_config(tmp_path):
     path = tmp_path / "run.json"
-    ns, _, _ = cli.parse(["--num-instances", "4", "--num-replicas", "8", f"--export-config={path}", "x"])
-    cli.export_config(ns)
+    ns, _, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "8", f"--export-config={path}", "python3",
+                            "train.py", "--lr=1"])
+    assert cli.export_config(ns, cmd) == str(path)
     doc = json.loads(path.read_text())
     assert doc["num-instances"] == 4 and "export-config" not in doc
-    with pytest.raises(ConfigError, match="--overwrite-config=yes"):
-        cli.export_config(ns)
-    ns2, _, _ = cli.parse([f"--import-config={path}", "--num-replicas", "16", "x"])
-    assert (ns2.num_instances, ns2.num_replicas) == (4, 16)  # the command line wins
+    assert doc["command"] == ["python3", "train.py", "--lr=1"]  # the program and its arguments too
+    again = cli.export_config(ns, cmd)  # PopRun keeps the old file and stamps the new one's name
+    assert again.startswith(f"{path}.") and json.loads(Path(again).read_text()) == doc and path.exists()
+    ns.overwrite_config = True
+    assert cli.export_config(ns, ["other"]) == str(path) and json.loads(path.read_text())["command"] == ["other"]
+    ns2, _, cmd2 = cli.parse([f"--import-config={path}", "--num-replicas", "16"])
+    assert (ns2.num_instances, ns2.num_replicas, cmd2) == (4, 16, ["other"])  # no command: the stored one
+    ns3, _, cmd3 = cli.parse([f"--import-config={path}", "python3", "train.py", "--hyper-param=1"])
+    assert cmd3 == ["python3", "train.py", "--hyper-param=1"]  # the command line wins
     path.write_text('{"num-instances": "four"}')
     with pytest.raises(ConfigError, match="--num-instances 'four': not an integer"):
         cli.parse([f"--import-config={path}", "x"])
@@ -86,10 +98,26 @@ def test_import_and_export_config(tmp_path):
         cli.parse([f"--import-config={path}", "x"])
 
 
-def test_autoreport_conflicts_with_engine_options():
-    ns, extra, cmd = cli.parse(["--autoreport-dir=/r", "--offline-mode", "x"])
-    with pytest.raises(ConfigError, match="conflicts with autoReport.directory"):
-        cli.build(ns, extra, cmd, {"POPLAR_ENGINE_OPTIONS": '{"autoReport.directory": "/x"}'})
+def test_export_happens_only_after_every_option_is_checked(tmp_path):
+    path = tmp_path / "run.json"
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "--num-instances", "3", "--num-replicas",
+                           "8", "--offline-mode=1", f"--export-config={path}", "true"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and not path.exists()
+
+
+@pytest.mark.parametrize("argv,env", [
+    ([], {"POPLAR_ENGINE_OPTIONS": '{"autoReport.directory": "/x"}'}),
+    # The guide's own quoting strips the JSON's double quotes: the check is textual.
+    (["--mpi-local-args", '-x POPLAR_ENGINE_OPTIONS={autoReport.directory:/tmp/training/profile-directory}'], {}),
+    (["--instance-mpi-local-args", '0:-x POPLAR_ENGINE_OPTIONS={"autoReport.directory":"/tmp/t/0"}'], {}),
+])
+def test_autoreport_conflicts_with_engine_options(argv, env):
+    ns, extra, cmd = cli.parse(["--autoreport-dir=/r", "--num-instances=4", "--num-replicas=4", "--offline-mode",
+                                *argv, "x"])
+    with pytest.raises(ConfigError, match="autoreport-dir command line argument cannot be specified when "
+                                          "POPLAR_ENGINE_OPTIONS contains autoReport.directory setting"):
+        cli.build(ns, extra, cmd, env)
 
 
 def test_srun_line_inside_an_allocation_step():
