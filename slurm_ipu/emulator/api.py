@@ -69,6 +69,7 @@ class Api:
             if self.admin_socket:
                 self._conn = _UnixConnection(self.admin_socket, self.timeout)
             else:
+                _loopback_only(self.host, self.port)
                 self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         return self._conn
 
@@ -147,6 +148,22 @@ class Api:
 
     def check(self) -> dict:
         return self.call("GET", "/admin/check")
+
+
+def _loopback_only(host: str, port: int) -> None:
+    """The emulator stands in for a controller on this machine: its client never resolves or
+    contacts another address (a PopRun line naming vipu.my_domain must not become a DNS query)."""
+    import ipaddress
+
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise VipuUnavailable(f"V-IPU server unavailable at {host}:{port}: the emulator serves loopback only "
+                          "(127.0.0.0/8, ::1, localhost); point --api-host at the lab's controller")
 
 
 def _quote(name: str) -> str:
