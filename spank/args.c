@@ -1,5 +1,6 @@
 /* spank_ipu: plugstack arguments (strict) and the user options (--ipu-*). */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,19 +10,31 @@
 struct ipu_conf ipu_conf;
 struct ipu_opts ipu_opts;
 
-/* A count the user typed: digits only, a power of two, 1..max. */
-int ipu_valid_count(const char *text, long max)
+/* A count the user typed: digits only, a power of two, 1..max. Returns the number, or 0. */
+long ipu_parse_count(const char *text, long max)
 {
     char *end = NULL;
     long n;
 
     if (!text || !*text || !isdigit((unsigned char)text[0]))
         return 0;
+    errno = 0;
     n = strtol(text, &end, 10);
-    return *end == '\0' && n >= 1 && n <= max && (n & (n - 1)) == 0;
+    if (errno || *end != '\0' || n < 1 || n > max || (n & (n - 1)) != 0)
+        return 0;
+    return n;
 }
 
-static int copy_value(char *dst, size_t size, const char *key, const char *value)
+int ipu_valid_count(const char *text, long max)
+{
+    return ipu_parse_count(text, max) != 0;
+}
+
+/* Characters each plugstack value may hold: the message lists exactly these. */
+#define HOST_CHARS ".-_:"   /* names, IPv4, IPv6 */
+#define PREFIX_CHARS "-_"   /* the start of a V-IPU partition name */
+
+static int copy_value(char *dst, size_t size, const char *key, const char *value, const char *extra)
 {
     size_t len = strlen(value);
 
@@ -32,14 +45,28 @@ static int copy_value(char *dst, size_t size, const char *key, const char *value
     }
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)value[i];
-        if (!(isalnum(c) || c == '.' || c == '-' || c == '_' || c == ':')) {
-            slurm_error("spank_ipu: plugstack argument %s='%s' has character '%c'; use letters, digits, '.', '-', '_'",
-                        key, value, c);
+        if (!isalnum(c) && !strchr(extra, c)) {
+            slurm_error("spank_ipu: plugstack argument %s='%s' has character '%c'; use letters, digits and '%s'",
+                        key, value, c, extra);
             return -1;
         }
     }
     memcpy(dst, value, len + 1);
     return 0;
+}
+
+static int parse_bool(const char *key, const char *value, int *out)
+{
+    static const char *yes[] = {"1", "yes", "true", "on", NULL}, *no[] = {"0", "no", "false", "off", NULL};
+
+    for (int i = 0; yes[i]; i++)
+        if (!strcmp(value, yes[i]))
+            return *out = 1, 0;
+    for (int i = 0; no[i]; i++)
+        if (!strcmp(value, no[i]))
+            return *out = 0, 0;
+    slurm_error("spank_ipu: plugstack argument %s='%s' is not yes/no (1/0, true/false, on/off)", key, value);
+    return -1;
 }
 
 static int parse_one(const char *arg)
@@ -49,22 +76,24 @@ static int parse_one(const char *arg)
     const char *value = eq ? eq + 1 : "";
 
     if (klen == 9 && !strncmp(arg, "vipu_host", 9))
-        return copy_value(ipu_conf.vipu_host, sizeof(ipu_conf.vipu_host), "vipu_host", value);
+        return copy_value(ipu_conf.vipu_host, sizeof(ipu_conf.vipu_host), "vipu_host", value, HOST_CHARS);
     if (klen == 9 && !strncmp(arg, "vipu_port", 9)) {
         char *end = NULL;
-        long port = strtol(value, &end, 10);
-        if (!*value || *end || port < 1 || port > 65535) {
+        long port;
+
+        errno = 0;
+        port = strtol(value, &end, 10);
+        if (!*value || *end || errno || port < 1 || port > 65535 || !isdigit((unsigned char)value[0])) {
             slurm_error("spank_ipu: plugstack argument vipu_port='%s' is not a port (1-65535)", value);
             return -1;
         }
-        return copy_value(ipu_conf.vipu_port, sizeof(ipu_conf.vipu_port), "vipu_port", value);
-    }
-    if (klen == 6 && !strncmp(arg, "prefix", 6))
-        return copy_value(ipu_conf.prefix, sizeof(ipu_conf.prefix), "prefix", value);
-    if (klen == 5 && !strncmp(arg, "debug", 5)) {
-        ipu_conf.debug = !strcmp(value, "1") || !strcmp(value, "yes") || !strcmp(value, "true");
+        snprintf(ipu_conf.vipu_port, sizeof(ipu_conf.vipu_port), "%ld", port);
         return 0;
     }
+    if (klen == 6 && !strncmp(arg, "prefix", 6))
+        return copy_value(ipu_conf.prefix, sizeof(ipu_conf.prefix), "prefix", value, PREFIX_CHARS);
+    if (klen == 5 && !strncmp(arg, "debug", 5))
+        return parse_bool("debug", value, &ipu_conf.debug);
     slurm_error("spank_ipu: unknown plugstack argument '%s'; valid: vipu_host=, vipu_port=, prefix=, debug=", arg);
     return -1;
 }
@@ -84,29 +113,32 @@ int ipu_parse_plugstack(int ac, char **av)
     return 0;
 }
 
-/* Option callbacks run first where the user typed them (remote == 0): refuse bad input there. */
-static int opt_count(const char *name, const char *optarg, char *slot, long max)
+/* Option callbacks run first where the user typed them (remote == 0): refuse bad input there.
+ * The parsed number is stored, not the text: "00000000002" is 2, and never truncated. */
+int ipu_opt_count(const char *name, const char *optarg, char *slot, long max)
 {
-    if (!ipu_valid_count(optarg, max)) {
+    long n = ipu_parse_count(optarg, max);
+
+    if (!n) {
         slurm_error("spank_ipu: --%s=%s: not a power of two from 1 to %ld; use e.g. --%s=2",
                     name, optarg ? optarg : "", max, name);
         return -1;
     }
     /* A copy: in slurmstepd the caller frees optarg after the callback (measured: tasks saw ""). */
-    snprintf(slot, IPU_COUNT_MAX, "%s", optarg);
+    snprintf(slot, IPU_COUNT_MAX, "%ld", n);
     return 0;
 }
 
 static int opt_gcds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    return opt_count("ipu-gcds", optarg, ipu_opts.gcds, 1024);
+    return ipu_opt_count("ipu-gcds", optarg, ipu_opts.gcds, 1024);
 }
 
 static int opt_ilds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    return opt_count("ipu-ilds", optarg, ipu_opts.ilds, 64);
+    return ipu_opt_count("ipu-ilds", optarg, ipu_opts.ilds, 64);
 }
 
 static int opt_reconf(int val, const char *optarg, int remote)

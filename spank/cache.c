@@ -8,6 +8,7 @@
  * user controls; the removal runs in a child that has dropped to the job's uid and gid.
  * Never fails: a failing job_epilog drains the node, and a leftover cache is not worth that. */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <ftw.h>
 #include <grp.h>
@@ -47,15 +48,22 @@ static void remove_as_user(uid_t uid, gid_t gid, const char *cache, const char *
     _exit(0);
 }
 
+/* The item from Slurm, else its environment twin, which must be a whole decimal number. */
 static int job_number(spank_t sp, spank_item_t item, const char *env, uint32_t *out)
 {
     const char *text = getenv(env);
+    char *end = NULL;
+    unsigned long n;
 
     if (spank_get_item(sp, item, out) == ESPANK_SUCCESS)
         return 0;
-    if (!text || !*text)
+    if (!text || !isdigit((unsigned char)text[0]))
         return -1;
-    *out = (uint32_t)strtoul(text, NULL, 10);
+    errno = 0;
+    n = strtoul(text, &end, 10);
+    if (errno || *end || n > UINT32_MAX)
+        return -1;
+    *out = (uint32_t)n;
     return 0;
 }
 
@@ -67,11 +75,11 @@ int ipu_job_epilog_cleanup(spank_t sp)
     pid_t pid;
     int status = 0;
 
+    /* Without the job's own uid and gid, skip: guessing either could remove as the wrong user. */
     if (job_number(sp, S_JOB_ID, "SLURM_JOB_ID", &job_id) < 0 ||
-        job_number(sp, S_JOB_UID, "SLURM_JOB_UID", &uid) < 0 || job_id == 0)
+        job_number(sp, S_JOB_UID, "SLURM_JOB_UID", &uid) < 0 ||
+        job_number(sp, S_JOB_GID, "SLURM_JOB_GID", &gid) < 0 || job_id == 0)
         return 0;
-    if (job_number(sp, S_JOB_GID, "SLURM_JOB_GID", &gid) < 0)
-        gid = uid;
     snprintf(cache, sizeof(cache), CACHE_FMT, job_id);
     snprintf(state, sizeof(state), STATE_FMT, job_id);
     if (lstat(cache, &st) < 0 && lstat(state, &st) < 0)

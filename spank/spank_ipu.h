@@ -29,6 +29,8 @@ extern struct ipu_opts ipu_opts;
 int ipu_parse_plugstack(int ac, char **av);
 int ipu_register_options(spank_t sp);
 int ipu_valid_count(const char *text, long max);
+long ipu_parse_count(const char *text, long max);
+int ipu_opt_count(const char *name, const char *optarg, char *slot, long max);
 int ipu_job_epilog_cleanup(spank_t sp);
 
 #endif

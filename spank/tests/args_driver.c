@@ -1,0 +1,49 @@
+/* Drives spank/args.c without Slurm: the option and plugstack parsers, with slurm_error and
+ * spank_option_register stubbed. Used by tests/unit/test_spank_args.py.
+ *   args_driver plugstack ARG...        -> "rc=R host=H port=P prefix=X debug=D" and the error
+ *   args_driver count NAME VALUE MAX    -> "rc=R slot=S" and the error */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../spank_ipu.h"
+
+void slurm_error(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fputs("error: ", stdout);
+    vprintf(fmt, ap);
+    putchar('\n');
+    va_end(ap);
+}
+
+spank_err_t spank_option_register(spank_t sp, struct spank_option *opt)
+{
+    (void)sp; (void)opt;
+    return ESPANK_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+    long max;
+    char slot[IPU_COUNT_MAX] = "";
+    int rc;
+
+    if (argc >= 2 && !strcmp(argv[1], "plugstack")) {
+        rc = ipu_parse_plugstack(argc - 2, argv + 2);
+        printf("rc=%d host=%s port=%s prefix=%s debug=%d\n", rc, ipu_conf.vipu_host, ipu_conf.vipu_port,
+               ipu_conf.prefix, ipu_conf.debug);
+        return 0;
+    }
+    if (argc == 5 && !strcmp(argv[1], "count")) {
+        max = strtol(argv[4], NULL, 10);
+        rc = ipu_opt_count(argv[2], argv[3], slot, max);
+        printf("rc=%d slot=%s\n", rc, slot);
+        return 0;
+    }
+    fputs("usage: args_driver plugstack ARG... | count NAME VALUE MAX\n", stderr);
+    return 2;
+}

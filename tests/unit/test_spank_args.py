@@ -1,0 +1,62 @@
+"""The SPANK plugin's parsers (spank/args.c), compiled with a small driver and no Slurm: the
+plugstack arguments an admin writes and the --ipu-* values a user types (issue 11, item 4)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SPANK = Path(__file__).resolve().parents[2] / "spank"
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/usr/include/slurm/spank.h").exists(),
+                                reason="gcc and libslurm-dev missing: `make test` installs them")
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    out = tmp_path_factory.mktemp("spank") / "args_driver"
+    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o", str(out),
+                           str(SPANK / "tests" / "args_driver.c"), str(SPANK / "args.c")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return str(out)
+
+
+def run(driver: str, *args: str) -> str:
+    proc = subprocess.run([driver, *args], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("value,slot", [("2", "2"), ("00000000002", "2"), ("1024", "1024"), ("0001", "1")])
+def test_counts_are_stored_as_the_number_parsed(driver, value, slot):
+    assert run(driver, "count", "ipu-gcds", value, "1024").splitlines() == [f"rc=0 slot={slot}"]
+
+
+@pytest.mark.parametrize("value", ["3", "0", "-2", "2x", "", "2048", "99999999999999999999", " 2", "+2"])
+def test_bad_counts_are_refused_with_the_fix(driver, value):
+    out = run(driver, "count", "ipu-gcds", value, "1024")
+    assert f"error: spank_ipu: --ipu-gcds={value}: not a power of two from 1 to 1024; use e.g. --ipu-gcds=2" in out
+    assert "rc=-1 slot=\n" in out
+
+
+def test_plugstack_good(driver):
+    out = run(driver, "plugstack", "vipu_host=fe80::1", "vipu_port=08091", "prefix=pod_a-", "debug=on")
+    assert out == "rc=0 host=fe80::1 port=8091 prefix=pod_a- debug=1\n"
+
+
+@pytest.mark.parametrize("args,words", [
+    (["vipu_host=a b"], "vipu_host='a b' has character ' '; use letters, digits and '.-_:'"),
+    (["vipu_host=h", "prefix=slurm:"], "prefix='slurm:' has character ':'; use letters, digits and '-_'"),
+    (["vipu_host=h", "debug=maybe"], "debug='maybe' is not yes/no"),
+    (["vipu_host=h", "vipu_port=70000"], "vipu_port='70000' is not a port (1-65535)"),
+    (["vipu_host=h", "vipu_port= 80"], "vipu_port=' 80' is not a port"),
+    (["vipu_host=h", "colour=red"], "unknown plugstack argument 'colour=red'; valid: vipu_host="),
+    ([], "plugstack needs vipu_host="),
+    (["vipu_host=" + "h" * 300], "is empty or longer than 255 characters"),
+])
+def test_plugstack_refusals_name_the_argument_and_what_is_accepted(driver, args, words):
+    out = run(driver, "plugstack", *args)
+    assert words in out and out.splitlines()[-1].startswith("rc=-1"), out
