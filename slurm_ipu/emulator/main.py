@@ -94,7 +94,13 @@ def cmd_attach(args) -> int:
         raise AttachError(f"IPUOF_VIPU_API_PORT={port!r} and IPUOF_VIPU_API_GCD_ID={gcd!r} must be numbers")
     host = args.hostname or env.get("SLURMD_NODENAME") or socket.gethostname()
     uid = os.getuid() if args.uid is None else args.uid
-    timeout = float(env.get("IPUOF_VIPU_API_TIMEOUT", "120"))
+    try:
+        timeout = float(env.get("IPUOF_VIPU_API_TIMEOUT", "120"))
+    except ValueError:
+        raise AttachError(f"IPUOF_VIPU_API_TIMEOUT={env['IPUOF_VIPU_API_TIMEOUT']!r} is not a number of seconds; "
+                          "unset it or give e.g. 120") from None
+    if not 0 < timeout < float("inf"):
+        raise AttachError(f"IPUOF_VIPU_API_TIMEOUT={timeout:g} must be a positive number of seconds, e.g. 120")
     api = Api(env["IPUOF_VIPU_API_HOST"], int(port), timeout=min(timeout, 30.0))
     from .api import ApiError
 

@@ -98,8 +98,8 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     mpi = mpi_args(opts)
     check_autoreport(opts, env, mpi)
     hosts, inside, subset = hosts_for(opts, env)
-    cpus = int(env["SLURM_CPUS_ON_NODE"]) if inside and env.get("SLURM_CPUS_ON_NODE", "").isdigit() else len(
-        os.sched_getaffinity(0))
+    local = not inside and not opts.host and opts.offline_mode
+    cpus = cpus_per_host(env, inside, local)
     target = partition.locate(opts, env, inside)
     factory = client_factory or partition.make_client_factory(opts, target)
     vipu = partition.decide(opts, env, opts.num_instances, target, factory, srun_extra)
@@ -108,13 +108,20 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
                      cpus_per_host=cpus if opts.process_placement in numa.ONE_CORE_EACH else None,
                      partition=(vipu.name, vipu.shape.size) if vipu.name else None,
                      distribution=mpi.distribution if mpi else "block")
-    local = not inside and not opts.host and opts.offline_mode
     cache, own_cache = cache_for(opts, plan, local)
     task_env = instance_constants(opts, plan, cache, mpi)
     if mpi is not None:
         srun_extra = srun_extra + mpi.srun
     srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
     return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi)
+
+
+def cpus_per_host(env: dict, inside: bool, local: bool) -> int | None:
+    """CPUs each host gives the run, where known before launch: the allocation's, or this
+    machine's for a local run. Other hosts (-H outside an allocation) bind from their own."""
+    if inside and env.get("SLURM_CPUS_ON_NODE", "").isdigit():
+        return int(env["SLURM_CPUS_ON_NODE"])
+    return len(os.sched_getaffinity(0)) if local else None
 
 
 def cache_for(opts: Options, plan: Plan, local: bool) -> tuple[str | None, str | None]:

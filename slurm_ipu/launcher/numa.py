@@ -13,8 +13,14 @@ STRATEGIES = ("spreadnuma", "scatternuma", "scattersocket", "close", "disabled")
 ONE_CORE_EACH = ("scatternuma", "scattersocket", "close")  # these need a core per instance on each host
 
 
-class PlacementError(Exception):
-    """A binding that cannot be made; the launcher turns it into one line."""
+try:  # ipurun imports this as part of the package: its errors are SlurmIpuErrors (one line, exit 2)
+    from ..errors import SlurmIpuError as _Base
+except ImportError:  # the per-task wrapper imports this file alone and prints the message itself
+    _Base = Exception
+
+
+class PlacementError(_Base):
+    """A binding that cannot be made; one line for the user, never a traceback."""
 
 
 # Plain tuple subclasses, not NamedTuple or dataclass: importing typing or dataclasses costs

@@ -1,9 +1,11 @@
 """ipurun's options: one table, PopRun's forms, and a parser small enough to start fast.
 
-ipurun owns the options in OPTIONS; any other `--name=value` before the command, and each
-`--srun-arg=ARG`, goes to srun untouched. Values: `--opt=value` or `--opt value`. A boolean
-alone means yes; followed by yes/no/1/0/on/off/true/false it takes that word (PopRun's
-`--opt value` form): write `--opt=value`, or `--` before a command with such a name.
+ipurun owns the options in OPTIONS; any other `--name=value` before the command must be one of
+srun's (srunopts.py) and goes to srun, as does each `--srun-arg=ARG`. Values: `--opt=value` or
+`--opt value`. A boolean alone means yes; followed by yes/no/1/0/on/off/true/false and then
+more words, it takes that word (PopRun's `--opt value` form); the last word is always the
+command (`ipurun --report-bindings true` runs `true`). Write `--` before a command named like
+an option value to be sure.
 The parser is hand-written over the table, not argparse: ipurun's start-up is part of every
 launch, and argparse alone costs more than the rest of the launcher's imports.
 """
@@ -141,7 +143,9 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
                 raise ConfigError(f"{name} takes no value")
             given[dest(name)] = True
         elif kind is boolean:
-            if not eq and i + 1 < len(argv) and argv[i + 1].lower() in TRUE + FALSE:
+            # PopRun's `--opt yes` form, but only when a command still follows: in
+            # `ipurun --report-bindings true`, `true` is the command.
+            if not eq and i + 2 < len(argv) and argv[i + 1].lower() in TRUE + FALSE:
                 i, value, eq = i + 1, argv[i + 1], "="
             given[dest(name)] = _convert(name, boolean, value) if eq else True
         else:

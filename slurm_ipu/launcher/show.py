@@ -72,8 +72,19 @@ def dry_run(launch) -> None:
     print("per instance (CPU lists from this host's topology; each node binds from its own):")
     base = dict(os.environ, **launch.env)
     for inst in plan.instances():
-        b = numa.bind(cpus, inst.local_index, plan.instances_per_host, opts.process_placement) if cpus else None
+        b, why = _binding(cpus, inst, plan, opts.process_placement)
         env = instance_env(base, inst.index, inst.local_index)
         print(f"  instance {inst.index}: host {inst.host} numa {numa.format_cpulist(b.numa) if b else '?'} "
-              f"cpus {numa.format_cpulist(b.cpus) if b and b.cpus else 'unbound'}")
+              f"cpus {numa.format_cpulist(b.cpus) if b and b.cpus else why or 'unbound'}")
         print("    " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
+
+
+def _binding(cpus, inst, plan, strategy):
+    """(binding, None), or (None, why) when this host could not make it: the nodes bind from
+    their own topology, so a small launch host is no reason to fail the dry run."""
+    if not cpus:
+        return None, None
+    try:
+        return numa.bind(cpus, inst.local_index, plan.instances_per_host, strategy), None
+    except numa.PlacementError as exc:
+        return None, f"? (not on this host: {exc})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError
 
-MAX_HOSTS = 1 << 20
+MAX_HOSTS = 1 << 16  # more hosts than any Slurm job has: a bigger expansion is a typo or an attack
 
 
 def _split_top(expr: str) -> list[str]:
@@ -48,7 +48,10 @@ def _expand_one(word: str, expr: str) -> list[str]:
     if start < 0 or end < 0:
         return [word]
     head, body, tail = word[:start], word[start + 1:end], word[end + 1:]
-    return [head + n + rest for n in _range(body, expr) for rest in _expand_one(tail, expr)]
+    numbers, rests = _range(body, expr), _expand_one(tail, expr)
+    if len(numbers) * len(rests) > MAX_HOSTS:  # checked before the product is built
+        raise ConfigError(f"hostlist {expr!r} names more than {MAX_HOSTS} hosts; check the ranges")
+    return [head + n + rest for n in numbers for rest in rests]
 
 
 def expand(expr: str) -> list[str]:
@@ -56,4 +59,6 @@ def expand(expr: str) -> list[str]:
     hosts: list[str] = []
     for word in _split_top(expr or ""):
         hosts += _expand_one(word, expr)
+        if len(hosts) > MAX_HOSTS:
+            raise ConfigError(f"hostlist {expr!r} names more than {MAX_HOSTS} hosts; check the ranges")
     return hosts
