@@ -69,7 +69,7 @@ def cmd_hook(args) -> int:
 
             raise ConfigError(f"SLURM_SCRIPT_CONTEXT={os.environ.get('SLURM_SCRIPT_CONTEXT', '')!r}: "
                               "use `slurm-ipu hook` as PrologSlurmctld/EpilogSlurmctld, or call prolog/epilog")
-    cfg = config.load(args.config)
+    cfg = config.load(args.config, required=True)
     ctx = jobenv.from_env(dict(os.environ))
     if which == "prolog":
         from . import prolog
@@ -85,7 +85,7 @@ def cmd_reap(args) -> int:
     from . import config, reap
     from .slurm.commands import SlurmCli
 
-    cfg = config.load(args.config)
+    cfg = config.load(args.config, required=True)
     return reap.run(cfg, cfg.vipu_client(), SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"]), dry_run=args.dry_run)
 
 

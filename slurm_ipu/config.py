@@ -19,12 +19,39 @@ from .errors import ConfigError
 DEFAULT_PATH = "/etc/slurm-ipu/config.yaml"
 
 
+def _between(lo: float, hi: float, what: str = ""):
+    def check(v):
+        return None if lo <= v <= hi else f"from {lo:g} to {hi:g}{what}"
+    return check
+
+
+def _positive(v):
+    return None if 0 < v < float("inf") else "a positive number of seconds"
+
+
+def _pod(v):
+    ok = v > 0 and (v & (v - 1) == 0 or v % 64 == 0)
+    return None if ok else "a Pod size: a power of two (4, 16, 64) or a multiple of 64 (128, 256, ...)"
+
+
+PREFIX_CHARS = "-_"  # what the SPANK plugin accepts in its prefix= argument (spank/args.c)
+
+
+def _prefix(v):
+    ok = 0 < len(v) < 32 and all(c.isascii() and (c.isalnum() or c in PREFIX_CHARS) for c in v)
+    return None if ok else f"1 to 31 letters, digits and '{PREFIX_CHARS}' (the SPANK plugin's rule)"
+
+
+_port = _between(1, 65535)
+
+
 @dataclass(frozen=True)
 class Option:
     key: str          # dotted YAML path
     type: type
     default: Any
     help: str
+    check: Any = None  # value -> None if valid, else the valid range in words
 
     @property
     def env(self) -> str:
@@ -34,18 +61,21 @@ class Option:
 OPTIONS: tuple[Option, ...] = (
     Option("vipu.command", str, "vipu", "the V-IPU CLI the hooks run (an absolute path: hooks have no PATH)"),
     Option("vipu.host", str, None, "V-IPU controller host passed as --api-host; unset: vipu's own config"),
-    Option("vipu.port", int, None, "V-IPU controller port passed as --api-port; unset: vipu's own config"),
-    Option("vipu.timeout", float, 10.0, "seconds allowed for one vipu call"),
-    Option("vipu.retries", int, 2, "extra attempts for transient V-IPU failures"),
+    Option("vipu.port", int, None, "V-IPU controller port passed as --api-port; unset: vipu's own config", _port),
+    Option("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
+    Option("vipu.retries", int, 2, "extra attempts for transient V-IPU failures", _between(0, 10)),
     Option("vipu.emulator_flags", bool, False, "pass the emulator's --hosts/--owner-uid (lab and tests only)"),
     Option("ipuof.host", str, None, "IPUOF_VIPU_API_HOST for tasks; unset: vipu.host"),
-    Option("ipuof.port", int, 8090, "IPUOF_VIPU_API_PORT for tasks"),
-    Option("partition.prefix", str, "slurm_", "partition name = prefix + job id (Graphcore's own plugin used slurm_)"),
+    Option("ipuof.port", int, 8090, "IPUOF_VIPU_API_PORT for tasks", _port),
+    Option("partition.prefix", str, "slurm_", "partition name = prefix + job id (Graphcore's own plugin used slurm_)",
+           _prefix),
     Option("partition.allocation", str, None, "V-IPU allocation to create partitions in; unset: the server's default"),
-    Option("pod.ipus", int, 64, "IPUs in the Pod (the licence pool and the largest partition)"),
-    Option("prolog.deadline", float, 60.0, "seconds the prolog may take in all; keep below PrologEpilogTimeout"),
-    Option("prolog.max_attempts", int, 3, "prolog failures before the job is held instead of requeued"),
-    Option("epilog.deadline", float, 30.0, "seconds the epilog may take in all"),
+    Option("pod.ipus", int, 64, "IPUs in the Pod (the licence pool and the largest partition)", _pod),
+    Option("prolog.deadline", float, 60.0, "seconds the prolog may take in all; keep below PrologEpilogTimeout",
+           _positive),
+    Option("prolog.max_attempts", int, 3, "prolog failures before the job is held instead of requeued",
+           _between(1, 100)),
+    Option("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
     Option("state_dir", str, "/var/lib/slurm-ipu", "durable journal of partitions the epilog could not remove"),
     Option("slurm.conf", str, "/etc/slurm/slurm.conf", "slurm.conf the hooks pass as SLURM_CONF"),
     Option("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live (hooks have no PATH)"),
@@ -72,6 +102,14 @@ class Config:
 def _coerce(opt: Option, value: Any, where: str) -> Any:
     if value is None:
         return None
+    typed = _typed(opt, value, where)
+    why = opt.check(typed) if opt.check else None
+    if why:
+        raise ConfigError(f"{where}: {opt.key}={value!r} is out of range; use {why}")
+    return typed
+
+
+def _typed(opt: Option, value: Any, where: str) -> Any:
     if opt.type is bool:
         if isinstance(value, bool):
             return value
@@ -101,12 +139,13 @@ def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def read_file(path: str, explicit: bool) -> dict[str, Any]:
+def read_file(path: str, explicit: bool, required: bool = False) -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        if explicit:
-            raise ConfigError(f"config file {path} not found; create it from etc/slurm-ipu.yaml") from None
+        if explicit or required:
+            raise ConfigError(f"config file {path} not found; create it from etc/slurm-ipu.yaml"
+                              f"{'' if explicit else ' or point SLURM_IPU_CONFIG at yours'}") from None
         return {}
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
@@ -115,7 +154,10 @@ def read_file(path: str, explicit: bool) -> dict[str, Any]:
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path} is not valid YAML{where}: {what}") from None
     if not isinstance(doc, dict):
         raise ConfigError(f"{path}: expected a mapping starting with 'version: 1'")
     version = doc.pop("version", None)
@@ -131,13 +173,14 @@ def read_file(path: str, explicit: bool) -> dict[str, Any]:
 
 
 def load(path: str | None = None, overrides: dict[str, Any] | None = None,
-         environ: dict[str, str] | None = None) -> Config:
+         environ: dict[str, str] | None = None, required: bool = False) -> Config:
+    """required: the file must exist (the hooks: defaults would name no controller at all)."""
     env = os.environ if environ is None else environ
     explicit = path or env.get("SLURM_IPU_CONFIG")
     source = explicit or DEFAULT_PATH
     layers = [
         ("default", {o.key: o.default for o in OPTIONS}),
-        (source, read_file(source, explicit=bool(explicit))),
+        (source, read_file(source, explicit=bool(explicit), required=required)),
         ("environment", {o.key: env[o.env] for o in OPTIONS if o.env in env}),
         ("command line", {k: v for k, v in (overrides or {}).items() if v is not None}),
     ]

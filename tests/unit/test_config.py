@@ -44,7 +44,14 @@ def test_config_path_from_env(tmp_path):
     ("version: 1\nvipu:\n  port: many\n", "vipu.port='many' is not a valid int"),
     ("version: 1\nvipu:\n  emulator_flags: maybe\n", "not a valid bool"),
     ("- 1\n", "expected a mapping"),
-    ("version: 1\n  bad: [\n", "not valid YAML"),
+    ("version: 1\n  bad: [\n", "not valid YAML at line 2, column 6"),
+    ("version: 1\nprolog:\n  deadline: -5\n", "prolog.deadline=-5 is out of range; use a positive number of seconds"),
+    ("version: 1\nvipu:\n  port: 99999\n", "vipu.port=99999 is out of range; use from 1 to 65535"),
+    ("version: 1\npod:\n  ipus: 96\n", "pod.ipus=96 is out of range; use a Pod size"),
+    ("version: 1\npartition:\n  prefix: slurm job\n", "partition.prefix='slurm job' is out of range; use 1 to 31 "
+     "letters, digits and '-_'"),
+    ("version: 1\nprolog:\n  max_attempts: 0\n", "prolog.max_attempts=0 is out of range; use from 1 to 100"),
+    ("version: 1\nepilog:\n  deadline: .nan\n", "epilog.deadline=nan is out of range"),
 ])
 def test_bad_files_name_the_key_and_the_fix(tmp_path, text, words):
     with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
@@ -66,3 +73,28 @@ def test_example_file_is_generated_from_the_table_and_loads():
     assert example.read_text() == config.example_yaml(), "regenerate: python -c 'from slurm_ipu.config import example_yaml; print(example_yaml(), end=\"\")' > etc/slurm-ipu.yaml"
     cfg = config.load(str(example), environ={})
     assert all(cfg[o.key] == o.default for o in config.OPTIONS)
+
+
+def test_hooks_name_a_missing_default_file(tmp_path, monkeypatch):
+    """A hook without /etc/slurm-ipu/config.yaml would talk to no controller at all: say so."""
+    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
+    with pytest.raises(ConfigError, match="absent.yaml not found; create it from etc/slurm-ipu.yaml or point "
+                                          "SLURM_IPU_CONFIG at yours"):
+        config.load(environ={}, required=True)
+
+
+def test_environment_values_are_range_checked_too():
+    with pytest.raises(ConfigError, match="environment: vipu.port='0' is out of range"):
+        config.load(environ={"SLURM_IPU_VIPU_PORT": "0"})
+
+
+@pytest.mark.skipif(Path(config.DEFAULT_PATH).exists(), reason="this machine has a site configuration")
+def test_a_hook_without_its_configuration_says_which_file_in_one_line():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "epilog"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "5"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (f"slurm-ipu: config file {config.DEFAULT_PATH} not found; create it from "
+                                   "etc/slurm-ipu.yaml or point SLURM_IPU_CONFIG at yours")
