@@ -28,7 +28,8 @@ def _show(argv: list[str], env: dict, shown: str | None = None) -> str:
 def _wait_done(job: int, env: dict, timeout: float = 120.0) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        proc = subprocess.run(["scontrol", "show", "job", "-o", str(job)], env=env, capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(["scontrol", "show", "job", "-o", str(job)], env=env, capture_output=True, text=True,
+                              timeout=30)
         state = next((w.split("=", 1)[1] for w in proc.stdout.split() if w.startswith("JobState=")), "GONE")
         if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
             return state

@@ -140,7 +140,8 @@ class App:
         gcd = body.get("gcd", 0)
         if isinstance(gcd, bool) or not isinstance(gcd, int):
             raise CODES["INVALID_ARGUMENT"][1](f"invalid GCD {gcd!r}: must be an integer")
-        return 200, self.service.attach(str(body.get("partition", "")), gcd, int(body.get("uid", -1)), str(body.get("host", "")))
+        return 200, self.service.attach(str(body.get("partition", "")), gcd, int(body.get("uid", -1)),
+                                        str(body.get("host", "")))
 
     def _admin_faults_get(self, _b):
         return self.service.faults.as_dict()
@@ -294,7 +295,8 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
     admin = _UnixServer(str(admin_path), Handler)
     admin.app = app
     threading.Thread(target=admin.serve_forever, args=(0.05,), name="vipu-admin", daemon=True).start()
-    info = {"pid": os.getpid(), "host": host, "port": app.port, "admin_socket": str(admin_path), "cluster": cluster.name}
+    info = {"pid": os.getpid(), "host": host, "port": app.port, "admin_socket": str(admin_path),
+            "cluster": cluster.name}
     _write_atomic(state_dir / "server.json", json.dumps(info))
     log.info("vipu-emu serving %s on %s:%s (state %s)", cluster.name, host, app.port, state_dir)
     stop = threading.Event()

@@ -89,7 +89,8 @@ def no_ipu_twice(api: Api) -> None:
 def run_load(emu: EmulatorProcess, on_half=None) -> Ledger:
     ledger, done, failures = Ledger(), [], []
     deadline = time.monotonic() + 240
-    threads = [threading.Thread(target=worker, args=(emu.port, i, ledger, deadline, done, failures)) for i in range(CLIENTS)]
+    threads = [threading.Thread(target=worker, args=(emu.port, i, ledger, deadline, done, failures))
+               for i in range(CLIENTS)]
     for t in threads:
         t.start()
     if on_half:

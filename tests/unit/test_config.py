@@ -70,7 +70,9 @@ def test_booleans_from_env(raw, value):
 
 def test_example_file_is_generated_from_the_table_and_loads():
     example = ROOT / "etc" / "slurm-ipu.yaml"
-    assert example.read_text() == config.example_yaml(), "regenerate: python -c 'from slurm_ipu.config import example_yaml; print(example_yaml(), end=\"\")' > etc/slurm-ipu.yaml"
+    assert example.read_text() == config.example_yaml(), (
+        "regenerate: python -c 'from slurm_ipu.config import example_yaml; print(example_yaml(), end=\"\")' "
+        "> etc/slurm-ipu.yaml")
     cfg = config.load(str(example), environ={})
     assert all(cfg[o.key] == o.default for o in config.OPTIONS)
 

@@ -212,7 +212,8 @@ def test_refusal_is_one_line_exit_2():
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "--num-instances", "3", "--num-replicas",
                            "8", "--offline-mode=1", "true"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "ipurun: 8 replicas do not divide evenly over 3 instances; use --num-instances 1, 2, 4, 8"
+    assert proc.stderr.strip() == ("ipurun: 8 replicas do not divide evenly over 3 instances; "
+                                   "use --num-instances 1, 2, 4, 8")
 
 
 def test_gcds_come_from_the_partition_v_ipu_reports_in_one_read():

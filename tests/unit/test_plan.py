@@ -27,7 +27,8 @@ def test_ilds_and_gcds_per_instance():
     ((3, 3, 1, ["a"]), {"num_ilds": 2}, "do not divide evenly over 2 ILDs"),
     ((2, 2, 1, ["a"]), {"num_gcds": 4}, "has 4 GCDs but only 2 instances"),
     ((6, 6, 1, ["a"]), {"num_gcds": 4}, "cannot share them evenly"),
-    ((8, 8, 1, ["a"]), {"cpus_per_host": 4}, "4 CPU(s) per host and the placement binds one core per instance; ask for more (sbatch "
+    ((8, 8, 1, ["a"]), {"cpus_per_host": 4}, "4 CPU(s) per host and the placement binds one core per instance; "
+     "ask for more (sbatch "
      "--ntasks-per-node=8 or -c)"),
     ((0, 8, 1, ["a"]), {}, "--num-instances 0 must be at least 1"),
     ((1, 1, 0, ["a"]), {}, "--ipus-per-replica 0"),

@@ -31,7 +31,8 @@ def test_expand_rejects(expr, words):
 
 @pytest.mark.parametrize("text,jobs", [
     ('{"jobs": []}', {}),
-    ('{"jobs": [{"job_id": 7, "job_state": "RUNNING"}, {"job_id": 8, "job_state": "PENDING"}]}', {7: "RUNNING", 8: "PENDING"}),
+    ('{"jobs": [{"job_id": 7, "job_state": "RUNNING"}, {"job_id": 8, "job_state": "PENDING"}]}',
+     {7: "RUNNING", 8: "PENDING"}),
     ('{"jobs": [{"job_id": 7, "job_state": ["RUNNING", "CONFIGURING"]}]}', {7: "RUNNING"}),
 ])
 def test_squeue_json(text, jobs):
