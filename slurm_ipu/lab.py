@@ -126,6 +126,9 @@ SLURM_IPU_CONFIG={config} exec {python} -m slurm_ipu.cli hook
 """
 
 
+LAB_COMMANDS = {"ipurun": "slurm_ipu.launcher.cli", "slurm-ipu": "slurm_ipu.cli", "vipu-emu": "slurm_ipu.emulator.main"}
+
+
 def _script(path: Path, body: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(body)
@@ -146,6 +149,9 @@ def write_files(spec: LabSpec) -> None:
             f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}} "
             f"exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
     _script(spec.path("bin", "slurm-ipu-hook"), HOOK_WRAPPER.format(config=spec.path("etc", "slurm-ipu.yaml"), python=py))
+    # The product's own commands on the lab's PATH, run by the interpreter that has the package.
+    for name, module in LAB_COMMANDS.items():
+        _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
 
 
 # --- processes ---------------------------------------------------------------------------

@@ -112,15 +112,24 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     task_env = instance_constants(opts, plan, cache, mpi)
     if mpi is not None:
         srun_extra = srun_extra + mpi.srun
+    if inside and cpus is not None and plan.instances_per_host > cpus:
+        # Only placements that share CPUs get here (the plan refuses the one-core-each ones):
+        # more instances than the allocation's CPUs on a host is then fine, as with PopRun.
+        srun_extra = [*srun_extra, "--overcommit"]
     srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
     return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi)
 
 
 def cpus_per_host(env: dict, inside: bool, local: bool) -> int | None:
-    """CPUs each host gives the run, where known before launch: the allocation's, or this
-    machine's for a local run. Other hosts (-H outside an allocation) bind from their own."""
-    if inside and env.get("SLURM_CPUS_ON_NODE", "").isdigit():
-        return int(env["SLURM_CPUS_ON_NODE"])
+    """CPUs each host gives the run, where known before launch: the fewest the allocation has
+    on any of its nodes (SLURM_JOB_CPUS_PER_NODE: "4(x2),2"), or this machine's for a local
+    run. Other hosts (-H outside an allocation) bind from their own."""
+    if inside:
+        counts = [int(c.split("(")[0]) for c in env.get("SLURM_JOB_CPUS_PER_NODE", "").split(",")
+                  if c.split("(")[0].isdigit()]
+        if counts:
+            return min(counts)
+        return int(env["SLURM_CPUS_ON_NODE"]) if env.get("SLURM_CPUS_ON_NODE", "").isdigit() else None
     return len(os.sched_getaffinity(0)) if local else None
 
 

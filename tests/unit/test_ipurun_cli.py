@@ -309,3 +309,18 @@ def test_verbose_says_the_plan_and_the_command_on_stderr_then_runs():
         "ipurun: plan: 2 instance(s) x 2 replica(s) x 1 IPU(s) = 4 IPUs on 1 host(s), placement spreadnuma",
         "ipurun: V-IPU: none (offline, or no partition in this job)",
         "ipurun: local launch (offline, no Slurm): echo ran"]
+
+
+def test_more_instances_than_allocated_cpus_overcommit_only_where_cpus_are_shared():
+    """The README's own example: 4 instances in a 2-node job that has one CPU per node."""
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_CPUS_PER_NODE": "1(x2)",
+           "IPUOF_VIPU_API_PARTITION_ID": "slurm_7"}
+    ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "8", "x"])
+    launch = cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(8, 2))[1])
+    assert "--overcommit" in launch.srun
+    ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "8", "--process-placement=close", "x"])
+    with pytest.raises(SlurmIpuError, match="2 instances per host, but this allocation has 1 CPU"):
+        cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(8, 2))[1])
+    env["SLURM_JOB_CPUS_PER_NODE"] = "4,2"
+    ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "8", "x"])
+    assert "--overcommit" not in cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(8, 2))[1]).srun
