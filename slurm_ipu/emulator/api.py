@@ -54,10 +54,9 @@ class _UnixConnection(http.client.HTTPConnection):
 
 class Api:
     def __init__(self, host: str = "127.0.0.1", port: int = 8090, timeout: float = 30.0,
-                 admin_socket: str | None = None, uid: int | None = None):
+                 admin_socket: str | None = None):
         self.host, self.port, self.timeout = host, port, timeout
-        self.admin_socket = admin_socket
-        self.uid = os.getuid() if uid is None else uid
+        self.admin_socket = admin_socket  # the server knows the caller from the connection itself
         self._conn: http.client.HTTPConnection | None = None
 
     @property
@@ -80,7 +79,7 @@ class Api:
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"X-Vipu-Uid": str(self.uid), "Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json"}
         try:
             conn = self._connection()
             conn.request(method, path, body=data, headers=headers)

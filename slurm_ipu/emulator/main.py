@@ -15,10 +15,8 @@ FAULTS = ("latency", "create-delay", "fail", "error-next", "down", "up", "crash"
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-H", "--api-host", default=os.environ.get("VIPU_CLI_API_HOST", "127.0.0.1"))
-    p.add_argument("--api-port", type=int, default=int(os.environ.get("VIPU_CLI_API_PORT", "8090")))
-    p.add_argument("--state-dir", help="talk to the admin socket of the server using this state directory "
-                   "(works while the API is down)")
+    p.add_argument("--state-dir", help="the server's state directory: its admin socket DIR/admin.sock (the admin "
+                   "API is served there only, to the server's owner and root; it works while the API is down)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,9 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _api(args):
     from .api import Api
 
-    if args.state_dir:
-        return Api(admin_socket=os.path.join(args.state_dir, "admin.sock"))
-    return Api(args.api_host, args.api_port)
+    if not args.state_dir:
+        raise ConfigError(f"vipu-emu {args.cmd}: give --state-dir DIR of the server (its admin API is served on "
+                          "DIR/admin.sock only)")
+    return Api(admin_socket=os.path.join(args.state_dir, "admin.sock"))
 
 
 def cmd_fault(args) -> int:

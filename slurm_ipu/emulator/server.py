@@ -19,8 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from ..errors import ConfigError, VipuError
+from ..errors import ConfigError, PermissionDenied, VipuError
 from ..locks import try_lock
+from . import identity
 from .api import API_VERSION
 from .model import Cluster, load_cluster
 from .service import CODES, OPS, Service, code_of
@@ -136,12 +137,14 @@ class App:
     def _api_allocations(self, _p, _q, _b, _u):
         return 200, {"allocations": self.service.allocations()}
 
-    def _api_attach(self, _p, _q, body, _u):
+    def _api_attach(self, _p, _q, body, caller):
         gcd = body.get("gcd", 0)
         if isinstance(gcd, bool) or not isinstance(gcd, int):
             raise CODES["INVALID_ARGUMENT"][1](f"invalid GCD {gcd!r}: must be an integer")
-        return 200, self.service.attach(str(body.get("partition", "")), gcd, int(body.get("uid", -1)),
-                                        str(body.get("host", "")))
+        uid = int(body.get("uid", caller))
+        if uid != caller and caller != 0:  # root may probe as another user (`vipu-emu attach --uid`)
+            raise PermissionDenied(f"uid {caller} may not attach as uid {uid}")
+        return 200, self.service.attach(str(body.get("partition", "")), gcd, uid, str(body.get("host", "")))
 
     def _admin_faults_get(self, _b):
         return self.service.faults.as_dict()
@@ -207,12 +210,32 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "vipu-emu"
 
+    _uid: int | None = None  # the caller's, looked up once per connection
+
+    def _caller(self) -> int:
+        if self._uid is None:
+            if isinstance(self.server, _UnixServer):
+                self._uid = identity.unix_peer_uid(self.connection)
+            else:
+                self._uid = identity.tcp_peer_uid(self.client_address, self.server.server_address)
+        if self._uid is None:
+            raise PermissionDenied("cannot tell which user is calling (not a loopback connection?)")
+        return self._uid
+
+    def _admin(self, path: str) -> bool:
+        """The admin API (faults, checks) is served on the admin socket only, to its owner and root."""
+        on_socket = isinstance(self.server, _UnixServer)
+        if path.startswith("/admin/") and not on_socket:
+            raise PermissionDenied("the admin API is served on STATE_DIR/admin.sock only")
+        if on_socket and self._caller() not in (0, os.getuid()):
+            raise PermissionDenied(f"uid {self._caller()} may not use the admin socket")
+        return on_socket
+
     def _serve(self, method: str) -> None:
         url = urlsplit(self.path)
-        admin = isinstance(self.server, _UnixServer) or url.path.startswith("/admin/")
         try:
             body = self._body()
-            uid = int(self.headers.get("X-Vipu-Uid", "-1"))
+            uid, admin = self._caller(), self._admin(url.path)
             status, payload = self.server.app.handle(method, url.path, parse_qs(url.query), body, uid, admin)
         except ConnectionAbortedError:
             self.close_connection = True

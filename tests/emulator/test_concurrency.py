@@ -103,8 +103,8 @@ def run_load(emu: EmulatorProcess, on_half=None) -> Ledger:
     return ledger
 
 
-def assert_all_free(port: int) -> None:
-    api = Api("127.0.0.1", port)
+def assert_all_free(emu) -> None:
+    api = Api(admin_socket=emu.admin_socket)  # the check is the admin API's: served on the admin socket only
     assert api.list_partitions() == []
     check = api.check()
     assert check["ok"] and check["used"] == 0
@@ -132,7 +132,7 @@ def test_concurrent_create_remove_never_double_allocates(emu):
         stop.set()
         w.join(30)
     assert not problems, problems[:3]
-    assert_all_free(emu.port)
+    assert_all_free(emu)
 
 
 def test_kill_9_mid_load_then_restart_keeps_invariants(emu, tmp_path):
@@ -148,7 +148,7 @@ def test_kill_9_mid_load_then_restart_keeps_invariants(emu, tmp_path):
         assert not emu.alive()
         again = EmulatorProcess.start(emu.state_dir, cluster="pod64", port=emu.port)
         holder["emu"] = again
-        api = Api("127.0.0.1", again.port)
+        api = Api(admin_socket=again.admin_socket)
         check = api.check()  # state as the crash left it: consistent, every IPU held once
         assert check["ok"], check
         no_ipu_twice(api)
@@ -156,6 +156,6 @@ def test_kill_9_mid_load_then_restart_keeps_invariants(emu, tmp_path):
 
     try:
         run_load(emu, on_half=crash_and_restart)
-        assert_all_free(emu.port)
+        assert_all_free(holder["emu"])
     finally:
         holder["emu"].stop()

@@ -1,0 +1,72 @@
+"""The emulator knows its caller from the connection, not from what the caller claims, and
+serves its admin API on the admin socket only (issue 14, item 6).
+
+A non-root caller is a real process of another uid (setpriv), speaking raw HTTP with the
+system Python, so nothing of ours runs on its side to be trusted."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from slurm_ipu.emulator import identity
+
+NOBODY = 65534
+SETPRIV = shutil.which("setpriv")
+CALL = """
+import http.client, json, sys
+method, path, body = sys.argv[1], sys.argv[2], sys.argv[3]
+conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[4]), timeout=10)
+conn.request(method, path, body=body or None, headers={"X-Vipu-Uid": "0", "Content-Type": "application/json"})
+resp = conn.getresponse()
+print(resp.status, resp.read().decode())
+"""
+
+
+def call_as(uid: int, port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    argv = ["/usr/bin/python3", "-I", "-c", CALL, method, path, json.dumps(body) if body else "", str(port)]
+    if uid != os.getuid():
+        argv = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    status, _, text = proc.stdout.partition(" ")
+    return int(status), json.loads(text)
+
+
+needs_root = pytest.mark.skipif(os.getuid() != 0 or SETPRIV is None, reason="needs root and setpriv")
+
+
+@needs_root
+def test_a_forged_uid_header_changes_nothing(emu, api):
+    api.create_partition(name="roots", size=4)  # owned by root, the caller
+    status, doc = call_as(NOBODY, emu.port, "DELETE", "/v1/partitions/roots")
+    assert status == 403 and "belongs to uid 0, not uid 65534" in doc["error"]["message"]
+    status, doc = call_as(NOBODY, emu.port, "POST", "/v1/attach", {"partition": "roots", "gcd": 0, "uid": 0,
+                                                                  "host": "node1"})
+    assert status == 403 and "uid 65534 may not attach as uid 0" in doc["error"]["message"]
+    status, doc = call_as(NOBODY, emu.port, "POST", "/v1/partitions", {"name": "mine", "size": 4, "owner_uid": 0})
+    assert status == 403 and "may not create a partition owned by uid 0" in doc["error"]["message"]
+    assert [p["partition"]["id"] for p in api.list_partitions()] == ["roots"]
+
+
+def test_the_admin_api_is_not_served_on_tcp(emu, admin):
+    status, doc = call_as(os.getuid(), emu.port, "POST", "/admin/crash")
+    assert status == 403 and "admin API is served on STATE_DIR/admin.sock only" in doc["error"]["message"]
+    assert admin.check()["ok"]  # the server is still up, and the socket answers
+
+
+def test_the_kernel_table_names_the_owner_of_a_loopback_connection(emu):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", emu.port), timeout=10) as sock:
+        assert identity.tcp_peer_uid(sock.getsockname(), ("127.0.0.1", emu.port)) == os.getuid()
+    assert identity.tcp_peer_uid(("127.0.0.1", 1), ("127.0.0.1", emu.port)) is None
+
+
+def test_proc_address_format():
+    assert identity._proc_addr("127.0.0.1", 8090) == "0100007F:1F9A"
+    assert identity._proc_addr("::1", 80) == "00000000000000000000000001000000:0050"
