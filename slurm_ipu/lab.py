@@ -87,7 +87,7 @@ def context(spec: LabSpec) -> dict:
                    "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": spec.ipus_per_node}
                   for i, n in enumerate(spec.node_names)],
         "partition_name": "ipu",
-        "spank": {"plugin": str(REPO / "spank" / "spank_ipu.so")},
+        "spank": {"plugin": str(spec.path("lib", "spank_ipu.so"))},
         "ipuof": {"host": "127.0.0.1", "port": spec.vipu_port},
         "partition_prefix": "slurm_",
         "accounting": {"slurmdbd_host": None},
@@ -308,12 +308,26 @@ def ensure_spank(spec: LabSpec) -> None:
         raise LabError(f"building spank/ failed: {proc.stderr.strip()[-400:]}")
 
 
+def install_spank(spec: LabSpec) -> None:
+    """A copy in the lab, as an install puts it in Slurm's plugin directory: every user's sbatch
+    and srun load it, and the checkout may sit where they cannot read."""
+    import shutil
+
+    ensure_spank(spec)
+    lib = spec.path("lib")
+    lib.mkdir(exist_ok=True)
+    tmp = lib / "spank_ipu.so.tmp"
+    shutil.copyfile(REPO / "spank" / "spank_ipu.so", tmp)
+    tmp.chmod(0o755)
+    os.replace(tmp, lib / "spank_ipu.so")
+
+
 def up(spec: LabSpec) -> None:
     check_spec(spec)
     for tool in ("slurmctld", "slurmd", "munged"):
         if not (SBIN / tool).exists():
             raise LabError(f"{SBIN / tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), or run `make demo`")
-    ensure_spank(spec)
+    install_spank(spec)
     pids = load_pids(spec)
     if pids.get("spec") and pids["spec"] != _spec_key(spec) and any(_alive(p) for k, p in pids.items() if k != "spec"):
         raise LabError(f"a lab with other settings runs in {spec.dir}; `slurm-ipu lab down` first")

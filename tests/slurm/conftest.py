@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,6 +67,13 @@ class Lab:
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
+
+    def run_as(self, user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """argv as a non-root user, in the lab's shared submit directory."""
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+        env = dict(self.env, HOME=str(self.spec.path("users")), USER=user, LOGNAME=user)
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+                              cwd=self.spec.path("users"))
 
     def sbatch(self, *args: str, script: str | None = None) -> int:
         argv = ["sbatch", "--parsable", *args]
@@ -121,13 +130,18 @@ def all_idle(lab: Lab) -> bool:
 
 
 @pytest.fixture(scope="session")
-def lab(tmp_path_factory):
+def lab():
     missing = [t for t in ("slurmctld", "slurmd", "munged") if not (labmod.SBIN / t).exists()]
     if missing:
         pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run `make test`, which installs it")
     base = _free_block(8)
-    spec = labmod.LabSpec(dir=Path(tmp_path_factory.mktemp("lab")), ctld_port=base, node_port=base + 1,
-                          vipu_port=base + 7)
+    # Not under pytest's tmp (root-only): the lab's users must reach slurm.conf and its munge socket.
+    root = Path(tempfile.mkdtemp(prefix="slurm-ipu-lab-", dir="/tmp"))
+    root.chmod(0o755)
+    shared = root / "users"
+    shared.mkdir()
+    shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
+    spec = labmod.LabSpec(dir=root, ctld_port=base, node_port=base + 1, vipu_port=base + 7)
     try:
         labmod.up(spec)
     except Exception:
@@ -136,6 +150,22 @@ def lab(tmp_path_factory):
     handle = Lab(spec)
     yield handle
     labmod.down(spec)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+USERS = ("slurmipu-a", "slurmipu-b")
+
+
+@pytest.fixture(scope="session")
+def users(lab) -> tuple[str, ...]:
+    """Two non-root users that exist on this machine (created once, as system users)."""
+    if os.getuid() != 0:
+        pytest.skip("creating the lab's users needs root")
+    for name in USERS:
+        if subprocess.run(["id", "-u", name], capture_output=True).returncode != 0:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                           check=True, capture_output=True, timeout=60)
+    return USERS
 
 
 @pytest.fixture

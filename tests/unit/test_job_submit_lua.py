@@ -13,17 +13,19 @@ from slurm_ipu import render
 LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
 NO_VAL = 4294967294
+REFUSED = 2040  # ESLURM_INVALID_LICENSES, as the harness defines it
 
 HARNESS = """
 local msgs = {}
-slurm = { SUCCESS = 0, ERROR = -1,
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_LICENSES = 2040,
           log_user = function(fmt, ...) table.insert(msgs, string.format(fmt, ...)) end,
-          log_info = function() end }
+          log_info = function(fmt, ...) table.insert(msgs, string.format(fmt, ...)) end }
 dofile(%(path)r)
+msgs = {}  -- forget the load message
 local job = %(job)s
 local rc
 if %(modify)s then rc = slurm_job_modify(job, %(rec)s, {}, 0) else rc = slurm_job_submit(job, {}, 0) end
-print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) .. "\\t" .. table.concat(msgs, "|"))
+print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) .. "\\t" .. table.concat(msgs, "\\030"))
 """
 
 
@@ -57,6 +59,9 @@ def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, st
     ({"tres_per_node": "gres:ipu", "min_nodes": 1}, "ipu:1", "1"),
     ({"tres_per_node": "gres:gpu:1,gres:ipu:8", "licenses": "matlab:1", "min_nodes": 1}, "matlab:1,ipu:8", "1"),
     ({"min_nodes": 3}, "nil", "3"),  # not an IPU job: untouched
+    ({"tres_per_node": "gres:ipu2:4", "min_nodes": 1}, "nil", "1"),  # another GRES whose name starts with ipu
+    ({"tres_per_task": "gres/gpu:1", "min_nodes": 1}, "nil", "1"),
+    ({"licenses": "ipu2:1|matlab:1", "min_nodes": 1}, "ipu2:1|matlab:1", "1"),
 ])
 def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     rc, lic, got_nodes, msg = run(lua_file, job)
@@ -70,22 +75,49 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     ({"tres_per_node": "gres:ipu:0"}, "at least 1 IPU per node"),
     ({"tres_per_node": "gres:ipu:4", "min_nodes": 2, "max_nodes": 4}, "fixed node count"),
     ({"licenses": "ipu:8"}, "not with the ipu licence (-L ipu:8)"),
+    ({"licenses": "ipu@db:8"}, "not with the ipu licence"),
+    ({"tres_per_node": "gres:ipu:16,gres:ipu:1"}, "--gres gres:ipu:16,gres:ipu:1 names ipu 2 times; give it once"),
+    ({"tres_per_node": "gres/ipu:16,gres/ipu:1", "min_nodes": 1}, "names ipu 2 times"),
+    ({"tres_per_task": "gres/ipu:2"}, "--tres-per-task=gres/ipu:2: ask for IPUs per node with --gres=ipu:N"),
+    ({"tres_per_task": "cpu:2,gres:ipu:1"}, "--tres-per-task=cpu:2,gres:ipu:1"),
+    ({"tres_per_job": "gres/ipu:64"}, "--tres-per-job=gres/ipu:64"),
+    ({"tres_per_socket": "gres:ipu:1"}, "--tres-per-socket=gres:ipu:1"),
+    ({"licenses": "ipu:64|matlab:1"}, "licence ipu:64|matlab:1: the ipu licence cannot be one of several choices"),
+    ({"licenses": "matlab:1|ipu:64", "tres_per_node": "gres:ipu:4"}, "cannot be one of several choices"),
 ])
 def test_submit_refuses_with_one_line(lua_file, job, words):
     rc, _lic, _nodes, msg = run(lua_file, job)
-    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "|" not in msg
+    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg  # one message
 
 
 @pytest.mark.parametrize("change,rec,result", [
     ({"min_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (0, "ipu:16")),
-    ({"min_nodes": 3}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (-1, None)),
+    ({"min_nodes": 3}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (REFUSED, None)),
     ({"tres_per_node": "gres:ipu:8"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (0, "ipu:16")),
-    ({"licenses": "ipu:64"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (-1, None)),
+    ({"licenses": "ipu:64"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (REFUSED, None)),
     ({"time_limit": 5}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (0, "nil")),
     ({"min_nodes": 2}, {"min_nodes": 1}, (0, "nil")),  # not an IPU job
+    # Issue 14: a licence added by modify to a job without IPU GRES (with or without NumNodes).
+    ({"licenses": "ipu:64", "min_nodes": 1}, {"min_nodes": 1}, (REFUSED, None)),
+    ({"licenses": "ipu:64"}, {"min_nodes": 1}, (REFUSED, None)),
+    ({"licenses": "matlab:1,ipu:8"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (REFUSED, None)),
+    # Other licences change on an IPU job: its ipu licence is recomputed, not dropped.
+    ({"licenses": "matlab:1"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"},
+     (0, "matlab:1,ipu:8")),
+    # GRES added by modify: the licence follows it; GRES given twice or removed: refused.
+    ({"tres_per_node": "gres:ipu:4"}, {"min_nodes": 1}, (0, "ipu:4")),
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 2}, {"min_nodes": 1}, (0, "ipu:8")),
+    ({"tres_per_node": "gres:ipu:16,gres:ipu:1"}, {"min_nodes": 1}, (REFUSED, None)),
+    ({"tres_per_node": ""}, {"tres_per_node": "gres:ipu:4", "min_nodes": 1, "licenses": "ipu:4"}, (REFUSED, None)),
+    ({"tres_per_node": "gres:gpu:1"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 1, "licenses": "ipu:4"},
+     (REFUSED, None)),
+    ({"tres_per_task": "gres/ipu:1"}, {"min_nodes": 1}, (REFUSED, None)),
+    ({"min_nodes": 2, "max_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 1}, (REFUSED, None)),
 ])
 def test_modify_keeps_licence_and_gres_consistent(lua_file, change, rec, result):
     rc, lic, _nodes, msg = run(lua_file, change, rec)
     assert rc == result[0], msg
+    if rc == REFUSED:  # scontrol says "Invalid license specification"; the reason is in slurmctld's log
+        assert msg.startswith("slurm-ipu: refused job modify: "), msg
     if result[1] is not None:
         assert lic == result[1]

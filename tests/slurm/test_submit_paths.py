@@ -1,0 +1,82 @@
+"""The ipu licence follows the IPU GRES in every request path, for a user who is not root
+(issue 14, item 1): each hole found by the adversarial run is a case here."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import wait_for, wait_gone
+
+pytestmark = pytest.mark.usefixtures("users")
+USER = "slurmipu-a"
+
+
+def submit_held(lab, *args: str) -> int:
+    proc = lab.run_as(USER, "sbatch", "--parsable", "--hold", "-o", "/dev/null", *args, "--wrap", "sleep 30")
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout.strip().split(";")[0])
+
+
+def update(lab, job: int, *fields: str):
+    return lab.run_as(USER, "scontrol", "update", f"JobId={job}", *fields)
+
+
+# Slurm 22.05 drops job_submit.lua's message on modify; the user sees the error code's text and
+# the reason is in slurmctld's log.
+MODIFY_REFUSED = "Invalid license specification"
+
+
+def refused_in_log(lab, job_words: str) -> bool:
+    return job_words in lab.spec.path("log", "slurmctld.log").read_text(errors="replace")
+
+
+def test_a_licence_added_to_a_job_without_ipus_is_refused_and_no_partition_appears(clean_lab):
+    lab = clean_lab
+    job = submit_held(lab)
+    proc = update(lab, job, "Licenses=ipu:64", "NumNodes=1")
+    assert proc.returncode != 0 and MODIFY_REFUSED in proc.stderr, proc.stderr
+    assert refused_in_log(lab, "slurm-ipu: refused job modify: the ipu licence follows --gres=ipu:N")
+    assert "ipu" not in lab.job(job).get("Licenses", "")
+    assert lab.run_as(USER, "scontrol", "release", str(job)).returncode == 0
+    wait_for("the job to run", lambda: lab.state(job) == "RUNNING", 60)
+    assert lab.partitions() == {}  # the prolog saw no ipu licence: the user took no IPUs
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+
+
+def test_gres_given_twice_is_refused_at_submit(clean_lab):
+    proc = clean_lab.run_as(USER, "sbatch", "--gres=ipu:16,ipu:1", "-o", "/dev/null", "--wrap", "true")
+    assert proc.returncode != 0
+    assert "slurm-ipu: --gres gres:ipu:16,gres:ipu:1 names ipu 2 times; give it once, as --gres=ipu:N" in proc.stderr
+
+
+def test_the_licence_is_asked_for_directly_is_refused(clean_lab):
+    proc = clean_lab.run_as(USER, "sbatch", "-L", "ipu:64", "-o", "/dev/null", "--wrap", "true")
+    assert proc.returncode != 0 and "not with the ipu licence (-L ipu:64)" in proc.stderr
+
+
+def test_gres_added_by_modify_brings_its_licence_and_its_partition(clean_lab):
+    lab = clean_lab
+    job = submit_held(lab)
+    proc = update(lab, job, "Gres=ipu:4")
+    assert proc.returncode == 0, proc.stderr
+    assert lab.job(job)["Licenses"] == "ipu:4"
+    proc = update(lab, job, "NumNodes=2")
+    assert proc.returncode == 0, proc.stderr
+    assert lab.job(job)["Licenses"] == "ipu:8"
+    assert lab.run_as(USER, "scontrol", "release", str(job)).returncode == 0
+    wait_for("the job's partition", lambda: lab.partitions().get(f"slurm_{job}", {}).get("spec", {}).get("size")
+             == 8 or len(lab.partitions().get(f"slurm_{job}", {}).get("spec", {}).get("ipus", [])) == 8, 60)
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+
+
+def test_the_licence_of_an_ipu_job_cannot_be_changed_or_dropped_by_modify(clean_lab):
+    lab = clean_lab
+    job = submit_held(lab, "--gres=ipu:4")
+    for fields in (["Licenses=ipu:64"], ["Licenses=ipu:4,ipu:60"], ["Gres=gpu:1"]):
+        proc = update(lab, job, *fields)
+        assert proc.returncode != 0 and MODIFY_REFUSED in proc.stderr, (fields, proc.stderr)
+    assert lab.job(job)["Licenses"] == "ipu:4"
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
