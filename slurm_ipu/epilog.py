@@ -1,8 +1,10 @@
 """EpilogSlurmctld: remove the job's V-IPU partition, whatever state the job ended in.
 
-Idempotent and never failing: a missing partition is success; a half-created one (the job was
-cancelled while the prolog ran) is removed like any other; V-IPU being unreachable puts the
-partition in the durable journal for `slurm-ipu reap`, and the epilog still exits 0 (an
+Only a partition slurm-ipu created for this job (the ledger's record) is removed: one made by
+someone else under the job's name is left alone and logged. Idempotent and never failing: a
+missing partition is success; a half-created one (the job was cancelled while the prolog ran)
+is removed like any other; V-IPU being unreachable puts the partition in the durable journal
+for `slurm-ipu reap` (the record stays with it), and the epilog still exits 0 (an
 EpilogSlurmctld failure is only logged by Slurm, and V-IPU trouble is never a node problem).
 """
 
@@ -14,12 +16,18 @@ from .errors import SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
+from .ledger import Ledger
 
 
 def run(ctx: JobContext, cfg, client, clock=time.monotonic) -> int:
     if ctx.ipus == 0:
         return 0
     name = ctx.partition(cfg["partition.prefix"])
+    ledger = Ledger(cfg["state_dir"])
+    if not ledger.owns(name, ctx.job_id):
+        report(cfg["state_dir"], f"job {ctx.job_id}: no partition of slurm-ipu's to remove ({name} is not ours, "
+                                 "if it exists)")
+        return 0
     try:
         removed = client.remove_partition(name, missing_ok=True, deadline=clock() + cfg["epilog.deadline"])
     except SlurmIpuError as exc:
@@ -27,5 +35,6 @@ def run(ctx: JobContext, cfg, client, clock=time.monotonic) -> int:
         report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} not removed ({exc}); "
                                  "journaled for `slurm-ipu reap`")
         return 0
+    ledger.drop(name)
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} {'removed' if removed else 'already gone'}")
     return 0

@@ -93,6 +93,9 @@ def context(spec: LabSpec) -> dict:
         "accounting": {"slurmdbd_host": None},
         # A munged of the lab's own: no lab, test run or benchmark can stop another's.
         "munge_socket": str(spec.path("run", "munge.socket")),
+        # A requeued job waits cred_expire (120 s by default) before it may start again: the lab's
+        # requeue drills should not.
+        "cred_expire": 30,
     }
     ctx.update(render.pod_values(spec.pod_ipus))
     return ctx

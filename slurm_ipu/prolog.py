@@ -2,10 +2,17 @@
 
 Sized from SLURM_JOB_LICENSES (trusted), named prefix + job id, shaped by the user's
 --ipu-* options (validated), owned by the job's user and attachable from the job's nodes.
-Idempotent: a requeued or re-run prolog finds its own partition and waits for it. Bounded:
-prolog.deadline covers every V-IPU call. On failure: no partition is left behind, one line
-says why, and exit 1 makes Slurm requeue a batch job (srun/salloc jobs are cancelled). A job
-that failed prolog.max_attempts times is held instead of requeued forever.
+Idempotent: a re-run finds the partition its own earlier attempt created (the ledger's record)
+and adopts it if it still fits the job, or replaces it if not (requeued to other nodes). A
+partition under the job's name that slurm-ipu did not create is never adopted or removed.
+Bounded: prolog.deadline covers every V-IPU call.
+
+Failures, by who can fix them (the reason goes to hooks.log first, then the job's AdminComment,
+which `scontrol show job` shows and which leaves the user's own Comment alone):
+- the request itself (a shape V-IPU refuses): the job is cancelled at once, no requeue;
+- V-IPU trouble (unreachable, not ready, out of IPUs): exit 1, so Slurm requeues a batch job;
+  after prolog.max_attempts the job is held for an admin;
+- a foreign partition under the job's name: held at once for an admin to remove it.
 """
 
 from __future__ import annotations
@@ -13,9 +20,15 @@ from __future__ import annotations
 import time
 
 from . import rules
-from .errors import SlurmIpuError
+from .errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
+from .journal import Journal
+from .ledger import Ledger
+
+
+class ForeignPartition(SlurmIpuError):
+    """A partition under the job's name that slurm-ipu did not create for this job."""
 
 
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
@@ -27,29 +40,124 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
     try:
         pod = cfg["pod.ipus"]
         rules.check_shape(ctx.ipus, ctx.gcds, ctx.ilds, cluster_ilds=max(1, pod // rules.IPUS_PER_ILD))
-        part = client.ensure_partition(
-            name, ctx.ipus, deadline, num_gcds=ctx.gcds, num_ilds=ctx.ilds, reconfigurable=ctx.reconfigurable,
-            allocation=cfg["partition.allocation"], hosts=list(ctx.nodes), owner_uid=ctx.uid)
+        part = _ensure_with_room(ctx, cfg, client, name, deadline, clock)
     except SlurmIpuError as exc:
-        _undo(client, name, clock() + min(5.0, cfg["prolog.deadline"]))
-        why = f"job {ctx.job_id}: V-IPU partition {name} ({ctx.ipus} IPUs) not created: {exc}"
-        attempts = ctx.restart_count + 1
-        if slurm is not None and attempts >= cfg["prolog.max_attempts"]:
-            why += f"; held after {attempts} attempts (scontrol release {ctx.job_id} once V-IPU is fixed)"
-            slurm.hold(ctx.job_id, f"slurm-ipu: {why}")
-        elif slurm is not None:
-            slurm.comment(ctx.job_id, f"slurm-ipu: {why}")
-        report(cfg["state_dir"], why)
-        return 1
+        _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
+        return _fail(ctx, cfg, slurm, name, exc)
+    Journal(cfg["state_dir"]).drop(name)  # an old removal entry must never take the job's partition
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
                              f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
+    if ctx.restart_count > 0 and slurm is not None:
+        _tell(cfg, slurm.admin_comment, ctx.job_id, "")  # a reason from a failed earlier attempt is stale now
     return 0
 
 
-def _undo(client, name: str, deadline: float) -> None:
-    """Remove whatever a failed attempt left (a PENDING or ERROR partition). The job is not
-    running, so a failure here is left to `slurm-ipu reap`."""
+def _ensure_with_room(ctx, cfg, client, name: str, deadline: float, clock):
+    """A capacity failure while the journal still holds partitions V-IPU refused to remove
+    earlier: work the journal off (bounded), then try once more."""
+    try:
+        return _ensure(ctx, cfg, client, name, deadline)
+    except InsufficientIpus:
+        if not _work_off_journal(cfg, client, name, deadline, clock):
+            raise
+        return _ensure(ctx, cfg, client, name, deadline)
+
+
+def _work_off_journal(cfg, client, name: str, deadline: float, clock) -> int:
+    journal, ledger, freed = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"]), 0
+    for entry in journal.entries():
+        if entry["partition"] == name or clock() >= deadline:
+            continue
+        try:
+            client.remove_partition(entry["partition"], missing_ok=True, deadline=deadline)
+        except SlurmIpuError:
+            continue
+        journal.drop(entry["partition"])
+        ledger.drop(entry["partition"])
+        freed += 1
+    if freed:
+        report(cfg["state_dir"], f"removed {freed} journaled partition(s) to make room for {name}")
+    return freed
+
+
+def _shape(ctx: JobContext, cfg) -> dict:
+    return {"num_gcds": ctx.gcds, "num_ilds": ctx.ilds, "reconfigurable": ctx.reconfigurable,
+            "allocation": cfg["partition.allocation"], "hosts": list(ctx.nodes), "owner_uid": ctx.uid}
+
+
+def _ensure(ctx: JobContext, cfg, client, name: str, deadline: float):
+    ledger = Ledger(cfg["state_dir"])
+    ours = ledger.owns(name, ctx.job_id)  # a record left by an earlier attempt of this same job
+    # Recorded before the create: a prolog killed mid-create leaves a trace for epilog and reap.
+    ledger.put(name, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=ctx.ipus, gcds=ctx.gcds or 1,
+               ilds=ctx.ilds)
+    try:
+        created = client.create_partition(name, ctx.ipus, deadline=deadline, **_shape(ctx, cfg))
+    except PartitionExists:
+        created = _existing(ctx, cfg, client, name, deadline, ours, ledger)
+    if created is not None and created.name == name and created.state == "ACTIVE":
+        return created  # saves one `vipu list` on the prolog's path
+    return client.wait_active(name, deadline)
+
+
+def _existing(ctx, cfg, client, name: str, deadline: float, ours: bool, ledger: Ledger):
+    part = client.get_partition(name, deadline)
+    foreign = part is not None and part.owner_uid is not None and part.owner_uid != ctx.uid
+    if not ours or foreign:
+        ledger.drop(name)  # never mark someone else's partition as ours
+        who = f" (owner uid {part.owner_uid})" if part is not None and part.owner_uid is not None else ""
+        raise ForeignPartition(f"partition {name} already exists{who} and slurm-ipu did not create it for this job")
+    if part is not None and _fits(part, ctx):
+        return part
+    # Ours, but made for another placement or size (the job was requeued to other nodes): replace it.
+    client.remove_partition(name, missing_ok=True, deadline=deadline)
+    return client.create_partition(name, ctx.ipus, deadline=deadline, **_shape(ctx, cfg))
+
+
+def _fits(part, ctx: JobContext) -> bool:
+    return (part.size == ctx.ipus and part.num_gcds == (ctx.gcds or 1)
+            and (ctx.ilds is None or part.num_ilds == ctx.ilds)
+            and (not part.hosts or sorted(part.hosts) == sorted(ctx.nodes)))
+
+
+def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:
+    """Remove what a failed attempt of ours left (a PENDING or ERROR partition), and only that:
+    without our record nothing is removed. The job is not running, so a failure here is left
+    to `slurm-ipu reap` (the record stays for it)."""
+    if not Ledger(cfg["state_dir"]).owns(name, ctx.job_id):
+        return
     try:
         client.remove_partition(name, missing_ok=True, deadline=deadline)
     except SlurmIpuError:
-        pass
+        return
+    Ledger(cfg["state_dir"]).drop(name)
+
+
+def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
+    why = f"job {ctx.job_id}: V-IPU partition {name} ({ctx.ipus} IPUs) not created: {exc}"
+    attempts, limit = ctx.restart_count + 1, cfg["prolog.max_attempts"]
+    if isinstance(exc, InvalidPartition):
+        why += "; the job is cancelled: the request cannot be met, fix it and submit again"
+        act = "cancel"
+    elif isinstance(exc, ForeignPartition):
+        why += (f"; held: an admin must remove it (vipu remove partition {name}), then "
+                f"`scontrol release {ctx.job_id}`")
+        act = "hold"
+    elif attempts >= limit:
+        why += (f"; held after {attempts} attempts: an admin must fix V-IPU, then `scontrol release {ctx.job_id}`")
+        act = "hold"
+    else:
+        why += f"; requeued (attempt {attempts} of {limit})"
+        act = "admin_comment"
+    report(cfg["state_dir"], why)  # first: a slow or failing scontrol never hides the cause
+    if slurm is not None:
+        _tell(cfg, getattr(slurm, act), ctx.job_id, f"slurm-ipu: {why}")
+    return 1
+
+
+def _tell(cfg, action, job_id: int, text: str) -> None:
+    """Best effort: the reason is in hooks.log already."""
+    try:
+        action(job_id, text)
+    except SlurmIpuError as exc:
+        report(cfg["state_dir"], f"job {job_id}: could not record this in Slurm: {exc}")

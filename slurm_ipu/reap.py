@@ -16,13 +16,25 @@ from pathlib import Path
 
 from .errors import SlurmIpuError
 from .journal import Journal
+from .ledger import Ledger
 from .locks import try_lock
 
 LIVE_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
 
 
+def _settle_records(ledger: Ledger, existing: set[str], jobs: dict[int, str], kept: set[str]) -> None:
+    """Records whose partition is gone and whose job holds nothing any more (the epilog never
+    ran: slurmctld died) are settled; a live job's record stays for its own epilog."""
+    for path in sorted(ledger.dir.glob("*.json")) if ledger.dir.exists() else []:
+        record = ledger.get(path.stem) or {}
+        job = record.get("job_id")
+        if path.stem not in existing and path.stem not in kept and jobs.get(job, "GONE") not in LIVE_STATES:
+            ledger.drop(path.stem)
+
+
 def _lock(state_dir: str) -> int:
-    return try_lock(Path(state_dir) / "reap.lock", f"another `slurm-ipu reap` holds {state_dir}/reap.lock; let it finish")
+    return try_lock(Path(state_dir) / "reap.lock",
+                    f"another `slurm-ipu reap` holds {state_dir}/reap.lock; let it finish")
 
 
 def job_of(name: str, prefix: str) -> int | None:
@@ -43,10 +55,15 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
     lock = _lock(cfg["state_dir"])
     try:
         deadline = clock() + cfg["epilog.deadline"] * 4
-        journal = Journal(cfg["state_dir"])
+        journal, ledger = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"])
         parts = client.list_partitions(deadline)
         jobs = slurm.active_jobs()
-        found = orphans(parts, jobs, cfg["partition.prefix"])
+        found = []
+        for name, job in orphans(parts, jobs, cfg["partition.prefix"]):
+            if ledger.owns(name, job):
+                found.append((name, job))
+            else:  # made under our prefix by someone else: not ours to remove
+                out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not create it")
         failed = 0
         for name, job in found:
             state = jobs.get(job, "gone")
@@ -57,6 +74,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
                 client.remove_partition(name, missing_ok=True, deadline=deadline)
                 out(f"reap: removed {name} (job {job} {state.lower()})")
                 journal.drop(name)
+                ledger.drop(name)
             except SlurmIpuError as exc:
                 failed += 1
                 out(f"reap: could not remove {name}: {exc}")
@@ -66,6 +84,8 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
         for entry in [] if dry_run else journal.entries():
             if entry["partition"] not in left:
                 journal.drop(entry["partition"])
+        if not dry_run:
+            _settle_records(ledger, {p.name for p in parts}, jobs, left)
         return 1 if failed else 0
     finally:
         os.close(lock)

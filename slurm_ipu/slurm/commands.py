@@ -15,8 +15,9 @@ from ..errors import SlurmError
 
 class SlurmBackend(Protocol):
     def active_jobs(self) -> dict[int, str]: ...
-    def comment(self, job_id: int, text: str) -> None: ...
+    def admin_comment(self, job_id: int, text: str) -> None: ...
     def hold(self, job_id: int, text: str) -> None: ...
+    def cancel(self, job_id: int, text: str) -> None: ...
 
 
 def parse_squeue_json(text: str) -> dict[int, str]:
@@ -58,9 +59,16 @@ class SlurmCli:
     def active_jobs(self) -> dict[int, str]:
         return parse_squeue_json(self._run("squeue", "--json"))
 
-    def comment(self, job_id: int, text: str) -> None:
-        self._run("scontrol", "update", f"JobId={job_id}", f"Comment={text[:250]}")
+    # AdminComment, not Comment: the user's own --comment stays theirs, and every user still
+    # sees ours in `scontrol show job` (measured on 22.05).
+    def admin_comment(self, job_id: int, text: str) -> None:
+        self._run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text[:250]}")
 
     def hold(self, job_id: int, text: str) -> None:
-        self.comment(job_id, text)
+        self.admin_comment(job_id, text)
         self._run("scontrol", "hold", str(job_id))
+
+    def cancel(self, job_id: int, text: str) -> None:
+        """The reason first: slurmctld kills the prolog that cancels its own job."""
+        self.admin_comment(job_id, text)
+        self._run("scancel", str(job_id))

@@ -16,6 +16,7 @@ class FakeVipu:
         self.pending_polls = 0       # new partitions stay PENDING for N list calls
         self.end_state = "ACTIVE"
         self.create_json = False     # answer create --showjson with the partition, as the emulator does
+        self.free: int | None = None  # IPUs left for creates (None: unlimited)
 
     def __call__(self, argv, capture_output=True, text=True, timeout=None, stdin=None):
         args = self._strip(list(argv))
@@ -51,14 +52,21 @@ class FakeVipu:
             if name in self.partitions:
                 return "", f"error: partition {name} already exists [ALREADY_EXISTS]\n", 1
             gcds = int(rest[rest.index("--num-gcds") + 1]) if "--num-gcds" in rest else 1
+            if self.free is not None and size > self.free:
+                return "", f"error: only {self.free} IPUs free [RESOURCE_EXHAUSTED]\n", 1
             self.partitions[name] = {"id": name, "size": size, "gcds": gcds, "polls": self.pending_polls,
-                                     "argv": rest}
+                                     "argv": rest, "hosts": self._value(rest, "--hosts", "").split(",") if
+                                     "--hosts" in rest else [], "owner_uid": self._owner(rest)}
+            if self.free is not None:
+                self.free -= size
             if self.create_json and "--showjson" in rest:
                 return json.dumps(self._doc(self.partitions[name])), "", 0
             return f"create partition ({name}): success.\n", "", 0
         if verb == "remove":
             if rest[0] not in self.partitions:
                 return "", f"error: partition {rest[0]} not found [NOT_FOUND]\n", 1
+            if self.free is not None:
+                self.free += self.partitions[rest[0]]["size"]
             del self.partitions[rest[0]]
             return f"remove partition ({rest[0]}): success.\n", "", 0
         if verb == "list":
@@ -70,5 +78,20 @@ class FakeVipu:
         if p["polls"] > 0:
             p["polls"] -= 1
             state = "PENDING"
-        return {"partition": {"id": p["id"], "spec": {"size": p["size"], "num_gcds": p["gcds"],
-                "ipus": [{"id": i} for i in range(p["size"])]}, "status": {"state": f"PS_{state}"}}}
+        spec = {"size": p["size"], "num_gcds": p["gcds"], "ipus": [{"id": i} for i in range(p["size"])],
+                "hosts": p.get("hosts") or []}
+        if p.get("owner_uid") is not None:
+            spec["owner_uid"] = p["owner_uid"]
+        return {"partition": {"id": p["id"], "spec": spec, "status": {"state": f"PS_{state}"}}}
+
+    @staticmethod
+    def _value(args, flag, default):
+        return args[args.index(flag) + 1] if flag in args else default
+
+    def _owner(self, args):
+        return int(args[args.index("--owner-uid") + 1]) if "--owner-uid" in args else None
+
+    def plant(self, name: str, size: int, owner_uid: int | None = None, hosts=()):
+        """A partition made outside slurm-ipu (another user, or an admin by hand)."""
+        self.partitions[name] = {"id": name, "size": size, "gcds": 1, "polls": 0, "argv": [],
+                                 "hosts": list(hosts), "owner_uid": owner_uid}

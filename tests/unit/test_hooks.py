@@ -10,27 +10,38 @@ import pytest
 from slurm_ipu import config, epilog, jobenv, prolog, reap
 from slurm_ipu.errors import ConfigError
 from slurm_ipu.journal import Journal
+from slurm_ipu.ledger import Ledger
 
 from .fake_vipu import FakeVipu
 
 
 class FakeSlurm:
-    """The job as scontrol would show it, and squeue's view of live jobs."""
+    """The job as scontrol would show it (its AdminComment, held or cancelled), and squeue's
+    view of live jobs."""
 
-    def __init__(self, jobs=None):
+    def __init__(self, jobs=None, broken=False):
         self.jobs = jobs or {}
         self.comments: dict[int, str] = {}
         self.held: set[int] = set()
+        self.cancelled: set[int] = set()
+        self.broken = broken  # scontrol fails (slurmctld busy)
 
     def active_jobs(self):
         return dict(self.jobs)
 
-    def comment(self, job_id, text):
+    def admin_comment(self, job_id, text):
+        if self.broken:
+            from slurm_ipu.errors import SlurmError
+            raise SlurmError("`scontrol update` timed out after 10s")
         self.comments[job_id] = text
 
     def hold(self, job_id, text):
-        self.comments[job_id] = text
+        self.admin_comment(job_id, text)
         self.held.add(job_id)
+
+    def cancel(self, job_id, text):
+        self.admin_comment(job_id, text)
+        self.cancelled.add(job_id)
 
 
 @pytest.fixture
@@ -134,14 +145,17 @@ def test_prolog_holds_a_job_that_keeps_failing(fake, cfg):
     fake.failures = [("error: no [RESOURCE_EXHAUSTED]", 1)]
     slurm = FakeSlurm()
     assert prolog.run(env(SLURM_JOB_RESTART_COUNT="2"), cfg, cfg.vipu_client(), slurm) == 1
-    assert slurm.held == {42} and "held after 3 attempts (scontrol release 42" in slurm.comments[42]
+    assert slurm.held == {42} and "held after 3 attempts: an admin must fix V-IPU, then `scontrol release 42`" \
+        in slurm.comments[42]
 
 
 def test_prolog_refuses_a_bad_shape_before_calling_vipu(fake, cfg):
     slurm = FakeSlurm()
     assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 1
     assert "--num-gcds 32 for a partition of 16 IPUs" in slurm.comments[42]
-    assert [c for c in fake.calls if c[0] == "create"] == []
+    assert fake.calls == []  # no create, and no removal of a partition that is not ours
+    # It cannot heal: the job ends at once instead of going round the requeue loop.
+    assert slurm.cancelled == {42} and "the job is cancelled: the request cannot be met" in slurm.comments[42]
 
 
 def test_prolog_deadline_bounds_a_slow_partition(fake, tmp_path):
@@ -160,13 +174,16 @@ def test_epilog_removes_and_is_idempotent(fake, cfg):
     for _ in range(2):
         assert epilog.run(env(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client()) == 0
     assert fake.partitions == {}
-    assert "partition slurm_42 removed" in hooks_log(cfg) and "partition slurm_42 already gone" in hooks_log(cfg)
+    assert "partition slurm_42 removed" in hooks_log(cfg) and "no partition of slurm-ipu's to remove" in hooks_log(cfg)
+    assert Ledger(cfg["state_dir"]).get("slurm_42") is None
 
 
 def test_epilog_journals_when_vipu_is_down_and_still_succeeds(fake, cfg):
+    prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
     assert epilog.run(env(), cfg, cfg.vipu_client()) == 0
     assert [e["partition"] for e in Journal(cfg["state_dir"]).entries()] == ["slurm_42"]
+    assert Ledger(cfg["state_dir"]).owns("slurm_42", 42)  # reap will need it
 
 
 def test_epilog_of_a_job_without_ipus_does_nothing(fake, cfg):
@@ -196,6 +213,7 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
     client = cfg.vipu_client()
     for job in (1, 2, 3):
         client.create_partition(f"slurm_{job}", 1)
+        Ledger(cfg["state_dir"]).put(f"slurm_{job}", job_id=job)  # as the prolog records them
     journal = Journal(cfg["state_dir"])
     journal.add("slurm_1", 1, "V-IPU down")
     journal.add("slurm_9", 9, "V-IPU down")  # already gone by hand
@@ -217,3 +235,77 @@ def test_reap_refuses_to_overlap(fake, cfg):
     finally:
         import os
         os.close(fd)
+
+
+# --- trust: only what slurm-ipu created for the job (issue 14, items 2-4) -----------------
+
+def test_a_partition_planted_under_the_jobs_name_is_refused_and_never_removed(fake, cfg):
+    """A user pre-creates slurm_<next job id>: the victim is held for an admin, and neither the
+    prolog, the epilog nor reap touches the squatter's partition."""
+    fake.plant("slurm_42", 16, owner_uid=4242)
+    slurm = FakeSlurm()
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
+    assert slurm.held == {42} and "slurm-ipu did not create it for this job" in slurm.comments[42]
+    assert "an admin must remove it (vipu remove partition slurm_42)" in slurm.comments[42]
+    assert epilog.run(env(), cfg, cfg.vipu_client()) == 0
+    lines = []
+    assert reap.run(cfg, cfg.vipu_client(), FakeSlurm(), out=lines.append) == 0
+    assert "slurm_42" in fake.partitions and fake.partitions["slurm_42"]["owner_uid"] == 4242
+    assert lines == ["reap: left alone slurm_42 (job 42 gone): slurm-ipu did not create it"]
+    assert not [c for c in fake.calls if c[0] == "remove"]
+
+
+def test_a_planted_partition_is_refused_even_after_an_attempt_of_ours(fake, cfg):
+    """Our first attempt died before its create reached V-IPU (a record, no partition); the
+    squatter's partition that appeared since is still not ours."""
+    Ledger(cfg["state_dir"]).put("slurm_42", job_id=42)
+    fake.plant("slurm_42", 16, owner_uid=4242)
+    slurm = FakeSlurm()
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1 and slurm.held == {42}
+    assert Ledger(cfg["state_dir"]).get("slurm_42") is None and "slurm_42" in fake.partitions
+
+
+def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, tmp_path):
+    cfg = config.load(str(_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
+    epilog.run(env(), cfg, cfg.vipu_client())  # V-IPU down: journaled, the partition stays
+    slurm = FakeSlurm()
+    assert prolog.run(env(SLURM_JOB_NODELIST="node[3-4]", SLURM_JOB_RESTART_COUNT="1"), cfg, cfg.vipu_client(),
+                      slurm) == 0
+    assert fake.partitions["slurm_42"]["hosts"] == ["node3", "node4"]
+    assert Journal(cfg["state_dir"]).entries() == []  # reap can no longer take the running job's partition
+    assert slurm.comments[42] == ""  # the stale reason of the failed run is cleared
+
+
+def test_a_rerun_on_the_same_nodes_adopts_its_own_partition(fake, tmp_path):
+    cfg = config.load(str(_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    assert [c[0] for c in fake.calls].count("remove") == 0 and list(fake.partitions) == ["slurm_42"]
+
+
+def test_the_cause_is_logged_before_scontrol_and_survives_its_failure(fake, cfg):
+    fake.end_state = "ERROR"
+    assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm(broken=True)) == 1
+    log = hooks_log(cfg)
+    assert "partition slurm_42 went to ERROR" in log and "could not record this in Slurm" in log
+    assert log.index("went to ERROR") < log.index("could not record this in Slurm")
+
+
+def test_a_capacity_failure_works_off_the_journal_first(fake, cfg):
+    """One journaled partition (V-IPU refused its removal for a while) no longer costs a
+    Pod-sized job three failures and an admin hold."""
+    client = cfg.vipu_client()
+    fake.free = 64
+    client.create_partition("slurm_7", 64)
+    Journal(cfg["state_dir"]).add("slurm_7", 7, "V-IPU down")
+    slurm = FakeSlurm()
+    assert prolog.run(env(SLURM_JOB_LICENSES="ipu:64"), cfg, client, slurm) == 0
+    assert list(fake.partitions) == ["slurm_42"] and Journal(cfg["state_dir"]).entries() == []
+    assert "removed 1 journaled partition(s) to make room for slurm_42" in hooks_log(cfg)
+
+
+def test_a_successful_first_run_makes_no_slurm_call(fake, cfg):
+    slurm = FakeSlurm(broken=True)  # any call would fail loudly
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 0 and slurm.comments == {}

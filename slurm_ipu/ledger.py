@@ -1,0 +1,47 @@
+"""The partitions slurm-ipu created, one record per partition in STATE_DIR/created/.
+
+The prolog writes the record before it asks V-IPU to create the partition, so a prolog killed
+mid-create still leaves a trace for the epilog and `slurm-ipu reap`. Only a partition with a
+record of its job is ever adopted or removed by the hooks: a partition someone else made under
+the job's name (a user guessing the next job id) is refused and left alone. Records are small
+files written whole (tmp + rename), so parallel hooks never contend and a crash leaves either
+the whole record or none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+
+class Ledger:
+    def __init__(self, state_dir: str | Path):
+        self.dir = Path(state_dir) / "created"
+
+    def _path(self, partition: str) -> Path:
+        return self.dir / f"{partition}.json"
+
+    def get(self, partition: str) -> dict | None:
+        try:
+            doc = json.loads(self._path(partition).read_text())
+        except (OSError, ValueError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def put(self, partition: str, **record) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".{partition}.{os.getpid()}.tmp"
+        with open(tmp, "w") as fh:
+            json.dump(dict(record, partition=partition, time=time.time()), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._path(partition))
+
+    def drop(self, partition: str) -> None:
+        self._path(partition).unlink(missing_ok=True)
+
+    def owns(self, partition: str, job_id: int) -> bool:
+        record = self.get(partition)
+        return record is not None and record.get("job_id") == job_id
