@@ -39,10 +39,19 @@ PHRASES = [
 ]
 
 
+class VipuCommandFailed(VipuError):
+    """The `vipu` command itself could not run: a configuration error, never an answer."""
+
+
 def classify_error(text: str, returncode: int) -> VipuError:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     message = lines[-1] if lines else f"vipu exited with status {returncode} and printed nothing"
     message = re.sub(r"^(error|Error|ERROR):\s*", "", message)
+    if returncode in (126, 127):
+        # The shell's "cannot execute" / "not found": read as the controller's NOT_FOUND it would
+        # make the epilog report a partition "already gone" that is still there.
+        return VipuCommandFailed(f"the vipu command could not run (exit {returncode}: {message}); "
+                                 "check vipu.command in the slurm-ipu config")
     match = CODE_RE.search(text)
     if match and match.group(1) in CODES:
         return CODES[match.group(1)](CODE_RE.sub("", message).strip())

@@ -309,3 +309,16 @@ def test_a_capacity_failure_works_off_the_journal_first(fake, cfg):
 def test_a_successful_first_run_makes_no_slurm_call(fake, cfg):
     slurm = FakeSlurm(broken=True)  # any call would fail loudly
     assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 0 and slurm.comments == {}
+
+
+@pytest.mark.parametrize("code,err", [(127, "/opt/vipu/bin/vipu: exec: vipu-bin: not found"),
+                                      (126, "/opt/vipu/bin/vipu: Permission denied")])
+def test_a_vipu_that_cannot_run_is_never_read_as_already_gone(fake, cfg, code, err):
+    """Issue 11, item 1: `exec: ...: not found` (exit 127) once made the epilog log the partition
+    as already gone, exit 0 and journal nothing: a silent leak."""
+    prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
+    fake.failures = [(err, code)]
+    assert epilog.run(env(), cfg, cfg.vipu_client()) == 0
+    assert [e["partition"] for e in Journal(cfg["state_dir"]).entries()] == ["slurm_42"]
+    assert f"the vipu command could not run (exit {code}" in hooks_log(cfg) and "already gone" not in hooks_log(cfg)
+    assert "slurm_42" in fake.partitions
