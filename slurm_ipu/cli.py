@@ -18,7 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("rules", help="print the partition rules and the valid sizes for a Pod")
     r.add_argument("--ipus", type=int, default=64, help="IPUs in the Pod (default 64)")
-    r.add_argument("--ilds", type=int, default=None, help="ILDs in the Pod (default: IPUs / 64)")
+    r.add_argument("--ilds", type=int, default=None, help="ILDs in the Pod (default: IPUs / 64, rounded up)")
 
     sub.add_parser("demo", help="the main job: lab up, an IPU job end to end, the partition gone after")
 
@@ -45,14 +45,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_rules(args) -> int:
     from . import rules
+    from .errors import ConfigError
 
-    ilds = args.ilds or max(1, args.ipus // rules.IPUS_PER_ILD)
+    try:
+        rules.check_pod(args.ipus)
+    except rules.InvalidPartition as exc:
+        raise ConfigError(f"--ipus {args.ipus}: {exc}") from None
+    most = -(-args.ipus // rules.IPUS_PER_ILD)
+    ilds = most if args.ilds is None else args.ilds
+    if not 1 <= ilds <= most:
+        raise ConfigError(f"--ilds {ilds}: a Pod of {args.ipus} IPUs has 1 to {most} ILD(s) of 64 IPUs")
     for key, text in rules.RULES.items():
         print(f"{key:<11} {text}")
     print(f"{'sizes':<11} {', '.join(map(str, rules.valid_sizes(args.ipus)))}")
     for size in rules.valid_sizes(args.ipus):
-        ilds_ok = rules.valid_ilds(size, ilds)
-        print(f"  size {size:>4}: gcds {','.join(map(str, rules.valid_gcds(size)))}; ilds {','.join(map(str, ilds_ok))}")
+        for n in rules.valid_ilds(size, ilds):
+            gcds = ",".join(map(str, rules.valid_gcds(size, n)))
+            print(f"  size {size:>4}: ilds {n}: gcds {gcds}")
     return 0
 
 

@@ -30,8 +30,9 @@ def _positive(v):
 
 
 def _pod(v):
-    ok = v > 0 and (v & (v - 1) == 0 or v % 64 == 0)
-    return None if ok else "a Pod size: a power of two (4, 16, 64) or a multiple of 64 (128, 256, ...)"
+    from .rules import is_valid_allocation
+
+    return None if is_valid_allocation(v) else "a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 (128, 192, 256, ...)"
 
 
 PREFIX_CHARS = "-_"  # what the SPANK plugin accepts in its prefix= argument (spank/args.c)

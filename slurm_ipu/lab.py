@@ -1,6 +1,6 @@
 """`slurm-ipu lab up|down|status`: a real Slurm cluster on one machine, plus the V-IPU emulator.
 
-One slurmctld and N `slurmd -N nodeK` on loopback (see shared/reference/slurm-lab-notes.md),
+One slurmctld and N `slurmd -N nodeK` on loopback (docs/slurm.md),
 configuration rendered from templates/, the `vipu` shim on the lab's own PATH only. Every
 process the lab starts is recorded by pid in LAB/pids.json; `down` stops exactly those.
 Progress goes to stderr; stdout carries only `export NAME=value` lines for `eval`.
@@ -65,9 +65,9 @@ def check_spec(spec: LabSpec) -> None:
     if spec.nodes < 1 or spec.ipus_per_node < 1:
         raise LabError(f"--nodes {spec.nodes} and --ipus-per-node {spec.ipus_per_node} must be positive")
     total = spec.pod_ipus
-    if total % rules.IPUS_PER_AGENT or not (rules.is_power_of_two(total) or total % rules.IPUS_PER_ILD == 0):
-        raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: "
-                       "use a power of two of at least 4, or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")
+    if not rules.is_valid_allocation(total):
+        raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: use 4, 8, 16, 32, "
+                       "64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")
 
 
 # --- configuration -----------------------------------------------------------------------

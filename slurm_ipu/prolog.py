@@ -39,8 +39,8 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
     name = ctx.partition(cfg["partition.prefix"])
     try:
         pod = cfg["pod.ipus"]
-        rules.check_shape(ctx.ipus, ctx.gcds, ctx.ilds, cluster_ilds=max(1, pod // rules.IPUS_PER_ILD))
-        part = _ensure_with_room(ctx, cfg, client, name, deadline, clock)
+        shape = rules.check_shape(ctx.ipus, ctx.gcds, ctx.ilds, cluster_ilds=max(1, pod // rules.IPUS_PER_ILD))
+        part = _ensure_with_room(ctx, shape, cfg, client, name, deadline, clock)
     except SlurmIpuError as exc:
         _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
         return _fail(ctx, cfg, slurm, name, exc)
@@ -52,15 +52,15 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
     return 0
 
 
-def _ensure_with_room(ctx, cfg, client, name: str, deadline: float, clock):
+def _ensure_with_room(ctx, shape, cfg, client, name: str, deadline: float, clock):
     """A capacity failure while the journal still holds partitions V-IPU refused to remove
     earlier: work the journal off (bounded), then try once more."""
     try:
-        return _ensure(ctx, cfg, client, name, deadline)
+        return _ensure(ctx, shape, cfg, client, name, deadline)
     except InsufficientIpus:
         if not _work_off_journal(cfg, client, name, deadline, clock):
             raise
-        return _ensure(ctx, cfg, client, name, deadline)
+        return _ensure(ctx, shape, cfg, client, name, deadline)
 
 
 def _work_off_journal(cfg, client, name: str, deadline: float, clock) -> int:
@@ -80,43 +80,44 @@ def _work_off_journal(cfg, client, name: str, deadline: float, clock) -> int:
     return freed
 
 
-def _shape(ctx: JobContext, cfg) -> dict:
-    return {"num_gcds": ctx.gcds, "num_ilds": ctx.ilds, "reconfigurable": ctx.reconfigurable,
+def _args(ctx: JobContext, shape, cfg) -> dict:
+    """The create's arguments: the shape with the rule table's defaults filled in (a partition
+    over several ILDs needs a GCD per ILD, which V-IPU's own default of one GCD would break)."""
+    return {"num_gcds": shape.num_gcds, "num_ilds": shape.num_ilds, "reconfigurable": ctx.reconfigurable,
             "allocation": cfg["partition.allocation"], "hosts": list(ctx.nodes), "owner_uid": ctx.uid}
 
 
-def _ensure(ctx: JobContext, cfg, client, name: str, deadline: float):
+def _ensure(ctx: JobContext, shape, cfg, client, name: str, deadline: float):
     ledger = Ledger(cfg["state_dir"])
     ours = ledger.owns(name, ctx.job_id)  # a record left by an earlier attempt of this same job
     # Recorded before the create: a prolog killed mid-create leaves a trace for epilog and reap.
-    ledger.put(name, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=ctx.ipus, gcds=ctx.gcds or 1,
-               ilds=ctx.ilds)
+    ledger.put(name, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=shape.size, gcds=shape.num_gcds,
+               ilds=shape.num_ilds)
     try:
-        created = client.create_partition(name, ctx.ipus, deadline=deadline, **_shape(ctx, cfg))
+        created = client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, cfg))
     except PartitionExists:
-        created = _existing(ctx, cfg, client, name, deadline, ours, ledger)
+        created = _existing(ctx, shape, cfg, client, name, deadline, ours, ledger)
     if created is not None and created.name == name and created.state == "ACTIVE":
         return created  # saves one `vipu list` on the prolog's path
     return client.wait_active(name, deadline)
 
 
-def _existing(ctx, cfg, client, name: str, deadline: float, ours: bool, ledger: Ledger):
+def _existing(ctx, shape, cfg, client, name: str, deadline: float, ours: bool, ledger: Ledger):
     part = client.get_partition(name, deadline)
     foreign = part is not None and part.owner_uid is not None and part.owner_uid != ctx.uid
     if not ours or foreign:
         ledger.drop(name)  # never mark someone else's partition as ours
         who = f" (owner uid {part.owner_uid})" if part is not None and part.owner_uid is not None else ""
         raise ForeignPartition(f"partition {name} already exists{who} and slurm-ipu did not create it for this job")
-    if part is not None and _fits(part, ctx):
+    if part is not None and _fits(part, shape, ctx):
         return part
     # Ours, but made for another placement or size (the job was requeued to other nodes): replace it.
     client.remove_partition(name, missing_ok=True, deadline=deadline)
-    return client.create_partition(name, ctx.ipus, deadline=deadline, **_shape(ctx, cfg))
+    return client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, cfg))
 
 
-def _fits(part, ctx: JobContext) -> bool:
-    return (part.size == ctx.ipus and part.num_gcds == (ctx.gcds or 1)
-            and (ctx.ilds is None or part.num_ilds == ctx.ilds)
+def _fits(part, shape, ctx: JobContext) -> bool:
+    return ((part.size, part.num_gcds, part.num_ilds) == (shape.size, shape.num_gcds, shape.num_ilds)
             and (not part.hosts or sorted(part.hosts) == sorted(ctx.nodes)))
 
 

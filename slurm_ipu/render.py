@@ -35,7 +35,11 @@ def pod_values(pod_ipus: int) -> dict:
     """What the templates derive from the rule table: valid sizes and the emulator's shape."""
     ilds = max(1, pod_ipus // rules.IPUS_PER_ILD)
     agents = pod_ipus // rules.IPUS_PER_AGENT
-    return {"pod_ipus": pod_ipus, "sizes": rules.valid_sizes(pod_ipus),
+    sizes = rules.valid_sizes(pod_ipus)
+    # For job_submit.lua: per size, the ILD counts this Pod allows and the GCD counts for each.
+    shapes = {s: {"default_ilds": rules.default_ilds(s),
+                  "ilds": {n: rules.valid_gcds(s, n) for n in rules.valid_ilds(s, ilds)}} for s in sizes}
+    return {"pod_ipus": pod_ipus, "sizes": sizes, "shapes": shapes,
             "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}}
 
 

@@ -1,20 +1,25 @@
-"""Partition rules: the one table the emulator, the client and job_submit.lua all read.
+"""Partition rules: the one table the emulator, the client, ipurun and job_submit.lua all read.
 
-Public facts (see shared/reference/vipu-poprun.md, section 2): sizes are powers of two;
-an IPU-Machine (V-IPU agent) holds 4 IPUs; an IPU-POD64 is one IPU-Link domain (ILD) of
-16 agents; partitions spanning several ILDs need one instance per ILD.
+V-IPU's published rules (docs/vipu.md):
+- partition sizes: 1, 2, 4, 8, 16, 32 or 64 IPUs, or any multiple of 64 (192 is valid);
+- GCD sizes (IPUs per GCD): 1, 2, 4, 8, 16 or 64, and a GCD never spans ILDs;
+- allocation sizes: 4, 8, 16, 32, 64 IPUs or multiples of 64 (whole IPU-Machines of 4 IPUs);
+- replica sizes: 1, 2 or 4 IPUs;
+- an IPU-Machine (V-IPU agent) holds 4 IPUs; an IPU-POD64 is one IPU-Link domain (ILD) of 16
+  agents; a partition over several ILDs needs one instance per ILD.
 
-Choices where the public record is silent (UNCONFIRMED upstream, decided here, in one place):
-- A partition of N IPUs over L ILDs takes N/L IPUs in each of L distinct ILDs; L is a power
-  of two, at most the cluster's ILD count, and N/L at most one ILD. Without --num-ilds the
-  server picks the smallest L that fits (ceil(N / ILD size), rounded to a power of two).
-- GCD counts are powers of two that divide the size (every GCD gets size/G IPUs, at least 1).
+Choices where the public record is silent (decided here, in one place):
+- A partition of N IPUs over L ILDs takes N/L IPUs in each of L distinct ILDs; N/L is itself a
+  partition size of at most one ILD. Without --num-ilds the server picks the fewest ILDs that
+  hold it (ceil(N / 64)).
+- Without --num-gcds a partition has one GCD per ILD (so no GCD spans ILDs); a single GCD in a
+  single ILD may hold any partition size up to 64 (the PopRun guide lists a 32-IPU partition).
 - A partition never exceeds the IPUs of the allocation it is created in.
+
+Plain classes, not dataclasses: ipurun imports this on every launch.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from .errors import InvalidPartition
 
@@ -22,24 +27,38 @@ IPUS_PER_AGENT = 4
 AGENTS_PER_ILD = 16
 IPUS_PER_ILD = IPUS_PER_AGENT * AGENTS_PER_ILD  # 64: one IPU-POD64
 
-# The table. Everything below derives its checks and its messages from these rows.
-RULES = {
-    "size": "a power of two from 1 up to the IPUs available (cluster or allocation)",
-    "num_gcds": "a power of two that divides the size",
-    "num_ilds": "a power of two, at most the cluster's ILDs, with size/ILDs at most one ILD",
-    "allocation": "a partition's IPUs all come from one allocation",
-    "replica": "a replica takes 1, 2 or 4 IPUs (V-IPU's replica sizes)",
-}
+SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)   # then every multiple of 64
+GCD_SIZES = (1, 2, 4, 8, 16, 64)
+ALLOCATION_SMALL = (4, 8, 16, 32, 64)    # then every multiple of 64
 REPLICA_SIZES = (1, 2, 4)
 
+# The table in words. Everything below derives its checks and messages from the tuples above.
+RULES = {
+    "size": "1, 2, 4, 8, 16, 32 or 64 IPUs, or a multiple of 64, up to the IPUs available",
+    "num_gcds": "divides the size into GCDs of 1, 2, 4, 8, 16 or 64 IPUs, none spanning ILDs",
+    "num_ilds": "at most the cluster's ILDs, each holding size/ILDs IPUs (a partition size of at most 64)",
+    "allocation": "4, 8, 16, 32 or 64 IPUs or a multiple of 64; a partition's IPUs all come from one",
+    "replica": "a replica takes 1, 2 or 4 IPUs (V-IPU's replica sizes)",
+}
 
-@dataclass(frozen=True)
+
 class Shape:
     """A validated partition request."""
 
-    size: int
-    num_gcds: int = 1
-    num_ilds: int = 1
+    __slots__ = ("size", "num_gcds", "num_ilds")
+
+    def __init__(self, size: int, num_gcds: int = 1, num_ilds: int = 1):
+        self.size, self.num_gcds, self.num_ilds = size, num_gcds, num_ilds
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Shape) and (self.size, self.num_gcds, self.num_ilds) == (
+            other.size, other.num_gcds, other.num_ilds)
+
+    def __hash__(self) -> int:
+        return hash((self.size, self.num_gcds, self.num_ilds))
+
+    def __repr__(self) -> str:
+        return f"Shape(size={self.size}, num_gcds={self.num_gcds}, num_ilds={self.num_ilds})"
 
     @property
     def ipus_per_ild(self) -> int:
@@ -54,78 +73,87 @@ def is_power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def powers_of_two(limit: int) -> list[int]:
-    """1, 2, 4, ... up to and including limit (if limit is itself reachable)."""
-    out, p = [], 1
-    while p <= limit:
-        out.append(p)
-        p *= 2
-    return out
+def is_valid_size(n: int) -> bool:
+    return n in SMALL_SIZES or (n > 0 and n % IPUS_PER_ILD == 0)
+
+
+def is_valid_allocation(n: int) -> bool:
+    """Also what a Pod may hold: whole IPU-Machines, as an allocation."""
+    return n in ALLOCATION_SMALL or (n > 0 and n % IPUS_PER_ILD == 0)
 
 
 def valid_sizes(max_ipus: int) -> list[int]:
-    return powers_of_two(max_ipus)
+    small = [s for s in SMALL_SIZES if s <= max_ipus]
+    return small + list(range(2 * IPUS_PER_ILD, max_ipus + 1, IPUS_PER_ILD))
 
 
-def valid_gcds(size: int) -> list[int]:
-    return [g for g in powers_of_two(size) if size % g == 0]
+def _gcd_ok(size: int, gcds: int, ilds: int) -> bool:
+    if gcds < 1 or size % gcds:
+        return False
+    per = size // gcds
+    if (size // ilds) % per:
+        return False  # the GCD would span ILDs
+    return per in GCD_SIZES or (gcds == 1 and ilds == 1)
+
+
+def valid_gcds(size: int, ilds: int = 1) -> list[int]:
+    return [g for g in range(1, size + 1) if _gcd_ok(size, g, ilds)]
 
 
 def valid_ilds(size: int, cluster_ilds: int, ipus_per_ild: int = IPUS_PER_ILD) -> list[int]:
-    return [
-        n
-        for n in powers_of_two(cluster_ilds)
-        if size % n == 0 and size // n <= ipus_per_ild
-    ]
+    return [n for n in range(1, cluster_ilds + 1)
+            if size % n == 0 and size // n <= ipus_per_ild and is_valid_size(size // n)]
 
 
 def default_ilds(size: int, ipus_per_ild: int = IPUS_PER_ILD) -> int:
-    need = -(-size // ipus_per_ild)
-    return 1 << (need - 1).bit_length()
+    return max(1, -(-size // ipus_per_ild))
+
+
+def default_gcds(size: int, ilds: int) -> int:
+    return ilds  # one per ILD: the fewest GCDs none of which spans ILDs
 
 
 def _listing(values: list[int]) -> str:
+    if len(values) > 12:
+        values = [*values[:11], "...", values[-1]]
     return ", ".join(str(v) for v in values) if values else "none"
 
 
 def check_size(size: int, max_ipus: int, where: str = "this cluster") -> int:
-    sizes = valid_sizes(max_ipus)
-    hint = f"valid sizes on {where}: {_listing(sizes)}"
+    hint = f"valid sizes on {where}: {_listing(valid_sizes(max_ipus))}"
     if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
         raise InvalidPartition(f"invalid partition size {size!r}: must be positive; {hint}")
-    if not is_power_of_two(size):
-        raise InvalidPartition(f"invalid partition size {size}: not a power of two; {hint}")
+    if not is_valid_size(size):
+        raise InvalidPartition(f"invalid partition size {size}: not 1, 2, 4, 8, 16, 32, 64 or a multiple of 64; "
+                               f"{hint}")
     if size > max_ipus:
-        raise InvalidPartition(
-            f"invalid partition size {size}: exceeds the {max_ipus} IPUs of {where}; {hint}"
-        )
+        raise InvalidPartition(f"invalid partition size {size}: exceeds the {max_ipus} IPUs of {where}; {hint}")
     return size
 
 
-def check_shape(
-    size: int,
-    num_gcds: int | None = None,
-    num_ilds: int | None = None,
-    *,
-    cluster_ilds: int = 1,
-    ipus_per_ild: int = IPUS_PER_ILD,
-) -> Shape:
-    """Validate a request against the cluster; every rejection lists the valid choices."""
+def check_shape(size: int, num_gcds: int | None = None, num_ilds: int | None = None, *, cluster_ilds: int = 1,
+                ipus_per_ild: int = IPUS_PER_ILD) -> Shape:
+    """Validate a request against the cluster and fill in the defaults; every rejection lists
+    the valid choices."""
     check_size(size, cluster_ilds * ipus_per_ild)
-    gcds = 1 if num_gcds is None else num_gcds
-    if gcds not in valid_gcds(size):
-        raise InvalidPartition(
-            f"invalid --num-gcds {gcds} for a partition of {size} IPUs; "
-            f"valid GCD counts: {_listing(valid_gcds(size))}"
-        )
     ilds_ok = valid_ilds(size, cluster_ilds, ipus_per_ild)
     ilds = default_ilds(size, ipus_per_ild) if num_ilds is None else num_ilds
     if ilds not in ilds_ok:
-        raise InvalidPartition(
-            f"invalid --num-ilds {ilds} for a partition of {size} IPUs on a cluster of "
-            f"{cluster_ilds} ILD(s); valid ILD counts: {_listing(ilds_ok)}"
-        )
+        raise InvalidPartition(f"invalid --num-ilds {ilds} for a partition of {size} IPUs on a cluster of "
+                               f"{cluster_ilds} ILD(s); valid ILD counts: {_listing(ilds_ok)}")
+    gcds = default_gcds(size, ilds) if num_gcds is None else num_gcds
+    if not _gcd_ok(size, gcds, ilds):
+        raise InvalidPartition(f"invalid --num-gcds {gcds} for a partition of {size} IPUs over {ilds} ILD(s); "
+                               f"valid GCD counts: {_listing(valid_gcds(size, ilds))}")
     return Shape(size=size, num_gcds=gcds, num_ilds=ilds)
+
+
+def check_pod(ipus: int) -> int:
+    """A Pod (the IPUs one V-IPU controller and one licence pool hold)."""
+    if isinstance(ipus, bool) or not isinstance(ipus, int) or not is_valid_allocation(ipus):
+        raise InvalidPartition(f"{ipus!r} IPUs is not a Pod size; use 4, 8, 16, 32, 64 or a multiple of 64 "
+                               "(whole IPU-Machines: IPU-POD16, POD64, POD128, POD256)")
+    return ipus
 
 
 def check_job_request(ipus_per_node: int, nodes: int, max_ipus: int) -> int:
@@ -135,6 +163,5 @@ def check_job_request(ipus_per_node: int, nodes: int, max_ipus: int) -> int:
         return check_size(total, max_ipus, where="this Pod")
     except InvalidPartition as exc:
         raise InvalidPartition(
-            f"--gres=ipu:{ipus_per_node} on {nodes} node(s) asks for {total} IPUs: "
-            + str(exc).split(": ", 1)[1]
+            f"--gres=ipu:{ipus_per_node} on {nodes} node(s) asks for {total} IPUs: " + str(exc).split(": ", 1)[1]
         ) from None

@@ -88,7 +88,7 @@ class Api:
             self.close()  # a broken keep-alive connection is never reused
             reason = "timed out" if isinstance(exc, TimeoutError | socket.timeout) else (
                 getattr(exc, "strerror", None) or type(exc).__name__)
-            raise VipuUnavailable(f"V-IPU server unavailable at {self.where}: {reason}") from None
+            raise ControllerUnreachable(f"V-IPU server unavailable at {self.where}: {reason}") from None
         try:
             doc = json.loads(payload or b"{}")
         except ValueError:
@@ -146,6 +146,10 @@ class Api:
 
     def check(self) -> dict:
         return self.call("GET", "/admin/check")
+
+
+class ControllerUnreachable(VipuUnavailable):
+    """No answer at all: the `vipu` CLI words this as the real one does."""
 
 
 def _loopback_only(host: str, port: int) -> None:

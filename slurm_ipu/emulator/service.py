@@ -119,6 +119,7 @@ class Service:
                 "num_replicas": rec["total_replicas"],
                 "reconfigurable": rec["reconfigurable"],
                 "allocation": rec["allocation"],
+                "cluster": self.cluster.name,
                 "owner_uid": rec["owner_uid"],
                 "hosts": rec["hosts"],
                 "ipus": [self.cluster.describe_ipu(i) for i in rec["ipus"]],

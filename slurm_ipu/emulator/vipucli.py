@@ -1,15 +1,17 @@
 """A `vipu`-compatible command line for the emulator (`vipu-emu cli ...`, and the lab's `vipu`).
 
 Grammar: `vipu [globals] <verb> <noun> [name] [flags]`, globals also accepted after the noun.
-Output follows the documented forms (shared/reference/vipu-poprun.md, 1.5):
+Output follows the documented forms (docs/vipu.md):
 - successes: `<verb> partition (<name>): success.`
-- `list partitions`: the user table (Partition | Cluster | ILDs | GW Routing | ILD Routing |
-  Size | GCDs | State); Cluster shows the allocation. `--showjson` prints a JSON array of
+- `list partitions`: the user table as PopRun's guide shows it (Cluster | Allocation |
+  Partition | ILDs | GW Routing | ILD Routing | Size | GCDs | State). `--showjson` prints a JSON array of
   {"partition": {"id", "spec": {"ipus", "num_gcds", "num_replicas", ...}, "status": {"state"}}}.
 - `get partition NAME --ipu-configs` (or `--ipuof-configs`): one header line, then JSON with
   one entry per IPU of the GCD.
 - `--server-version`: line 2 is `host: <host>:<port>` (what Graphcore scripts cut out).
-Choices where the record is silent (UNCONFIRMED upstream): errors are one line on stderr,
+- no controller answering: `unable to connect to VIRM/V-IPU Controller at HOST:PORT: context
+  deadline exceeded` (PopRun's troubleshooting guide), exit status 1.
+Choices where the record is silent (UNCONFIRMED upstream): other errors are one line on stderr,
 `error: <message> [<CODE>]`, exit status 1; usage errors exit 2. Emulator-only flags:
 `--hosts` (hosts allowed to attach) and `--owner-uid` (owner, for a root caller acting for a job).
 
@@ -27,7 +29,7 @@ import sys
 
 from .. import __version__
 from ..errors import SlurmIpuError
-from .api import API_VERSION, Api, ApiError
+from .api import API_VERSION, Api, ApiError, ControllerUnreachable
 
 DEFAULT_HCL = "/etc/vipu/vipu-cli.hcl"
 
@@ -113,14 +115,18 @@ def table(headers: list[str], rows: list[list[str]], rule_above: bool = False) -
     return "\n".join(out)
 
 
+PARTITION_COLUMNS = ["Cluster", "Allocation", "Partition", "ILDs", "GW Routing", "ILD Routing", "Size", "GCDs",
+                     "State"]  # as PopRun's guide shows `vipu list partition`
+
+
 def partitions_table(parts: list[dict]) -> str:
     rows = []
     for item in parts:
         p = item["partition"]
         spec = p["spec"]
-        rows.append([p["id"], spec["allocation"], str(spec["num_ilds"]), "DEFAULT", "RINGSWNC",
-                     str(spec["size"]), str(spec["num_gcds"]), p["status"]["state"].removeprefix("PS_")])
-    return table(["Partition", "Cluster", "ILDs", "GW Routing", "ILD Routing", "Size", "GCDs", "State"], rows)
+        rows.append([spec.get("cluster", "-"), spec["allocation"], p["id"], str(spec["num_ilds"]), "DEFAULT",
+                     "RINGSWNC", str(spec["size"]), str(spec["num_gcds"]), p["status"]["state"].removeprefix("PS_")])
+    return table(PARTITION_COLUMNS, rows)
 
 
 def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
@@ -178,6 +184,11 @@ def main(argv: list[str] | None = None, prog: str = "vipu") -> int:
         return run(args, api)
     except ApiError as exc:
         print(f"error: {exc} [{exc.code}]", file=sys.stderr)
+        return 1
+    except ControllerUnreachable:
+        # The real vipu's wording (PopRun's troubleshooting guide), which clients recognise.
+        print(f"unable to connect to VIRM/V-IPU Controller at {host}:{port}: context deadline exceeded",
+              file=sys.stderr)
         return 1
     except SlurmIpuError as exc:
         code = "UNAVAILABLE" if exc.__class__.__name__ == "VipuUnavailable" else "INVALID_ARGUMENT"

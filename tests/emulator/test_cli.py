@@ -9,11 +9,12 @@ def test_create_then_list_shows_active_partition(vipu):
     out = vipu("create", "partition", "p1", "--size", "8", check=True).stdout
     assert out.strip() == "create partition (p1): success."
     table = vipu("list", "partitions", check=True).stdout.splitlines()
-    assert table[0].split("|")[0].strip() == "Partition"
+    assert [c.strip() for c in table[0].split("|")] == ["Cluster", "Allocation", "Partition", "ILDs", "GW Routing",
+                                                        "ILD Routing", "Size", "GCDs", "State"]
     row = [c.strip() for c in table[2].split("|")]
-    assert row == ["p1", "default", "1", "DEFAULT", "RINGSWNC", "8", "1", "ACTIVE"]
-    # what Graphcore scripts do with the table: grep ACTIVE | cut -d '|' -f 1
-    assert [ln.split("|")[0].strip() for ln in table if "ACTIVE" in ln] == ["p1"]
+    assert row == ["pod64", "default", "p1", "1", "DEFAULT", "RINGSWNC", "8", "1", "ACTIVE"]
+    # what scripts do with the table: grep ACTIVE | cut -d '|' -f 3
+    assert [ln.split("|")[2].strip() for ln in table if "ACTIVE" in ln] == ["p1"]
 
 
 @pytest.mark.parametrize("args,words", [
@@ -76,4 +77,8 @@ def test_unreachable_server_is_one_line(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.emulator.vipucli", "--api-host", "127.0.0.1",
                            "--api-port", "1", "list", "partitions"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
-    assert proc.stderr.count("\n") == 1 and "unavailable" in proc.stderr and "[UNAVAILABLE]" in proc.stderr
+    assert proc.stderr == "unable to connect to VIRM/V-IPU Controller at 127.0.0.1:1: context deadline exceeded\n"
+    from slurm_ipu.errors import VipuUnavailable
+    from slurm_ipu.vipu.parse import classify_error
+
+    assert isinstance(classify_error(proc.stderr, 1), VipuUnavailable)  # transient: the client retries

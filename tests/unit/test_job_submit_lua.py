@@ -38,8 +38,17 @@ def lua_file(tmp_path_factory):
 
 def lua_table(d: dict) -> str:
     def val(v):
+        if isinstance(v, list):  # spank_job_env: a table indexed from 0, as Slurm hands it over
+            return "{" + ", ".join(f"[{i}] = {val(x)}" for i, x in enumerate(v)) + "}"
         return f'"{v}"' if isinstance(v, str) else str(v)
     return "{" + ", ".join(f"{k} = {val(v)}" for k, v in d.items()) + "}"
+
+
+@pytest.fixture(scope="module")
+def lua_256(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lua256") / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", render.pod_values(256)))
+    return str(path)
 
 
 def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, str]:
@@ -121,3 +130,36 @@ def test_modify_keeps_licence_and_gres_consistent(lua_file, change, rec, result)
         assert msg.startswith("slurm-ipu: refused job modify: "), msg
     if result[1] is not None:
         assert lic == result[1]
+
+
+SPANK = "_SLURM_SPANK_OPTION_spank_ipu_ipu_gcds=8"  # the other entry Slurm puts there (measured, 22.05)
+
+
+@pytest.mark.parametrize("job,words", [
+    ({"tres_per_node": "gres:ipu:4", "spank_job_env": [SPANK, "IPU_GCDS=8"]},
+     "--ipu-gcds=8: a partition of 4 IPUs over 1 ILD(s) has 1, 2, 4 GCD(s)"),
+    ({"tres_per_node": "gres:ipu:16", "spank_job_env": ["IPU_ILDS=2"]},
+     "--ipu-ilds=2: a partition of 16 IPUs on this Pod spans 1 ILD(s)"),
+    ({"tres_per_node": "gres:ipu:16", "min_nodes": 4, "spank_job_env": ["IPU_GCDS=2"]},
+     "--ipu-gcds=2: a partition of 64 IPUs over 1 ILD(s) has 1, 4, 8, 16, 32, 64 GCD(s)"),
+])
+def test_impossible_shapes_are_refused_at_submit(lua_file, job, words):
+    rc, _lic, _nodes, msg = run(lua_file, job)
+    assert rc == -1 and words in msg, msg
+
+
+@pytest.mark.parametrize("job,licence", [
+    ({"tres_per_node": "gres:ipu:4", "min_nodes": 2, "spank_job_env": ["IPU_GCDS=2", "IPU_ILDS=1"]}, "ipu:8"),
+    ({"tres_per_node": "gres:ipu:4", "spank_job_env": [SPANK]}, "ipu:4"),
+])
+def test_possible_shapes_pass(lua_file, job, licence):
+    assert run(lua_file, job)[:2] == (0, licence)
+
+
+def test_a_256_pod_takes_multiples_of_64_and_keeps_gcds_inside_ilds(lua_256):
+    assert run(lua_256, {"tres_per_node": "gres:ipu:64", "min_nodes": 3})[:2] == (0, "ipu:192")
+    rc, _lic, _nodes, msg = run(lua_256, {"tres_per_node": "gres:ipu:48", "min_nodes": 2})
+    assert rc == -1 and "valid totals: 1, 2, 4, 8, 16, 32, 64, 128, 192, 256" in msg
+    rc, _lic, _nodes, msg = run(lua_256, {"tres_per_node": "gres:ipu:64", "min_nodes": 2,
+                                          "spank_job_env": ["IPU_GCDS=1"]})
+    assert rc == -1 and "--ipu-gcds=1: a partition of 128 IPUs over 2 ILD(s) has 2, 8, 16, 32, 64, 128" in msg
