@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm bench demo deps apt spank clean
+.PHONY: test unit emulator slurm bench demo deps apt spank clean lint
 
 # Python side: a project-local venv (Debian's system Python refuses pip installs, PEP 668).
 $(VENV)/.installed: pyproject.toml
@@ -30,7 +30,11 @@ apt:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-test: deps
+# ruff's rules are pinned in pyproject.toml; CI runs this through `make test`.
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check slurm_ipu tests
+
+test: deps lint
 	$(PY) -m pytest -q tests/unit tests/emulator tests/slurm $(PYTEST_ARGS)
 
 unit: deps

@@ -72,7 +72,8 @@ def cmd_hook(args) -> int:
 
     which = args.cmd
     if which == "hook":
-        which = {"prolog_slurmctld": "prolog", "epilog_slurmctld": "epilog"}.get(os.environ.get("SLURM_SCRIPT_CONTEXT", ""))
+        context = os.environ.get("SLURM_SCRIPT_CONTEXT", "")
+        which = {"prolog_slurmctld": "prolog", "epilog_slurmctld": "epilog"}.get(context)
         if which is None:
             from .errors import ConfigError
 

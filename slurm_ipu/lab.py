@@ -149,9 +149,11 @@ def write_files(spec: LabSpec) -> None:
     py = sys.executable
     _script(spec.path("bin", "vipu"),
             f"#!/bin/sh\n# The lab's V-IPU CLI: the emulator's vipu-compatible command line.\n"
-            f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}} "
+            f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
+            f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}} "
             f"exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
-    _script(spec.path("bin", "slurm-ipu-hook"), HOOK_WRAPPER.format(config=spec.path("etc", "slurm-ipu.yaml"), python=py))
+    _script(spec.path("bin", "slurm-ipu-hook"),
+            HOOK_WRAPPER.format(config=spec.path("etc", "slurm-ipu.yaml"), python=py))
     # The product's own commands on the lab's PATH, run by the interpreter that has the package.
     for name, module in LAB_COMMANDS.items():
         _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
@@ -213,7 +215,8 @@ def save_pids(spec: LabSpec, pids: dict) -> None:
 
 
 def _run(argv: list[str], spec: LabSpec, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(argv, env=spec.env(), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(argv, env=spec.env(), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
         raise LabError(f"`{' '.join(argv)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[:300]}")
     return proc
@@ -329,7 +332,8 @@ def up(spec: LabSpec) -> None:
     check_spec(spec)
     for tool in ("slurmctld", "slurmd", "munged"):
         if not (SBIN / tool).exists():
-            raise LabError(f"{SBIN / tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), or run `make demo`")
+            raise LabError(f"{SBIN / tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), "
+                           "or run `make demo`")
     install_spank(spec)
     pids = load_pids(spec)
     if pids.get("spec") and pids["spec"] != _spec_key(spec) and any(_alive(p) for k, p in pids.items() if k != "spec"):

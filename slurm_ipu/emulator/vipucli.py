@@ -153,7 +153,8 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
         if show_json:
             print(json.dumps(allocs, indent=2), file=out)
         else:
-            print(table(["Allocation ID", "Agents"], [[a["id"], " ".join(a["agents"])] for a in allocs], True), file=out)
+            rows = [[a["id"], " ".join(a["agents"])] for a in allocs]
+            print(table(["Allocation ID", "Agents"], rows, True), file=out)
     elif verb == "get" and args.ipu_configs:
         doc = api.ipuof(args.name, args.gcd)
         print(f"IPUoF configuration of partition {args.name} GCD {args.gcd}:", file=out)

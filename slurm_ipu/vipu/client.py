@@ -54,7 +54,8 @@ class VipuClient:
     def _once(self, args: Sequence[str], timeout: float) -> str:
         argv = self._argv(args)
         try:
-            proc = (self.runner or subprocess.run)(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            proc = (self.runner or subprocess.run)(argv, capture_output=True, text=True, timeout=timeout,
+                                                   stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise ConfigError(
                 f"V-IPU command {argv[0]!r} not found; install vipu or set vipu.command in the slurm-ipu config"

@@ -99,7 +99,8 @@ def parse_partitions(text: str) -> list[Partition]:
     try:
         doc = json.loads(text or "[]")
     except ValueError:
-        raise VipuError(f"`vipu list partitions --showjson` printed something that is not JSON: {text[:120]!r}") from None
+        raise VipuError(f"`vipu list partitions --showjson` printed something that is not JSON: "
+                        f"{text[:120]!r}") from None
     if isinstance(doc, dict):  # tolerate {"partitions": [...]}
         doc = doc.get("partitions", [])
     if not isinstance(doc, list):

@@ -62,11 +62,13 @@ def test_globals_after_the_noun_and_env_address(emu, tmp_path):
     import sys
     env = {"VIPU_CLI_API_HOST": "127.0.0.1", "VIPU_CLI_API_PORT": str(emu.port), "PATH": "/usr/bin:/bin"}
     base = [sys.executable, "-m", "slurm_ipu.emulator.vipucli"]
-    proc = subprocess.run([*base, "list", "partitions", "--showjson"], env=env, capture_output=True, text=True, timeout=30)
+    proc = subprocess.run([*base, "list", "partitions", "--showjson"], env=env, capture_output=True, text=True,
+                          timeout=30)
     assert proc.returncode == 0 and json.loads(proc.stdout) == []
     hcl = tmp_path / "vipu-cli.hcl"
     hcl.write_text(f'api-host="127.0.0.1"\napi-port={emu.port}\n')
-    proc = subprocess.run([*base, "--config", str(hcl), "list", "allocations"], capture_output=True, text=True, timeout=30,
+    proc = subprocess.run([*base, "--config", str(hcl), "list", "allocations"], capture_output=True, text=True,
+                          timeout=30,
                           env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0 and "default" in proc.stdout
 

@@ -205,7 +205,8 @@ def pytest_runtest_makereport(item, call):
 
 PROBE = """#!/bin/bash
 # What a task sees: its node, the IPUOF variables, and what an IPUoF attach would grant it.
-echo "PROBE $SLURMD_NODENAME ${SLURM_PROCID:-b} $IPUOF_VIPU_API_HOST $IPUOF_VIPU_API_PORT $IPUOF_VIPU_API_PARTITION_ID cfg=${IPUOF_CONFIG_PATH:-unset}"
+echo "PROBE $SLURMD_NODENAME ${SLURM_PROCID:-b} $IPUOF_VIPU_API_HOST $IPUOF_VIPU_API_PORT \\
+$IPUOF_VIPU_API_PARTITION_ID cfg=${IPUOF_CONFIG_PATH:-unset}"
 echo "ATTACH $(%s -m slurm_ipu.emulator.main attach 2>&1)"
 """
 

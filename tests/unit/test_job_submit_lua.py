@@ -78,7 +78,8 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
 
 
 @pytest.mark.parametrize("job,words", [
-    ({"tres_per_node": "gres:ipu:3"}, "asks for 3 IPUs, not a valid partition size; valid totals: 1, 2, 4, 8, 16, 32, 64"),
+    ({"tres_per_node": "gres:ipu:3"},
+     "asks for 3 IPUs, not a valid partition size; valid totals: 1, 2, 4, 8, 16, 32, 64"),
     ({"tres_per_node": "gres:ipu:8", "min_nodes": 3}, "on 3 node(s) asks for 24 IPUs"),
     ({"tres_per_node": "gres:ipu:32", "min_nodes": 4}, "128 IPUs, more than the Pod's 64"),
     ({"tres_per_node": "gres:ipu:0"}, "at least 1 IPU per node"),

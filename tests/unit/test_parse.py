@@ -49,7 +49,8 @@ def test_malformed_partitions(text, words):
     ("error: x [PERMISSION_DENIED]", errors.PermissionDenied, "x"),
     ("error: x [FAILED_PRECONDITION]", errors.PartitionNotReady, "x"),
     ("error: boom [INTERNAL]", errors.VipuUnavailable, "boom"),
-    ("error: V-IPU server unavailable at h:1: Connection refused [UNAVAILABLE]", errors.VipuUnavailable, "Connection refused"),
+    ("error: V-IPU server unavailable at h:1: Connection refused [UNAVAILABLE]", errors.VipuUnavailable,
+     "Connection refused"),
     # a real vipu's wording (unknown): phrases decide
     ("Error: rpc error: code = Unavailable desc = connection refused", errors.VipuUnavailable, "rpc error"),
     ("Partition slurm_3 already exists", errors.PartitionExists, "Partition slurm_3 already exists"),

@@ -74,12 +74,14 @@ def test_pod_sizes(ipus, ok):
             rules.check_pod(ipus)
 
 
-@pytest.mark.parametrize("per_node,nodes,ok", [(4, 2, True), (16, 4, True), (3, 1, False), (8, 3, False), (16, 8, False)])
+@pytest.mark.parametrize("per_node,nodes,ok", [(4, 2, True), (16, 4, True), (3, 1, False), (8, 3, False),
+                                               (16, 8, False)])
 def test_job_request_total(per_node, nodes, ok):
     if ok:
         assert rules.check_job_request(per_node, nodes, 64) == per_node * nodes
     else:
-        with pytest.raises(InvalidPartition, match=rf"--gres=ipu:{per_node} on {nodes} node\(s\) asks for {per_node * nodes} IPUs"):
+        words = rf"--gres=ipu:{per_node} on {nodes} node\(s\) asks for {per_node * nodes} IPUs"
+        with pytest.raises(InvalidPartition, match=words):
             rules.check_job_request(per_node, nodes, 64)
 
 
