@@ -49,6 +49,7 @@ slurm: deps
 bench: deps
 	$(PY) tests/bench/ipurun_overhead.py
 	$(PY) tests/bench/submit_latency.py
+	$(PY) tests/bench/storm.py
 
 demo: deps
 	$(VENV)/bin/slurm-ipu demo

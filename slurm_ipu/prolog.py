@@ -31,7 +31,7 @@ class ForeignPartition(SlurmIpuError):
     """A partition under the job's name that slurm-ipu did not create for this job."""
 
 
-def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
+def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
     started = clock()
@@ -40,7 +40,7 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
     try:
         pod = cfg["pod.ipus"]
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ctx.ilds, cluster_ilds=max(1, pod // rules.IPUS_PER_ILD))
-        part = _ensure_with_room(ctx, shape, cfg, client, name, deadline, clock)
+        part = _ensure_with_room(ctx, shape, cfg, client, name, deadline, clock, sleep)
     except SlurmIpuError as exc:
         _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
         return _fail(ctx, cfg, slurm, name, exc)
@@ -52,15 +52,23 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic) -> int:
     return 0
 
 
-def _ensure_with_room(ctx, shape, cfg, client, name: str, deadline: float, clock):
-    """A capacity failure while the journal still holds partitions V-IPU refused to remove
-    earlier: work the journal off (bounded), then try once more."""
+def _ensure_with_room(ctx, shape, cfg, client, name: str, deadline: float, clock, sleep=time.sleep):
+    """Slurm granted the IPUs (the licence), so V-IPU being short of them is V-IPU lagging:
+    removals V-IPU refused earlier (the journal), or one still under way. Work the journal off,
+    then retry until the IPUs are there or the deadline passes."""
     try:
         return _ensure(ctx, shape, cfg, client, name, deadline)
     except InsufficientIpus:
-        if not _work_off_journal(cfg, client, name, deadline, clock):
-            raise
-        return _ensure(ctx, shape, cfg, client, name, deadline)
+        _work_off_journal(cfg, client, name, deadline, clock)
+    pause = 0.05
+    while True:
+        try:
+            return _ensure(ctx, shape, cfg, client, name, deadline)
+        except InsufficientIpus:
+            if clock() + pause >= deadline:
+                raise
+            sleep(pause)
+            pause = min(pause * 2, 1.0)
 
 
 def _work_off_journal(cfg, client, name: str, deadline: float, clock) -> int:

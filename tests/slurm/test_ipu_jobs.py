@@ -173,7 +173,8 @@ def test_vipu_down_at_epilog_keeps_nodes_idle_and_reap_cleans_up(clean_lab):
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
     wait_for("nodes idle, not drained", lambda: all_idle(lab), 60)
-    journal = list(lab.spec.path("state", "pending-removal").glob("*.json"))
+    journal = wait_for("the removal journaled", lambda: list(lab.spec.path("state", "pending-removal").glob("*.json")),
+                       30)
     assert [p.stem for p in journal] == [f"slurm_{job}"]
     down = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--config", lab.config)
     assert down.returncode == 2 and "unable to connect to VIRM/V-IPU Controller" in down.stderr

@@ -142,7 +142,7 @@ def test_prolog_failure_leaves_nothing_and_says_why(fake, cfg):
 
 
 def test_prolog_holds_a_job_that_keeps_failing(fake, cfg):
-    fake.failures = [("error: no [RESOURCE_EXHAUSTED]", 1)]
+    fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2  # every retry of this attempt
     slurm = FakeSlurm()
     assert prolog.run(env(SLURM_JOB_RESTART_COUNT="2"), cfg, cfg.vipu_client(), slurm) == 1
     assert slurm.held == {42} and "held after 3 attempts: an admin must fix V-IPU, then `scontrol release 42`" \
@@ -322,3 +322,12 @@ def test_a_vipu_that_cannot_run_is_never_read_as_already_gone(fake, cfg, code, e
     assert [e["partition"] for e in Journal(cfg["state_dir"]).entries()] == ["slurm_42"]
     assert f"the vipu command could not run (exit {code}" in hooks_log(cfg) and "already gone" not in hooks_log(cfg)
     assert "slurm_42" in fake.partitions
+
+
+def test_a_prolog_waits_for_ipus_a_finished_jobs_epilog_is_still_freeing(fake, cfg):
+    """Slurm granted the IPUs, so V-IPU being short is V-IPU lagging (a removal under way): the
+    prolog waits for the IPUs instead of failing the job."""
+    fake.failures = [("error: not enough free IPUs [RESOURCE_EXHAUSTED]", 1)] * 3
+    slurm = FakeSlurm()
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 0
+    assert [c[0] for c in fake.calls].count("create") == 4 and slurm.comments == {}
