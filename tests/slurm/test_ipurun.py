@@ -65,3 +65,22 @@ def test_multi_gcd_job_each_instance_attaches_to_its_gcd_and_update_recreates(cl
     assert len([r for r in first if "ipus=" in r[4]]) == 4
     left = [Path(f"/tmp/ipurun-cache-{job}"), Path(f"/tmp/ipurun-job-{job}.json")]
     wait_for("the node epilog to remove ipurun's per-job files", lambda: not any(p.exists() for p in left), 30)
+
+
+def test_export_import_and_mpi_exports_in_a_job(clean_lab, tmp_path):
+    """PopRun's --export-config stores the command too and --import-config alone re-runs it;
+    -x VAR=value reaches every instance, 'K:-x VAR=value' instance K only (issue 8, item 3)."""
+    lab = clean_lab
+    conf = tmp_path / "training.conf"
+    probe = 'echo "ROUND $POPDIST_INSTANCE_INDEX ${ALL:-unset} ${ONLY:-unset}"'
+    script = (f"#!/bin/bash\n{sys.executable} -m slurm_ipu.launcher.cli --export-config {conf} --num-instances 2 "
+              f"--num-replicas 4 --mpi-global-args='-x ALL=yes' --instance-mpi-local-args='1:-x ONLY=one' "
+              f"-- bash -c '{probe}'\necho rc1=$?\n"
+              f"{sys.executable} -m slurm_ipu.launcher.cli --import-config {conf}\necho rc2=$?\n")
+    out = tmp_path / "export.out"
+    job = lab.sbatch("-N", "2", "--gres=ipu:2", "-o", str(out), script=script)
+    wait_gone(lab, job, timeout=120)
+    text = out.read_text()
+    assert "rc1=0" in text and "rc2=0" in text, text
+    rows = sorted(line for line in text.splitlines() if line.startswith("ROUND "))
+    assert rows == ["ROUND 0 yes unset"] * 2 + ["ROUND 1 yes one"] * 2, text  # the same run, twice
