@@ -321,7 +321,7 @@ def install_spank(spec: LabSpec) -> None:
 
     ensure_spank(spec)
     lib = spec.path("lib")
-    lib.mkdir(exist_ok=True)
+    lib.mkdir(parents=True, exist_ok=True)
     tmp = lib / "spank_ipu.so.tmp"
     shutil.copyfile(REPO / "spank" / "spank_ipu.so", tmp)
     tmp.chmod(0o755)

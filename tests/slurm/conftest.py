@@ -138,15 +138,16 @@ def lab():
     # Not under pytest's tmp (root-only): the lab's users must reach slurm.conf and its munge socket.
     root = Path(tempfile.mkdtemp(prefix="slurm-ipu-lab-", dir="/tmp"))
     root.chmod(0o755)
-    shared = root / "users"
-    shared.mkdir()
-    shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
-    spec = labmod.LabSpec(dir=root, ctld_port=base, node_port=base + 1, vipu_port=base + 7)
+    # A lab directory that does not exist yet, as for `make demo` on a fresh machine.
+    spec = labmod.LabSpec(dir=root / "lab", ctld_port=base, node_port=base + 1, vipu_port=base + 7)
     try:
         labmod.up(spec)
     except Exception:
         labmod.down(spec)
         raise
+    shared = spec.path("users")
+    shared.mkdir()
+    shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
     handle = Lab(spec)
     yield handle
     labmod.down(spec)
