@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,11 +113,29 @@ class Lab:
 
 
 def cancel_and_expect_clean(lab: Lab, job_id: int) -> None:
-    """scancel, then what a user must see: the job gone, its partition removed, the nodes idle."""
+    """scancel, then what a user must see: the job gone, its partition removed, the nodes idle.
+
+    Slurm 22.05 now and then SIGKILLs the EpilogSlurmctld of a job cancelled while its prolog
+    runs (slurmctld's log: "EpilogSlurmctld killed by signal 9"; issue 15). Then the product's
+    backstop is `slurm-ipu reap`, and that is what must leave nothing: it runs only in that case."""
     lab.run("scancel", str(job_id), check=True)
     wait_gone(lab, job_id)
-    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+    killed = f"JobId={job_id} EpilogSlurmctld killed by signal 9"
+    deadline = time.monotonic() + 30
+    while lab.partitions() and time.monotonic() < deadline:
+        if killed in lab.spec.path("log", "slurmctld.log").read_text(errors="replace"):
+            lab.run("slurm-ipu", "reap", "--config", lab.config, check=True)
+        time.sleep(0.2)  # poll interval of this bounded wait
+    assert lab.partitions() == {}, f"job {job_id} left {sorted(lab.partitions())}"
     wait_for("nodes idle", lambda: all_idle(lab), 60)
+
+
+def _settled(lab: Lab, timeout: float = 10.0) -> bool:
+    try:
+        wait_for("no partition", lambda: lab.partitions() == {}, timeout)
+        return True
+    except AssertionError:
+        return False
 
 
 def wait_gone(lab: Lab, job_id: int, timeout: float = 90.0) -> None:
@@ -177,7 +196,11 @@ def clean_lab(lab):
     admin.clear_faults()
     wait_for("no jobs left", lambda: not lab.run("squeue", "-h", "-o", "%A").stdout.split(), 90)
     wait_for("all nodes idle", lambda: all_idle(lab), 60)
-    wait_for("no partition left by a previous test", lambda: lab.partitions() == {}, 30)
+    if not _settled(lab):
+        # A previous test failed and left a partition (its own report says so): restore a clean
+        # lab with the product's cleanup so one failure does not fail every test after it.
+        lab.run("slurm-ipu", "reap", "--config", lab.config)
+        wait_for("no partition left by a previous test", lambda: lab.partitions() == {}, 10)
     yield lab
     admin.up()
     admin.clear_faults()
