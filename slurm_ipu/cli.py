@@ -30,7 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reap", help="remove orphaned and journaled partitions (safe from cron)")
     p.add_argument("--config")
-    p.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
+    how.add_argument("--watch", action="store_true",
+                     help="run as the removal service: remove ended jobs' partitions as the epilog queues them, "
+                          "and reap every reap.interval seconds (until SIGTERM)")
 
     lab = sub.add_parser("lab", help="a real Slurm cluster on this machine, with the V-IPU emulator")
     lab.add_argument("action", choices=("up", "down", "status"))
@@ -96,7 +100,12 @@ def cmd_reap(args) -> int:
     from .slurm.commands import SlurmCli
 
     cfg = config.load(args.config, required=True)
-    return reap.run(cfg, cfg.vipu_client(), SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"]), dry_run=args.dry_run)
+    slurm = SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"])
+    if args.watch:
+        from .removal import Service
+
+        return Service(cfg, cfg.vipu_client(), slurm).run()
+    return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)
 
 
 def cmd_lab(args) -> int:

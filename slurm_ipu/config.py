@@ -77,7 +77,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("prolog.max_attempts", int, 3, "prolog failures before the job is held instead of requeued",
            _between(1, 100)),
     Option("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
-    Option("state_dir", str, "/var/lib/slurm-ipu", "durable journal of partitions the epilog could not remove"),
+    Option("reap.interval", float, 300.0, "seconds between the removal service's full reaps (orphans whose job "
+           "is gone)", _between(5, 86400)),
+    Option("state_dir", str, "/var/lib/slurm-ipu", "creation records, removal journal, hooks.log, locks "
+           "(root-only)"),
     Option("slurm.conf", str, "/etc/slurm/slurm.conf", "slurm.conf the hooks pass as SLURM_CONF"),
     Option("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live (hooks have no PATH)"),
 )
@@ -129,12 +132,16 @@ def _typed(opt: Option, value: Any, where: str) -> Any:
     raise ConfigError(f"{where}: {opt.key}={value!r} is not a valid {opt.type.__name__} ({opt.help})")
 
 
-def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+def flatten(doc: dict, keys, prefix: str = "") -> dict[str, Any]:
+    """Nested YAML sections -> dotted keys. A mapping that is itself a key stays whole; an empty
+    section (`vipu:` with nothing under it) gives nothing, so its keys' defaults apply."""
     out: dict[str, Any] = {}
     for key, value in doc.items():
         full = f"{prefix}{key}"
-        if isinstance(value, dict) and not any(o.key == full for o in OPTIONS):
-            out.update(_flatten(value, full + "."))
+        if isinstance(value, dict) and full not in keys:
+            out.update(flatten(value, keys, full + "."))
+        elif value is None and full not in keys and any(k.startswith(full + ".") for k in keys):
+            continue
         else:
             out[full] = value
     return out
@@ -164,7 +171,7 @@ def read_file(path: str, explicit: bool, required: bool = False) -> dict[str, An
     version = doc.pop("version", None)
     if version != 1:
         raise ConfigError(f"{path}: version {version!r} is not supported; start the file with 'version: 1'")
-    flat = _flatten(doc)
+    flat = flatten(doc, BY_KEY)
     for key in flat:
         if key not in BY_KEY:
             near = difflib.get_close_matches(key, BY_KEY, n=1)

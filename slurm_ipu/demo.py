@@ -37,6 +37,17 @@ def _wait_done(job: int, env: dict, timeout: float = 120.0) -> str:
     raise LabError(f"demo: job {job} did not finish within {timeout:g}s; see `scontrol show job {job}`")
 
 
+def _wait_removed(name: str, env: dict, timeout: float = 15.0) -> None:
+    """The removal service takes the partition within a poll interval of the job's end; the
+    listing below shows the result (and fails the demo if it is still there)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = subprocess.run(["vipu", "list", "partitions"], env=env, capture_output=True, text=True, timeout=30)
+        if proc.returncode == 0 and name not in proc.stdout:
+            return
+        time.sleep(0.2)
+
+
 def main() -> int:
     spec = lab.LabSpec()
     lab.up(spec)
@@ -51,6 +62,7 @@ def main() -> int:
     print(f"\n# job {job} {state}; its output:", flush=True)
     print(Path(str(out).replace("%j", str(job))).read_text().rstrip(), flush=True)
     print(f"\n# after the job: the partition slurm_{job} is gone", flush=True)
+    _wait_removed(f"slurm_{job}", env)
     listing = _show(["vipu", "list", "partitions"], env)
     if f"slurm_{job}" in listing or state != "COMPLETED":
         raise LabError(f"demo: job {job} ended {state} and left: {listing.strip()}")

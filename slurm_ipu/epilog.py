@@ -16,25 +16,19 @@ from .errors import SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
-from .ledger import Ledger
+from .removal import describe, remove_recorded
 
 
 def run(ctx: JobContext, cfg, client, clock=time.monotonic) -> int:
     if ctx.ipus == 0:
         return 0
     name = ctx.partition(cfg["partition.prefix"])
-    ledger = Ledger(cfg["state_dir"])
-    if not ledger.owns(name, ctx.job_id):
-        report(cfg["state_dir"], f"job {ctx.job_id}: no partition of slurm-ipu's to remove ({name} is not ours, "
-                                 "if it exists)")
-        return 0
     try:
-        removed = client.remove_partition(name, missing_ok=True, deadline=clock() + cfg["epilog.deadline"])
+        outcome = remove_recorded(cfg, client, name, ctx.job_id, clock() + cfg["epilog.deadline"])
     except SlurmIpuError as exc:
         Journal(cfg["state_dir"]).add(name, ctx.job_id, str(exc))
         report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} not removed ({exc}); "
                                  "journaled for `slurm-ipu reap`")
         return 0
-    ledger.drop(name)
-    report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} {'removed' if removed else 'already gone'}")
+    report(cfg["state_dir"], describe(ctx.job_id, name, outcome))
     return 0

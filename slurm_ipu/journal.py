@@ -1,7 +1,13 @@
-"""A durable journal of partitions the epilog could not remove (V-IPU was down).
+"""A durable journal of partitions waiting for removal, in STATE_DIR/pending-removal/.
 
-One small file per partition, written atomically, so parallel epilogs never contend and a
-crash leaves either the whole entry or none. `slurm-ipu reap` works through it.
+Two writers: the epilog, when V-IPU refused the removal (reason given), and the hook wrapper's
+fast path, which queues an ended job's partition for the removal service (`slurm-ipu reap
+--watch`) without starting Python. One small file per partition, written whole (tmp + rename),
+so parallel hooks never contend and a crash leaves either the whole entry or none.
+
+Whoever works an entry off (the service, the prolog short of IPUs, `slurm-ipu reap`) does it
+under `lock()`, and so does a prolog dropping its own job's stale entry: an entry is never
+acted on after the job's next attempt has claimed the name.
 """
 
 from __future__ import annotations
@@ -11,10 +17,13 @@ import os
 import time
 from pathlib import Path
 
+from . import locks
+
 
 class Journal:
     def __init__(self, state_dir: str | Path):
         self.dir = Path(state_dir) / "pending-removal"
+        self.lock_path = Path(state_dir) / "pending-removal.lock"
 
     def add(self, partition: str, job_id: int, reason: str) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -26,14 +35,31 @@ class Journal:
             os.fsync(fh.fileno())
         os.replace(tmp, self.dir / f"{partition}.json")
 
+    def get(self, partition: str) -> dict | None:
+        path = self.dir / f"{partition}.json"
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            doc = None
+        if not isinstance(doc, dict) or not isinstance(doc.get("partition"), str):
+            return {"partition": partition, "job_id": None, "reason": "unreadable entry"}
+        return doc
+
+    def names(self) -> list[str]:
+        """Partition names with an entry, oldest job first (names end in the job id)."""
+        try:
+            found = [e.name[:-5] for e in os.scandir(self.dir) if e.name.endswith(".json") and e.name[0] != "."]
+        except FileNotFoundError:
+            return []
+        return sorted(found, key=lambda n: (len(n), n))
+
     def entries(self) -> list[dict]:
-        out = []
-        for path in sorted(self.dir.glob("*.json")) if self.dir.exists() else []:
-            try:
-                out.append(json.loads(path.read_text()))
-            except (OSError, ValueError):
-                out.append({"partition": path.stem, "job_id": None, "reason": "unreadable entry"})
-        return out
+        return [e for e in map(self.get, self.names()) if e is not None]
 
     def drop(self, partition: str) -> None:
         (self.dir / f"{partition}.json").unlink(missing_ok=True)
+
+    def lock(self, deadline: float):
+        return locks.hold(self.lock_path, deadline)

@@ -1,22 +1,69 @@
-"""A non-blocking exclusive lock on a file: one holder at a time, released when the fd closes
-(or the process dies, so a crash never leaves a stale lock)."""
+"""Exclusive locks on files: one holder at a time, released when the fd closes (or the process
+dies, so a crash never leaves a stale lock)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, SlurmIpuError
+
+
+class LockTimeout(SlurmIpuError):
+    """A lock stayed held past the caller's deadline."""
+
+
+def _open(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
 
 
 def try_lock(path: Path, busy: str) -> int:
     """The locked fd, or ConfigError(busy) if someone else holds it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    fd = _open(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise ConfigError(busy) from None
     return fd
+
+
+def is_held(path: Path) -> bool:
+    """Whether some process holds the lock now (a probe: it takes and drops it if free)."""
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+@contextmanager
+def hold(path: Path, deadline: float, clock=time.monotonic, sleep=time.sleep) -> Iterator[None]:
+    """Wait for the lock until `deadline` (clock seconds), hold it for the block. The holders
+    keep it for one V-IPU call at most, so a short poll is enough and every wait is bounded."""
+    fd = _open(path)
+    try:
+        pause = 0.01
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if clock() + pause > deadline:
+                    raise LockTimeout(f"{path} stayed locked past the deadline") from None
+                sleep(pause)
+                pause = min(pause * 2, 0.2)
+        yield
+    finally:
+        os.close(fd)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from . import rules
+from . import removal, rules
 from .errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
@@ -40,11 +40,11 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
     try:
         pod = cfg["pod.ipus"]
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ctx.ilds, cluster_ilds=max(1, pod // rules.IPUS_PER_ILD))
+        _claim_name(cfg, name, deadline)
         part = _ensure_with_room(ctx, shape, cfg, client, name, deadline, clock, sleep)
     except SlurmIpuError as exc:
         _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
         return _fail(ctx, cfg, slurm, name, exc)
-    Journal(cfg["state_dir"]).drop(name)  # an old removal entry must never take the job's partition
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
                              f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
     if ctx.restart_count > 0 and slurm is not None:
@@ -56,36 +56,37 @@ def _ensure_with_room(ctx, shape, cfg, client, name: str, deadline: float, clock
     """Slurm granted the IPUs (the licence), so V-IPU being short of them is V-IPU lagging:
     removals V-IPU refused earlier (the journal), or one still under way. Work the journal off,
     then retry until the IPUs are there or the deadline passes."""
-    try:
-        return _ensure(ctx, shape, cfg, client, name, deadline)
-    except InsufficientIpus:
-        _work_off_journal(cfg, client, name, deadline, clock)
     pause = 0.05
     while True:
         try:
             return _ensure(ctx, shape, cfg, client, name, deadline)
         except InsufficientIpus:
+            if _work_off_journal(cfg, client, name, deadline, clock):
+                continue  # freed some: try again at once (each pass settles entries, so this ends)
             if clock() + pause >= deadline:
                 raise
             sleep(pause)
             pause = min(pause * 2, 1.0)
 
 
+def _claim_name(cfg, name: str, deadline: float) -> None:
+    """A removal queued by this job's previous attempt (requeue) must never take the partition
+    this attempt adopts or creates: drop it under the journal lock, so the removal service
+    either finished it already or never starts it. Slurm runs this job's epilog before its
+    next prolog, so no new entry for the name can appear after this."""
+    journal = Journal(cfg["state_dir"])
+    if journal.get(name) is None:
+        return
+    with journal.lock(deadline):
+        journal.drop(name)
+
+
 def _work_off_journal(cfg, client, name: str, deadline: float, clock) -> int:
-    journal, ledger, freed = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"]), 0
-    for entry in journal.entries():
-        if entry["partition"] == name or clock() >= deadline:
-            continue
-        try:
-            client.remove_partition(entry["partition"], missing_ok=True, deadline=deadline)
-        except SlurmIpuError:
-            continue
-        journal.drop(entry["partition"])
-        ledger.drop(entry["partition"])
-        freed += 1
+    others = [n for n in Journal(cfg["state_dir"]).names() if n != name]
+    freed, _ = removal.work_off(cfg, client, others, deadline, clock)
     if freed:
-        report(cfg["state_dir"], f"removed {freed} journaled partition(s) to make room for {name}")
-    return freed
+        report(cfg["state_dir"], f"removed {len(freed)} journaled partition(s) to make room for {name}")
+    return len(freed)
 
 
 def _args(ctx: JobContext, shape, cfg) -> dict:

@@ -22,12 +22,16 @@ from .locks import try_lock
 LIVE_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
 
 
-def _settle_records(ledger: Ledger, existing: set[str], jobs: dict[int, str], kept: set[str]) -> None:
+def _settle_records(ledger: Ledger, before: float, existing: set[str], jobs: dict[int, str], kept: set[str]) -> None:
     """Records whose partition is gone and whose job holds nothing any more (the epilog never
-    ran: slurmctld died) are settled; a live job's record stays for its own epilog."""
+    ran: slurmctld died) are settled; a live job's record stays for its own epilog. Only records
+    written before the listings count: a prolog that recorded and created after V-IPU's listing
+    has a partition the listing cannot show, and its short job may already be over."""
     for path in sorted(ledger.dir.glob("*.json")) if ledger.dir.exists() else []:
         record = ledger.get(path.stem) or {}
         job = record.get("job_id")
+        if record.get("time", 0) >= before:
+            continue
         if path.stem not in existing and path.stem not in kept and jobs.get(job, "GONE") not in LIVE_STATES:
             ledger.drop(path.stem)
 
@@ -56,12 +60,19 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
     try:
         deadline = clock() + cfg["epilog.deadline"] * 4
         journal, ledger = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"])
+        # Only entries older than the listings below are settled: one queued after them (a job
+        # that ended meanwhile) is the removal service's, or the next run's.
+        queued = journal.names()
+        recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
+        before = time.time()
         parts = client.list_partitions(deadline)
         jobs = slurm.active_jobs()
         found = []
         for name, job in orphans(parts, jobs, cfg["partition.prefix"]):
             if ledger.owns(name, job):
                 found.append((name, job))
+            elif name in recorded:  # ours, removed meanwhile by its epilog or the removal service
+                continue
             else:  # made under our prefix by someone else: not ours to remove
                 out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not create it")
         failed = 0
@@ -81,11 +92,13 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
         # Journal entries whose partition is gone, or now belongs to a running (requeued) job,
         # are settled; orphans that failed to go stay journaled for the next run.
         left = {name for name, _ in found}
-        for entry in [] if dry_run else journal.entries():
-            if entry["partition"] not in left:
-                journal.drop(entry["partition"])
         if not dry_run:
-            _settle_records(ledger, {p.name for p in parts}, jobs, left)
+            with journal.lock(deadline):
+                for name in queued:
+                    if name not in left:
+                        journal.drop(name)
+        if not dry_run:
+            _settle_records(ledger, before, {p.name for p in parts}, jobs, left)
         return 1 if failed else 0
     finally:
         os.close(lock)

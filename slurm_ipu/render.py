@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from . import __version__, rules
@@ -12,8 +13,21 @@ TEMPLATES = ("slurm.conf", "gres.conf", "plugstack.conf", "job_submit.lua", "vip
 
 
 def templates_dir() -> Path:
+    """$SLURM_IPU_TEMPLATES, else the templates installed with the package (slurm_ipu.templates,
+    mapped from the checkout's templates/ by pyproject.toml), else the checkout's own."""
     env = os.environ.get("SLURM_IPU_TEMPLATES")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "templates"
+    if env:
+        return Path(env)
+    from importlib.util import find_spec
+
+    # A directory of data, not code: a namespace package, so its spec lists where it lies.
+    try:
+        spec = find_spec("slurm_ipu.templates")
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parents[1] / "templates"  # a checkout that was never installed
 
 
 def render(name: str, context: dict) -> str:
@@ -23,6 +37,7 @@ def render(name: str, context: dict) -> str:
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
     )
+    env.filters["shq"] = shlex.quote  # every path a shell script names, quoted
     try:
         return env.get_template(f"{name}.j2").render(version=__version__, **context)
     except jinja2.TemplateNotFound:

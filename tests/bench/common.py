@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -19,8 +20,11 @@ def temporary_lab() -> Iterator[lab.LabSpec]:
     base = _free_block(8)
     with tempfile.TemporaryDirectory(prefix="slurm-ipu-bench-") as tmp:
         spec = lab.LabSpec(dir=Path(tmp), ctld_port=base, node_port=base + 1, vipu_port=base + 7)
+        # SIGTERM (a timeout, a kill) takes the lab down too: nothing of a benchmark outlives it.
+        previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         lab.up(spec)
         try:
             yield spec
         finally:
             lab.down(spec)
+            signal.signal(signal.SIGTERM, previous)

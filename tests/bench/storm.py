@@ -45,6 +45,11 @@ def leaks(spec: lab.LabSpec) -> list[str]:
     from slurm_ipu.emulator.api import Api
 
     api = Api(admin_socket=str(spec.path("vipu-emu", "admin.sock")), timeout=10)
+    # The removal service works the epilogs' queue off within a poll interval of each job's end.
+    queue = spec.path("state", "pending-removal")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(queue.glob("*.json")):
+        time.sleep(0.1)
     found = [f"partition {p['partition']['id']}" for p in api.list_partitions()]
     found += [f"journal {p.name}" for p in spec.path("state", "pending-removal").glob("*.json")]
     found += [f"record {p.name}" for p in spec.path("state", "created").glob("*.json")]

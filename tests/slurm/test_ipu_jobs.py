@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+import signal
 import sys
 import time
 
 import pytest
+
+from slurm_ipu import lab as labmod
 
 from .conftest import all_idle, cancel_and_expect_clean, parse_probe, probe_script, wait_for, wait_gone
 
@@ -164,8 +167,24 @@ def test_a_request_vipu_refuses_ends_the_job_at_once(clean_lab):
     assert lab.partitions() == {}
 
 
-def test_vipu_down_at_epilog_keeps_nodes_idle_and_reap_cleans_up(clean_lab):
-    lab = clean_lab
+@pytest.fixture
+def without_service(clean_lab):
+    """The lab with its removal service stopped (by pid), as on a site that has not enabled it:
+    the hooks must do all the work themselves. Restarted afterwards."""
+    labmod.stop_reaper(clean_lab.spec)
+    try:
+        yield clean_lab
+    finally:
+        labmod.restart_reaper(clean_lab.spec)
+
+
+def _queued(lab) -> list[str]:
+    return sorted(p.stem for p in lab.spec.path("state", "pending-removal").glob("*.json"))
+
+
+def _cancel_while_vipu_is_down(lab):
+    """A running IPU job cancelled while V-IPU is down: the nodes stay idle (not drained) and the
+    removal waits in the journal. Returns the job and the controller's admin handle (still down)."""
     job = lab.sbatch("--gres=ipu:4", "--wrap", "sleep 300")
     wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
     admin = lab.admin()
@@ -173,9 +192,29 @@ def test_vipu_down_at_epilog_keeps_nodes_idle_and_reap_cleans_up(clean_lab):
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
     wait_for("nodes idle, not drained", lambda: all_idle(lab), 60)
-    journal = wait_for("the removal journaled", lambda: list(lab.spec.path("state", "pending-removal").glob("*.json")),
-                       30)
-    assert [p.stem for p in journal] == [f"slurm_{job}"]
+    assert wait_for("the removal journaled", lambda: _queued(lab), 30) == [f"slurm_{job}"]
+    return job, admin
+
+
+def test_vipu_down_at_job_end_keeps_nodes_idle_and_the_service_removes_it_later(clean_lab):
+    """V-IPU is down when the job ends and the removal service crashes (SIGKILL) meanwhile:
+    the nodes stay idle, the removal waits in the journal, and the restarted service removes
+    the partition once V-IPU is back, with nobody running reap by hand."""
+    lab = clean_lab
+    _, admin = _cancel_while_vipu_is_down(lab)
+    labmod.stop_reaper(lab.spec, signal.SIGKILL)
+    labmod.restart_reaper(lab.spec)
+    admin.up()
+    wait_for("the service removed it", lambda: lab.partitions() == {} and not _queued(lab), 90)
+
+
+def test_without_the_service_the_epilog_removes_it_and_reap_is_the_backstop(without_service):
+    lab = without_service
+    job = lab.sbatch("--gres=ipu:4", "--wrap", "true")
+    wait_gone(lab, job)
+    wait_for("partition removed by the epilog itself", lambda: lab.partitions() == {}, 30)
+    assert not _queued(lab)
+    job, admin = _cancel_while_vipu_is_down(lab)
     down = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--config", lab.config)
     assert down.returncode == 2 and "unable to connect to VIRM/V-IPU Controller" in down.stderr
     assert "Traceback" not in down.stderr
@@ -184,8 +223,7 @@ def test_vipu_down_at_epilog_keeps_nodes_idle_and_reap_cleans_up(clean_lab):
     assert f"would remove slurm_{job}" in dry.stdout and f"slurm_{job}" in lab.partitions()
     done = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--config", lab.config, check=True)
     assert f"removed slurm_{job}" in done.stdout
-    assert lab.partitions() == {}
-    assert not list(lab.spec.path("state", "pending-removal").glob("*.json"))
+    assert lab.partitions() == {} and not _queued(lab)
 
 
 def test_twenty_mixed_jobs_a_third_cancelled_leave_nothing(clean_lab):

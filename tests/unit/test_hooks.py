@@ -3,8 +3,6 @@ and a fake Slurm backend: what the job, the user and the admin would see."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from slurm_ipu import config, epilog, jobenv, prolog, reap
@@ -12,7 +10,7 @@ from slurm_ipu.errors import ConfigError
 from slurm_ipu.journal import Journal
 from slurm_ipu.ledger import Ledger
 
-from .fake_vipu import FakeVipu
+from .conftest import write_conf
 
 
 class FakeSlurm:
@@ -42,27 +40,6 @@ class FakeSlurm:
     def cancel(self, job_id, text):
         self.admin_comment(job_id, text)
         self.cancelled.add(job_id)
-
-
-@pytest.fixture
-def fake(mocker):
-    vipu = FakeVipu()
-    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=vipu)
-    mocker.patch("slurm_ipu.vipu.client.time.sleep")
-    return vipu
-
-
-@pytest.fixture
-def cfg(tmp_path):
-    return config.load(str(_conf(tmp_path)), environ={})
-
-
-def _conf(tmp_path, **extra):
-    path = tmp_path / "c.yaml"
-    body = {"version": 1, "state_dir": str(tmp_path / "state"), "vipu": {"retries": 1}, "prolog": {"deadline": 5}}
-    body.update(extra)
-    path.write_text(json.dumps(body))
-    return path
 
 
 def env(**over):
@@ -119,7 +96,7 @@ def test_prolog_creates_the_job_partition_sized_by_the_licence(fake, cfg):
 
 
 def test_prolog_passes_hosts_and_owner_to_the_emulator(fake, tmp_path):
-    cfg = config.load(str(_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
     prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
     argv = fake.partitions["slurm_42"]["argv"]
     assert argv[argv.index("--hosts") + 1] == "node1,node2" and argv[argv.index("--owner-uid") + 1] == "1000"
@@ -159,7 +136,7 @@ def test_prolog_refuses_a_bad_shape_before_calling_vipu(fake, cfg):
 
 
 def test_prolog_deadline_bounds_a_slow_partition(fake, tmp_path):
-    cfg = config.load(str(_conf(tmp_path, prolog={"deadline": 0.3})), environ={})
+    cfg = config.load(str(write_conf(tmp_path, prolog={"deadline": 0.3})), environ={})
     fake.pending_polls = 10**9  # never ACTIVE
     slurm = FakeSlurm()
     assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
@@ -266,7 +243,7 @@ def test_a_planted_partition_is_refused_even_after_an_attempt_of_ours(fake, cfg)
 
 
 def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, tmp_path):
-    cfg = config.load(str(_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
     epilog.run(env(), cfg, cfg.vipu_client())  # V-IPU down: journaled, the partition stays
@@ -279,7 +256,7 @@ def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, 
 
 
 def test_a_rerun_on_the_same_nodes_adopts_its_own_partition(fake, tmp_path):
-    cfg = config.load(str(_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
     assert [c[0] for c in fake.calls].count("remove") == 0 and list(fake.partitions) == ["slurm_42"]
@@ -299,6 +276,7 @@ def test_a_capacity_failure_works_off_the_journal_first(fake, cfg):
     client = cfg.vipu_client()
     fake.free = 64
     client.create_partition("slurm_7", 64)
+    Ledger(cfg["state_dir"]).put("slurm_7", job_id=7)  # as the prolog of job 7 recorded it
     Journal(cfg["state_dir"]).add("slurm_7", 7, "V-IPU down")
     slurm = FakeSlurm()
     assert prolog.run(env(SLURM_JOB_LICENSES="ipu:64"), cfg, client, slurm) == 0

@@ -1,0 +1,222 @@
+"""The removal service (`slurm-ipu reap --watch`) and the hook wrapper's fast epilog path: an
+ended job's partition goes, only ours goes, a requeued job keeps the partition it adopted, and
+V-IPU trouble loses nothing. The wrapper is the real rendered shell script."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu import config, prolog, reap, render
+from slurm_ipu.journal import Journal
+from slurm_ipu.ledger import Ledger
+from slurm_ipu.removal import Service, service_lock
+
+from .conftest import write_conf
+from .test_hooks import FakeSlurm, env, hooks_log
+
+
+def queue(cfg, job: int) -> None:
+    """What the wrapper's fast path writes (no time field, no fsync)."""
+    journal = Journal(cfg["state_dir"])
+    journal.dir.mkdir(parents=True, exist_ok=True)
+    (journal.dir / f"slurm_{job}.json").write_text(json.dumps(
+        {"partition": f"slurm_{job}", "job_id": job, "reason": "queued by the epilog"}))
+
+
+class Clock:
+    """Real time to start from (the V-IPU client checks deadlines against it), moved on by hand."""
+
+    def __init__(self):
+        self.now = time.monotonic()
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_service_removes_a_queued_partition_of_ours_and_leaves_a_stranger_s(fake, cfg):
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0          # job 42: ours, recorded
+    client.create_partition("slurm_43", 4)                             # made by someone else
+    queue(cfg, 42)
+    queue(cfg, 43)
+    Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
+    assert sorted(fake.partitions) == ["slurm_43"]
+    assert Journal(cfg["state_dir"]).names() == [] and Ledger(cfg["state_dir"]).get("slurm_42") is None
+    log = hooks_log(cfg)
+    assert "job 42: partition slurm_42 removed" in log and "slurm_43 is not ours" in log
+
+
+def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
+    client = cfg.vipu_client()
+    for job in (42, 44):
+        assert prolog.run(env(SLURM_JOB_ID=str(job)), cfg, client, FakeSlurm()) == 0
+        queue(cfg, job)
+    clock = Clock()
+    service = Service(cfg, client, FakeSlurm({}), clock=clock)
+    service.next_reap = float("inf")
+    fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
+    service.step()
+    assert Journal(cfg["state_dir"]).names() == ["slurm_42", "slurm_44"]  # one failure stops the pass
+    assert "retrying in 1s" in hooks_log(cfg)
+    calls = len(fake.calls)
+    service.step()                      # within the backoff: no V-IPU call at all
+    assert len(fake.calls) == calls
+    clock.now += 1.5
+    service.step()
+    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+
+
+def test_a_requeued_job_keeps_the_partition_it_adopted(fake, cfg):
+    """Job 42's first run ended (its removal queued); Slurm requeued it and its next prolog ran
+    before the service got to the entry: the prolog takes the name back, the service must not
+    remove the partition the job now runs on."""
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    queue(cfg, 42)
+    assert prolog.run(env(SLURM_JOB_RESTART_COUNT="1"), cfg, client, FakeSlurm()) == 0
+    Service(cfg, client, FakeSlurm({42: "RUNNING"}), clock=Clock()).step()
+    assert list(fake.partitions) == ["slurm_42"]
+
+
+def test_the_prolog_waits_for_a_removal_of_its_name_under_way(fake, tmp_path):
+    """The service holds the journal lock while it removes: the prolog waits for it (bounded
+    by its deadline) instead of adopting a partition that is about to go."""
+    cfg = config.load(str(write_conf(tmp_path, prolog={"deadline": 0.3})), environ={})
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    queue(cfg, 42)
+    journal = Journal(cfg["state_dir"])
+    fd = _hold(journal.lock_path)
+    try:
+        assert prolog.run(env(SLURM_JOB_RESTART_COUNT="1"), cfg, client, FakeSlurm()) == 1
+    finally:
+        os.close(fd)
+    assert "stayed locked past the deadline" in hooks_log(cfg)
+    assert journal.names() == ["slurm_42"]  # untouched: that removal is still the service's
+
+
+def test_reap_leaves_an_entry_queued_after_its_listings(fake, cfg):
+    """A job that ends while reap runs is the service's: reap must not settle its entry as if
+    the partition were gone (it was listed before the job ended)."""
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+
+    class EndsDuringReap(FakeSlurm):
+        def active_jobs(self):
+            queue(cfg, 42)          # the job ends between reap's two listings
+            return {}
+
+    fake.partitions.clear()         # listed as gone...
+    reap.run(cfg, client, EndsDuringReap(), out=lambda _: None)
+    assert Journal(cfg["state_dir"]).names() == ["slurm_42"]
+
+
+# --- the hook wrapper (templates/slurm-ipu-hook.j2), run by /bin/sh -------------------------------
+
+@pytest.fixture
+def wrapper(tmp_path):
+    state = tmp_path / "state"
+    (state / "pending-removal").mkdir(parents=True)
+    python = tmp_path / "python"  # stands in for the interpreter: records that Python was started
+    python.write_text(f"#!/bin/sh\necho \"$SLURM_SCRIPT_CONTEXT $*\" >> {tmp_path}/python-ran\n")
+    python.chmod(0o755)
+    script = tmp_path / "slurm-ipu-hook"
+    script.write_text(render.render("slurm-ipu-hook", {"hook": {
+        "config": str(tmp_path / "it's config.yaml"), "python": str(python), "prefix": "slurm_",
+        "journal_dir": str(Journal(state).dir), "service_lock": str(service_lock(state))}}))
+    script.chmod(0o755)
+    return tmp_path, state, script
+
+
+def _run(script: Path, **env) -> subprocess.CompletedProcess:
+    base = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_JOB_LICENSES": "ipu:16",
+            "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
+    base.update(env)
+    return subprocess.run([str(script)], env=base, capture_output=True, text=True, timeout=30)
+
+
+def _python_ran(tmp_path) -> str:
+    path = tmp_path / "python-ran"
+    return path.read_text() if path.exists() else ""
+
+
+def _hold(path: Path) -> int:
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_wrapper_queues_for_the_running_service_without_python(wrapper):
+    tmp_path, state, script = wrapper
+    fd = _hold(service_lock(state))
+    try:
+        assert _run(script).returncode == 0
+    finally:
+        os.close(fd)
+    assert Journal(state).entries() == [{"partition": "slurm_42", "job_id": 42, "reason": "queued by the epilog"}]
+    assert _python_ran(tmp_path) == ""
+
+
+def test_wrapper_runs_the_python_epilog_when_no_service_runs(wrapper):
+    tmp_path, state, script = wrapper
+    assert _run(script).returncode == 0
+    assert Journal(state).names() == [] and _python_ran(tmp_path) == "epilog_slurmctld -m slurm_ipu.cli hook\n"
+
+
+@pytest.mark.parametrize("over", [{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}, {"SLURM_JOB_ID": "42;rm"},
+                                  {"SLURM_JOB_ID": ""}])
+def test_wrapper_queues_only_an_epilog_of_a_numeric_job(wrapper, over):
+    tmp_path, state, script = wrapper
+    fd = _hold(service_lock(state))
+    try:
+        _run(script, **over)
+    finally:
+        os.close(fd)
+    assert Journal(state).names() == [] and _python_ran(tmp_path) != ""
+
+
+def test_wrapper_falls_back_to_python_when_the_queue_cannot_be_written(wrapper):
+    tmp_path, state, script = wrapper
+    (state / "pending-removal").rmdir()
+    fd = _hold(service_lock(state))
+    try:
+        assert _run(script).returncode == 0
+    finally:
+        os.close(fd)
+    assert _python_ran(tmp_path) == "epilog_slurmctld -m slurm_ipu.cli hook\n"
+
+
+@pytest.mark.parametrize("licences", ["", "matlab:2", "ipux:1"])
+def test_wrapper_lets_jobs_without_ipus_go_at_once(wrapper, licences):
+    tmp_path, state, script = wrapper
+    fd = _hold(service_lock(state))
+    try:
+        assert _run(script, SLURM_JOB_LICENSES=licences).returncode == 0
+    finally:
+        os.close(fd)
+    assert Journal(state).names() == [] and _python_ran(tmp_path) == ""
+
+
+def test_reap_keeps_the_record_of_a_partition_created_after_its_listing(fake, cfg):
+    """A prolog that records and creates after reap listed V-IPU, for a job so short it is over
+    when reap asks Slurm: the record must stay, or the job's removal finds "not ours" and the
+    partition leaks (seen in the 300-job storm before this was fixed)."""
+    client = cfg.vipu_client()
+
+    class PrologAfterListing(FakeSlurm):
+        def active_jobs(self):
+            assert prolog.run(env(), cfg, client, FakeSlurm()) == 0   # job 42 starts...
+            return {}                                                 # ...and is over already
+
+    reap.run(cfg, client, PrologAfterListing(), out=lambda _: None)
+    assert Ledger(cfg["state_dir"]).owns("slurm_42", 42)
+    queue(cfg, 42)
+    Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
+    assert fake.partitions == {}
