@@ -36,6 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run as the removal service: remove ended jobs' partitions as the epilog queues them, "
                           "and reap every reap.interval seconds (until SIGTERM)")
 
+    r = sub.add_parser("render", help="render a site description into the fragments a site merges")
+    r.add_argument("site", help="the site description (YAML; see etc/site-pod128.yaml)")
+    r.add_argument("--out", required=True, help="directory for the fragments (created)")
+
     lab = sub.add_parser("lab", help="a real Slurm cluster on this machine, with the V-IPU emulator")
     lab.add_argument("action", choices=("up", "down", "status"))
     lab.add_argument("--dir", help="lab directory (default $SLURM_IPU_LAB_DIR or /var/tmp/slurm-ipu-lab)")
@@ -108,6 +112,17 @@ def cmd_reap(args) -> int:
     return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)
 
 
+def cmd_render(args) -> int:
+    from pathlib import Path
+
+    from .deploy import fragments, site
+
+    desc = site.load(args.site)
+    for path in fragments.write(desc, Path(args.out)):
+        print(path)
+    return 0
+
+
 def cmd_lab(args) -> int:
     from pathlib import Path
 
@@ -134,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
-                 "reap": cmd_reap, "lab": cmd_lab}
+                 "reap": cmd_reap, "render": cmd_render, "lab": cmd_lab}
         return table[args.cmd](args)
 
     return run_main(dispatch, debug=args.debug, program="slurm-ipu")

@@ -1,0 +1,65 @@
+"""`slurm-ipu render SITE --out DIR`: the files a site merges into its own configuration, each
+with a header saying where it goes. Everything comes from the site description; the paths
+named are installed paths (install.prefix, the Slurm plugin directory), never the checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from .. import render
+from ..journal import Journal
+from ..removal import service_lock
+from .site import Site, hook_config
+
+# output file -> template (None: built here)
+FILES = {
+    "slurm-ipu.conf": "site/slurm-ipu.conf",
+    "gres-ipu.conf": "site/gres-ipu.conf",
+    "plugstack-ipu.conf": "site/plugstack-ipu.conf",
+    "job_submit.lua": "job_submit.lua",
+    "config.yaml": None,
+    "slurm-ipu-hook": "slurm-ipu-hook",
+    "slurm-ipu-reaper.service": "site/slurm-ipu-reaper.service",
+}
+EXECUTABLE = {"slurm-ipu-hook"}
+
+
+def context(site: Site) -> dict:
+    cfg = hook_config(site)
+    return {
+        "site": site.values, "source": Path(site.source).name,
+        "wrapper": site.path("wrapper"), "config": site.path("config"), "plugin": site.path("plugin"),
+        "python": site.python, "ipuof_host": cfg["ipuof"]["host"], "ipuof_port": cfg["ipuof"]["port"],
+        "hook": {"config": site.path("config"), "python": site.python, "prefix": site["partition.prefix"],
+                 "journal_dir": str(Journal(site["state_dir"]).dir),
+                 "service_lock": str(service_lock(site["state_dir"]))},
+        **render.pod_values(site["pod.ipus"]),
+    }
+
+
+def _config_yaml(site: Site) -> str:
+    head = (f"# slurm-ipu: the hooks' configuration for cluster {site['cluster']}, rendered from "
+            f"{Path(site.source).name}.\n# Goes to: {site.path('config')} on the slurmctld host (root-readable). "
+            "Re-render; do not edit.\n")
+    return head + yaml.safe_dump(hook_config(site), sort_keys=False)
+
+
+def texts(site: Site) -> dict[str, str]:
+    ctx = context(site)
+    return {name: _config_yaml(site) if tpl is None else render.render(tpl, ctx) for name, tpl in FILES.items()}
+
+
+def write(site: Site, out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in texts(site).items():
+        path = out_dir / name
+        tmp = path.with_name(f".{name}.tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755 if name in EXECUTABLE else 0o644)
+        os.replace(tmp, path)
+        written.append(path)
+    return written

@@ -1,0 +1,220 @@
+"""The site description: one YAML file from which every other configuration is rendered (the
+hooks' config, slurm.conf/gres.conf/plugstack fragments, job_submit.lua, the hook wrapper, the
+removal service's unit). No value lives in two places.
+
+Loaded from a table of fields (key, type, default, help, range check); every error names the
+file, the line and the valid range, in one line (SlurmIpuError, exit 2).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..config import _between, _pod, _port, _positive, _prefix, flatten
+from ..errors import ConfigError
+from ..slurm.hostlist import expand
+
+
+def _abs(v: str):
+    return None if v.startswith("/") and "\n" not in v else "an absolute path"
+
+
+def _version(v: str):
+    return None if v in SUPPORTED_SLURM else f"one of {', '.join(SUPPORTED_SLURM)}"
+
+
+def _name(v: str):
+    ok = 0 < len(v) <= 40 and all(c.isascii() and (c.isalnum() or c in "-_") for c in v)
+    return None if ok else "1 to 40 letters, digits, '-' and '_'"
+
+
+def _host(v: str):
+    ok = 0 < len(v) <= 253 and all(c.isascii() and (c.isalnum() or c in "-._:") for c in v)
+    return None if ok else "a host name or address"
+
+
+SUPPORTED_SLURM = ("22.05", "23.02", "23.11", "24.05", "24.11")
+
+
+@dataclass(frozen=True)
+class Field:
+    key: str
+    type: type
+    default: Any
+    help: str
+    check: Any = None
+    required: bool = False
+
+
+FIELDS = [
+    Field("cluster", str, None, "the Slurm cluster's name (ClusterName)", _name, required=True),
+    Field("vipu.host", str, None, "the V-IPU controller's address (vipu --api-host)", _host, required=True),
+    Field("vipu.port", int, 8090, "the V-IPU controller's port (vipu --api-port)", _port),
+    Field("vipu.allocation", str, None, "the V-IPU allocation partitions are created in; null: the default", _name),
+    Field("vipu.command", str, "/usr/bin/vipu", "the vipu command the hooks run", _abs),
+    Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
+    Field("ipuof.host", str, None, "IPUOF_VIPU_API_HOST in tasks; null: vipu.host", _host),
+    Field("ipuof.port", int, None, "IPUOF_VIPU_API_PORT in tasks; null: vipu.port", _port),
+    Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD)", _pod, required=True),
+    Field("pod.hosts", str, None, "the host servers cabled to the Pod, as a Slurm hostlist (ipu-host[1-8])",
+          required=True),
+    Field("pod.ipus_per_host", int, None, "IPUs each host's jobs may ask for (--gres=ipu:N), its Gres count",
+          _between(1, 64), required=True),
+    Field("partition.prefix", str, "slurm_", "partition name = prefix + job id", _prefix),
+    Field("prolog.deadline", float, 60.0, "seconds the prolog may take in all", _positive),
+    Field("prolog.max_attempts", int, 3, "prolog failures before the job is held", _between(1, 100)),
+    Field("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
+    Field("reap.interval", float, 300.0, "seconds between the removal service's full reaps", _between(5, 86400)),
+    Field("prolog_epilog_timeout", int, 180, "Slurm's PrologEpilogTimeout: above both deadlines",
+          _between(1, 86400)),
+    Field("state_dir", str, "/var/lib/slurm-ipu", "the hooks' state (root-only)", _abs),
+    Field("accounting.slurmdbd_host", str, None, "slurmdbd's host, to track IPUs in accounting; null: none",
+          _host),
+    Field("slurm.version", str, "22.05", "the Slurm release the cluster runs", _version),
+    Field("slurm.conf_dir", str, "/etc/slurm", "where slurm.conf lives", _abs),
+    Field("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live", _abs),
+    Field("slurm.plugin_dir", str, "/usr/lib/x86_64-linux-gnu/slurm-wlm", "Slurm's plugin directory (SPANK plugin)",
+          _abs),
+    Field("install.prefix", str, "/opt/slurm-ipu", "where `make install` put slurm-ipu (its venv, the hook wrapper)",
+          _abs),
+]
+BY_KEY = {f.key: f for f in FIELDS}
+
+
+@dataclass
+class Site:
+    values: dict[str, Any]
+    source: str
+    lines: dict[str, int] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def hosts(self) -> list[str]:
+        return expand(self["pod.hosts"])
+
+    @property
+    def python(self) -> str:
+        return f"{self['install.prefix']}/venv/bin/python"
+
+    def path(self, *parts: str) -> str:
+        """Where an installed file lives (the fragments name installed paths, never the checkout)."""
+        roots = {"wrapper": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
+                 "config": "/etc/slurm-ipu/config.yaml",
+                 "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so"}
+        return roots[parts[0]]
+
+
+def _lines(text: str) -> dict[str, int]:
+    """Dotted key -> 1-based line, from the YAML node tree (for messages that point at the line)."""
+    import yaml
+
+    out: dict[str, int] = {}
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = f"{prefix}{key.value}"
+                out[name] = key.start_mark.line + 1
+                walk(value, name + ".")
+
+    try:
+        walk(yaml.compose(text), "")
+    except yaml.YAMLError:
+        pass  # safe_load reports it with its own line
+    return out
+
+
+def _coerce(where: str, f: Field, value: Any) -> Any:
+    if value is None:
+        if f.required:
+            raise ConfigError(f"{where}: {f.key} must be set ({f.help})")
+        return None
+    ok = isinstance(value, f.type) and not isinstance(value, bool) or (f.type is float and isinstance(value, int)
+                                                                        and not isinstance(value, bool))
+    if not ok:
+        raise ConfigError(f"{where}: {f.key}={value!r} is not a {f.type.__name__} ({f.help})")
+    value = f.type(value)
+    why = f.check(value) if f.check else None
+    if why:
+        raise ConfigError(f"{where}: {f.key}={value!r} is out of range; use {why}")
+    return value
+
+
+def parse(text: str, source: str) -> Site:
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        raise ConfigError(f"{source}: a site description starts with 'version: 1' (see etc/site-pod128.yaml)")
+    lines = _lines(text)
+    given = flatten({k: v for k, v in doc.items() if k != "version"}, BY_KEY)
+    for key in given:
+        if key not in BY_KEY:
+            near = difflib.get_close_matches(key, BY_KEY, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else ""
+            raise ConfigError(f"{source}:{lines.get(key, 1)}: unknown key {key!r}{hint}")
+    values = {}
+    for f in FIELDS:
+        where = f"{source}:{lines.get(f.key, lines.get(f.key.split('.')[0], 1))}"
+        values[f.key] = _coerce(where, f, given.get(f.key, f.default))
+    site = Site(values, source, lines)
+    _cross_checks(site)
+    return site
+
+
+def load(path: str | Path) -> Site:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"site description {path}: {exc.strerror}; start from etc/site-pod128.yaml") from None
+    return parse(text, str(path))
+
+
+def _at(site: Site, key: str) -> str:
+    return f"{site.source}:{site.lines.get(key, 1)}"
+
+
+def _cross_checks(site: Site) -> None:
+    """What no single field can check: the Pod against its hosts, deadlines against Slurm's."""
+    try:
+        hosts = site.hosts
+    except Exception as exc:  # the hostlist parser's own message says what is wrong
+        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={site['pod.hosts']!r}: {exc}") from None
+    if len(set(hosts)) != len(hosts) or not hosts:
+        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={site['pod.hosts']!r} names a host twice, or none")
+    per, pod = site["pod.ipus_per_host"], site["pod.ipus"]
+    if per > pod:
+        raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} is more than the Pod's "
+                          f"{pod} IPUs; use 1 to {pod}")
+    timeout = site["prolog_epilog_timeout"]
+    for key in ("prolog.deadline", "epilog.deadline"):
+        if site[key] >= timeout:
+            raise ConfigError(f"{_at(site, key)}: {key}={site[key]:g} must be below prolog_epilog_timeout="
+                              f"{timeout} (Slurm kills the hook at that timeout); lower it or raise the timeout")
+
+
+def hook_config(site: Site) -> dict:
+    """The hooks' config file (config.py's schema), derived from the site."""
+    return {
+        "version": 1,
+        "vipu": {"command": site["vipu.command"], "host": site["vipu.host"], "port": site["vipu.port"],
+                 "timeout": site["vipu.timeout"]},
+        "ipuof": {"host": site["ipuof.host"] or site["vipu.host"], "port": site["ipuof.port"] or site["vipu.port"]},
+        "partition": {"prefix": site["partition.prefix"], "allocation": site["vipu.allocation"]},
+        "pod": {"ipus": site["pod.ipus"]},
+        "prolog": {"deadline": site["prolog.deadline"], "max_attempts": site["prolog.max_attempts"]},
+        "epilog": {"deadline": site["epilog.deadline"]},
+        "reap": {"interval": site["reap.interval"]},
+        "state_dir": site["state_dir"],
+        "slurm": {"conf": f"{site['slurm.conf_dir']}/slurm.conf", "bin_dir": site["slurm.bin_dir"]},
+    }

@@ -1,0 +1,166 @@
+"""The site description and `slurm-ipu render`: golden fragments for two sites (the lab's Pod64,
+an IPU-POD128 with slurmdbd), one-line errors that point at the line and the valid range, and
+the rendered job_submit.lua working alone and as a module of a site's own script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu import config
+from slurm_ipu.deploy import fragments, site
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = Path(__file__).parent / "golden"
+SITES = {"pod64": GOLDEN / "site-pod64.yaml", "pod128": ROOT / "etc" / "site-pod128.yaml"}
+REGEN = os.environ.get("SLURM_IPU_REGEN_GOLDEN") == "1"
+
+
+@pytest.mark.parametrize("name", sorted(SITES))
+def test_rendered_fragments_match_the_golden_files(name):
+    """A change to a template shows up here as a diff a reviewer reads; regenerate with
+    SLURM_IPU_REGEN_GOLDEN=1 after checking it."""
+    rendered = fragments.texts(site.load(SITES[name]))
+    folder = GOLDEN / name
+    if REGEN:
+        folder.mkdir(exist_ok=True)
+        for file, text in rendered.items():
+            (folder / file).write_text(text)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(rendered)
+    for file, text in rendered.items():
+        assert (folder / file).read_text() == text, f"{name}/{file} differs; SLURM_IPU_REGEN_GOLDEN=1 to accept"
+
+
+def test_the_site_s_values_reach_every_fragment():
+    text = fragments.texts(site.load(SITES["pod128"]))
+    assert "Licenses=ipu:128\n" in text["slurm-ipu.conf"]
+    assert "AccountingStorageTRES=gres/ipu,license/ipu" in text["slurm-ipu.conf"]
+    assert "AccountingStorageTRES" not in fragments.texts(site.load(SITES["pod64"]))["slurm-ipu.conf"]
+    assert "NodeName=ipu-host[1-8] Name=ipu Count=16" in text["gres-ipu.conf"]
+    assert "vipu_host=vipu.ipupod128.example.org vipu_port=8090 prefix=slurm_" in text["plugstack-ipu.conf"]
+    assert "local POD_IPUS = 128" in text["job_submit.lua"]
+    assert "ExecStart=/opt/slurm-ipu/venv/bin/python -m slurm_ipu.cli reap --watch" in text[
+        "slurm-ipu-reaper.service"]
+
+
+def test_the_rendered_hooks_config_loads_with_the_hooks_own_schema(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(fragments.texts(site.load(SITES["pod128"]))["config.yaml"])
+    cfg = config.load(str(path), environ={}, required=True)
+    assert (cfg["vipu.host"], cfg["pod.ipus"], cfg["reap.interval"], cfg["slurm.conf"]) == (
+        "vipu.ipupod128.example.org", 128, 300.0, "/etc/slurm/slurm.conf")
+
+
+BASE = "version: 1\ncluster: c1\nvipu:\n  host: v\npod:\n  ipus: 64\n  hosts: n[1-4]\n  ipus_per_host: 16\n"
+
+
+@pytest.mark.parametrize("extra,words", [
+    ("  port: 70000\n", ["site.yaml:5:", "vipu.port=70000 is out of range; use from 1 to 65535"]),
+    ("prolog:\n  deadline: 200\n", ["site.yaml:10:", "prolog.deadline=200 must be below prolog_epilog_timeout=180"]),
+    ("partition:\n  prefix: 'a b'\n", ["site.yaml:10:", "1 to 31 letters, digits and '-_'"]),
+    ("prolog_epilog_timout: 300\n", ["site.yaml:9:", "unknown key 'prolog_epilog_timout'",
+                                     "did you mean 'prolog_epilog_timeout'"]),
+    ("slurm:\n  version: '21.08'\n", ["site.yaml:10:", "slurm.version='21.08'", "one of 22.05"]),
+    ("state_dir: var/lib\n", ["site.yaml:9:", "an absolute path"]),
+])
+def test_bad_values_name_the_line_and_the_valid_range(tmp_path, extra, words):
+    path = tmp_path / "site.yaml"
+    text = BASE.replace("  host: v\n", "  host: v\n" + extra) if extra.startswith("  port") else BASE + extra
+    path.write_text(text)
+    with pytest.raises(site.ConfigError) as err:
+        site.load(path)
+    for word in words:
+        assert word in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("change,words", [
+    (("ipus: 64", "ipus: 96"), ["pod.ipus=96", "multiple of 64"]),
+    (("  host: v\n", ""), ["vipu.host must be set"]),
+    (("n[1-4]", "n[1-2],n2"), ["names a host twice"]),
+    (("ipus_per_host: 16", "ipus_per_host: 65"), ["pod.ipus_per_host=65", "from 1 to 64"]),
+    (("cluster: c1", "cluster: [c1"), ["not valid YAML"]),
+])
+def test_a_wrong_pod_is_refused(tmp_path, change, words):
+    path = tmp_path / "site.yaml"
+    path.write_text(BASE.replace(*change))
+    with pytest.raises(site.ConfigError) as err:
+        site.load(path)
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_render_cli_writes_the_fragments_and_refuses_bad_input_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(SITES["pod64"]), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == sorted(fragments.FILES)
+    assert os.access(out / "slurm-ipu-hook", os.X_OK)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BASE + "  ipus_per_hots: 4\n")
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(bad), "--out", str(out)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "bad.yaml:9: unknown key 'pod.ipus_per_hots'" in proc.stderr
+
+
+LUA = shutil.which("lua5.1")
+
+SITE_SCRIPT = """
+dofile(%(ours)r)
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  local rc = slurm_ipu.job_submit(job_desc, part_list, submit_uid)
+  if rc ~= slurm.SUCCESS then return rc end
+  if job_desc.partition == "closed" then slurm.log_user("site: partition closed") return slurm.ERROR end
+  return slurm.SUCCESS
+end
+"""
+
+HARNESS = """
+local msgs = {}
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_LICENSES = 2040,
+          log_user = function(fmt, ...) table.insert(msgs, string.format(fmt, ...)) end,
+          log_info = function(fmt, ...) end }
+dofile(%(site)r)
+local job = %(job)s
+local rc = slurm_job_submit(job, {}, 0)
+print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. table.concat(msgs, "|"))
+"""
+
+
+@pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
+@pytest.mark.parametrize("job,expected", [
+    ('{tres_per_node = "gres:ipu:4", min_nodes = 2}', "0\tipu:8\t"),
+    ('{licenses = "ipu:4", min_nodes = 1}', "-1\tipu:4\tslurm-ipu: ask for IPUs with --gres=ipu:N"),
+    ('{partition = "closed", min_nodes = 1}', "-1\tnil\tsite: partition closed"),
+])
+def test_job_submit_lua_as_a_module_of_the_site_s_own_script(tmp_path, job, expected):
+    ours = tmp_path / "job_submit_ipu.lua"
+    ours.write_text(fragments.texts(site.load(SITES["pod128"]))["job_submit.lua"])
+    theirs = tmp_path / "job_submit.lua"
+    theirs.write_text(SITE_SCRIPT % {"ours": str(ours)})
+    code = HARNESS % {"site": str(theirs), "job": job}
+    proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.rstrip("\n").startswith(expected)
+
+
+def test_pyproject_lists_every_package_and_ships_the_templates():
+    """pyproject.toml lists packages by hand (to map templates/ into the package): a new package
+    missing from the list would be absent from every install."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "slurm_ipu").rglob("__init__.py")}
+    assert set(project["packages"]) == found | {"slurm_ipu.templates"}
+    shipped = project["package-data"]["slurm_ipu.templates"]
+    templates = {str(p.relative_to(ROOT / "templates")) for p in (ROOT / "templates").rglob("*.j2")}
+    import fnmatch
+
+    assert all(any(fnmatch.fnmatch(t, pat) for pat in shipped) for t in templates)
