@@ -8,7 +8,19 @@ PY := $(VENV)/bin/python
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm bench demo deps apt spank clean lint
+.PHONY: test unit emulator slurm bench demo deps apt spank clean lint install uninstall
+
+# `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
+# its own venv on the system Python (every user runs ipurun from it, none of root's files),
+# slurm-ipu and ipurun in BINDIR, the SPANK plugin built against this host's Slurm in its plugin
+# directory; with SITE, the rendered hook wrapper, config and removal service too.
+PREFIX ?= /opt/slurm-ipu
+BINDIR ?= /usr/local/bin
+DESTDIR ?=
+SITE ?=
+SYSTEM_PYTHON ?= /usr/bin/python3
+PLUGIN_DIR ?= /usr/lib/$(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/slurm-wlm
+IVENV = $(DESTDIR)$(PREFIX)/venv
 
 # Python side: a project-local venv (Debian's system Python refuses pip installs, PEP 668).
 $(VENV)/.installed: pyproject.toml
@@ -53,6 +65,16 @@ bench: deps
 
 demo: deps
 	$(VENV)/bin/slurm-ipu demo
+
+install: apt spank
+	@test -x $(IVENV)/bin/python || $(SYSTEM_PYTHON) -m venv $(IVENV)
+	@$(IVENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade .
+	@$(IVENV)/bin/python -P -m slurm_ipu.deploy.install install --prefix '$(PREFIX)' --destdir '$(DESTDIR)' \
+	  --bindir '$(BINDIR)' --plugin spank/spank_ipu.so --plugin-dir '$(PLUGIN_DIR)' $(if $(SITE),--site '$(SITE)')
+
+uninstall:
+	@test -x $(IVENV)/bin/python || { echo "uninstall: no slurm-ipu install at $(DESTDIR)$(PREFIX); set PREFIX" >&2; exit 2; }
+	@$(IVENV)/bin/python -P -m slurm_ipu.deploy.install uninstall --prefix '$(PREFIX)' --destdir '$(DESTDIR)'
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

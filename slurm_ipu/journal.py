@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import locks
+from .fsutil import atomic_write
 
 
 class Journal:
@@ -28,12 +29,7 @@ class Journal:
     def add(self, partition: str, job_id: int, reason: str) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         entry = {"partition": partition, "job_id": job_id, "reason": reason, "time": time.time()}
-        tmp = self.dir / f".{partition}.{os.getpid()}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(entry, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.dir / f"{partition}.json")
+        atomic_write(self.dir / f"{partition}.json", json.dumps(entry), 0o600, durable=True)
 
     def get(self, partition: str) -> dict | None:
         path = self.dir / f"{partition}.json"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from . import config, render, rules
 from .errors import LabError
+from .fsutil import atomic_write, pid_alive
 from .journal import Journal
 from .removal import service_lock
 
@@ -126,10 +127,7 @@ LAB_COMMANDS = {"ipurun": "slurm_ipu.launcher.cli", "slurm-ipu": "slurm_ipu.cli"
 
 
 def _script(path: Path, body: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(body)
-    tmp.chmod(0o755)
-    os.replace(tmp, path)
+    atomic_write(path, body, 0o755)
 
 
 def write_files(spec: LabSpec) -> None:
@@ -155,27 +153,12 @@ def write_files(spec: LabSpec) -> None:
 
 # --- processes ---------------------------------------------------------------------------
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie we have not reaped is not alive
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
-
-
 def _wait_pidfile(path: Path, timeout: float, what: str) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             pid = int(path.read_text().strip())
-            if _alive(pid):
+            if pid_alive(pid):
                 return pid
         except (OSError, ValueError):
             pass
@@ -184,13 +167,13 @@ def _wait_pidfile(path: Path, timeout: float, what: str) -> int:
 
 
 def _stop_pid(pid: int, what: str, timeout: float = 15.0) -> None:
-    if not _alive(pid):
+    if not pid_alive(pid):
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and _alive(pid):
+    while time.monotonic() < deadline and pid_alive(pid):
         time.sleep(0.05)
-    if _alive(pid):
+    if pid_alive(pid):
         say(f"{what} (pid {pid}) ignored SIGTERM for {timeout:g}s; sending SIGKILL")
         os.kill(pid, signal.SIGKILL)
 
@@ -203,9 +186,7 @@ def load_pids(spec: LabSpec) -> dict:
 
 
 def save_pids(spec: LabSpec, pids: dict) -> None:
-    tmp = spec.path("pids.json.tmp")
-    tmp.write_text(json.dumps(pids, indent=1))
-    os.replace(tmp, spec.path("pids.json"))
+    atomic_write(spec.path("pids.json"), json.dumps(pids, indent=1))
 
 
 def _run(argv: list[str], spec: LabSpec, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
@@ -217,7 +198,7 @@ def _run(argv: list[str], spec: LabSpec, timeout: float = 30.0, check: bool = Tr
 
 
 def start_munge(spec: LabSpec, pids: dict) -> None:
-    if _alive(pids.get("munged")):
+    if pid_alive(pids.get("munged")):
         return
     key = Path("/etc/munge/munge.key")
     if not key.exists():
@@ -235,7 +216,7 @@ def start_munge(spec: LabSpec, pids: dict) -> None:
 def start_emulator(spec: LabSpec, pids: dict) -> None:
     from .emulator.process import EmulatorProcess
 
-    if _alive(pids.get("vipu-emu")):
+    if pid_alive(pids.get("vipu-emu")):
         return
     say(f"starting the V-IPU emulator on 127.0.0.1:{spec.vipu_port}")
     emu = EmulatorProcess.start(spec.path("vipu-emu"), cluster=str(spec.path("etc", "vipu-emu.yaml")),
@@ -245,14 +226,14 @@ def start_emulator(spec: LabSpec, pids: dict) -> None:
 
 def start_slurm(spec: LabSpec, pids: dict) -> None:
     conf = str(spec.path("etc", "slurm.conf"))
-    if not _alive(pids.get("slurmctld")):
+    if not pid_alive(pids.get("slurmctld")):
         spec.path("run", "slurmctld.pid").unlink(missing_ok=True)
         say(f"starting slurmctld on port {spec.ctld_port}")
         _run([str(SBIN / "slurmctld"), "-c", "-f", conf], spec)
         pids["slurmctld"] = _wait_pidfile(spec.path("run", "slurmctld.pid"), 30, "slurmctld")
     for name in spec.node_names:
         key = f"slurmd-{name}"
-        if _alive(pids.get(key)):
+        if pid_alive(pids.get(key)):
             continue
         pidfile = spec.path("run", f"slurmd-{name}.pid")
         pidfile.unlink(missing_ok=True)
@@ -264,7 +245,7 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
 def start_reaper(spec: LabSpec, pids: dict) -> None:
     """The removal service, as a site runs it from systemd: the hook wrapper queues ended jobs'
     partitions for it while it holds its lock."""
-    if _alive(pids.get("reaper")):
+    if pid_alive(pids.get("reaper")):
         return
     lock = service_lock(spec.path("state"))
     with open(spec.path("log", "reaper.log"), "ab") as log:
@@ -285,13 +266,13 @@ def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
     """Stop the removal service by its recorded pid (drills: the hooks without it, a crash)."""
     pids = load_pids(spec)
     pid = pids.pop("reaper", None)
-    if isinstance(pid, int) and _alive(pid):
+    if isinstance(pid, int) and pid_alive(pid):
         if sig == signal.SIGTERM:
             _stop_pid(pid, "reaper")
         else:
             os.kill(pid, sig)
             deadline = time.monotonic() + 10
-            while _alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
     save_pids(spec, pids)
 
@@ -328,7 +309,7 @@ def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
     resumed = False
     while time.monotonic() < deadline:
         for key, pid in pids.items():
-            if key.startswith(("slurm", "vipu")) and isinstance(pid, int) and not _alive(pid):
+            if key.startswith(("slurm", "vipu")) and isinstance(pid, int) and not pid_alive(pid):
                 log = spec.path("log", "slurmctld.log" if key == "slurmctld" else f"{key}.log")
                 raise LabError(f"{key} (pid {pid}) exited during start: {_log_tail(log)}")
         states = node_states(spec)
@@ -360,15 +341,11 @@ def ensure_spank(spec: LabSpec) -> None:
 def install_spank(spec: LabSpec) -> None:
     """A copy in the lab, as an install puts it in Slurm's plugin directory: every user's sbatch
     and srun load it, and the checkout may sit where they cannot read."""
-    import shutil
 
     ensure_spank(spec)
     lib = spec.path("lib")
     lib.mkdir(parents=True, exist_ok=True)
-    tmp = lib / "spank_ipu.so.tmp"
-    shutil.copyfile(REPO / "spank" / "spank_ipu.so", tmp)
-    tmp.chmod(0o755)
-    os.replace(tmp, lib / "spank_ipu.so")
+    atomic_write(lib / "spank_ipu.so", (REPO / "spank" / "spank_ipu.so").read_bytes(), 0o755)
 
 
 def up(spec: LabSpec) -> None:
@@ -379,7 +356,8 @@ def up(spec: LabSpec) -> None:
                            "or run `make demo`")
     install_spank(spec)
     pids = load_pids(spec)
-    if pids.get("spec") and pids["spec"] != _spec_key(spec) and any(_alive(p) for k, p in pids.items() if k != "spec"):
+    others = any(pid_alive(p) for k, p in pids.items() if k != "spec")
+    if pids.get("spec") and pids["spec"] != _spec_key(spec) and others:
         raise LabError(f"a lab with other settings runs in {spec.dir}; `slurm-ipu lab down` first")
     write_files(spec)
     pids["spec"] = _spec_key(spec)
@@ -431,14 +409,14 @@ def down(spec: LabSpec, cancel: bool = True) -> None:
     if not pids:
         say(f"no lab recorded in {spec.dir}")
         return
-    if cancel and _alive(pids.get("slurmctld")):
+    if cancel and pid_alive(pids.get("slurmctld")):
         cancel_all(spec)
-    if cancel and _alive(pids.get("reaper")):
+    if cancel and pid_alive(pids.get("reaper")):
         _drain_journal(spec)
     order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "reaper", "vipu-emu", "munged"]
     for key in order:
         pid = pids.get(key)
-        if isinstance(pid, int) and _alive(pid):
+        if isinstance(pid, int) and pid_alive(pid):
             say(f"stopping {key} (pid {pid})")
             _stop_pid(pid, key)
     spec.path("pids.json").unlink(missing_ok=True)
@@ -454,10 +432,10 @@ def status(spec: LabSpec) -> int:
     for key, pid in pids.items():
         if key == "spec":
             continue
-        ok = _alive(pid)
+        ok = pid_alive(pid)
         alive &= ok
         print(f"{key:<14} pid {pid:<8} {'running' if ok else 'STOPPED'}")
-    if _alive(pids.get("slurmctld")):
+    if pid_alive(pids.get("slurmctld")):
         for name, state in node_states(spec).items():
             print(f"{name:<14} {state}")
     return 0 if alive else 1

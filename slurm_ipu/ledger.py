@@ -11,9 +11,10 @@ the whole record or none.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from .fsutil import atomic_write
 
 
 class Ledger:
@@ -32,12 +33,8 @@ class Ledger:
 
     def put(self, partition: str, **record) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / f".{partition}.{os.getpid()}.tmp"
-        with open(tmp, "w") as fh:
-            json.dump(dict(record, partition=partition, time=time.time()), fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path(partition))
+        doc = dict(record, partition=partition, time=time.time())
+        atomic_write(self._path(partition), json.dumps(doc), 0o600, durable=True)
 
     def drop(self, partition: str) -> None:
         self._path(partition).unlink(missing_ok=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import __version__, rules
 from .errors import ConfigError
+from .fsutil import atomic_write
 
 TEMPLATES = ("slurm.conf", "gres.conf", "plugstack.conf", "job_submit.lua", "vipu-emu.yaml")
 
@@ -63,8 +64,6 @@ def write_all(context: dict, out_dir: Path) -> dict[str, Path]:
     written = {}
     for name in TEMPLATES:
         path = out_dir / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(render(name, context))
-        os.replace(tmp, path)
+        atomic_write(path, render(name, context))
         written[name] = path
     return written

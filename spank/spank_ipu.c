@@ -24,6 +24,14 @@
 
 SPANK_PLUGIN(spank_ipu, 1);
 
+/* Read from the file by `slurm-ipu doctor` and the installer: a SPANK plugin cannot be loaded
+ * outside Slurm to ask which release it was built for, and one built for another release is
+ * refused (or worse) by slurmd. */
+#define IPU_STR_(x) #x
+#define IPU_STR(x) IPU_STR_(x)
+__attribute__((used)) static const char ipu_built_for[] =
+    "slurm-ipu-spank built-for-slurm " IPU_STR(SLURM_VERSION_NUMBER); /* 0xMMmmuu */
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
     spank_context_t ctx = spank_context();

@@ -4,12 +4,12 @@ named are installed paths (install.prefix, the Slurm plugin directory), never th
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import yaml
 
 from .. import render
+from ..fsutil import atomic_write
 from ..journal import Journal
 from ..removal import service_lock
 from .site import Site, hook_config
@@ -57,9 +57,6 @@ def write(site: Site, out_dir: Path) -> list[Path]:
     written = []
     for name, text in texts(site).items():
         path = out_dir / name
-        tmp = path.with_name(f".{name}.tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o755 if name in EXECUTABLE else 0o644)
-        os.replace(tmp, path)
+        atomic_write(path, text, 0o755 if name in EXECUTABLE else 0o644)
         written.append(path)
     return written

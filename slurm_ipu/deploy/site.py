@@ -74,6 +74,8 @@ FIELDS = [
     Field("accounting.slurmdbd_host", str, None, "slurmdbd's host, to track IPUs in accounting; null: none",
           _host),
     Field("slurm.version", str, "22.05", "the Slurm release the cluster runs", _version),
+    Field("slurm.user", str, "slurm", "SlurmUser: the hooks and the removal service run as this user and own state_dir",
+          _name),
     Field("slurm.conf_dir", str, "/etc/slurm", "where slurm.conf lives", _abs),
     Field("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live", _abs),
     Field("slurm.plugin_dir", str, "/usr/lib/x86_64-linux-gnu/slurm-wlm", "Slurm's plugin directory (SPANK plugin)",

@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 from ..errors import ConfigError, PermissionDenied, VipuError
+from ..fsutil import atomic_write
 from ..locks import try_lock
 from . import identity
 from .api import API_VERSION
@@ -320,7 +321,7 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
     threading.Thread(target=admin.serve_forever, args=(0.05,), name="vipu-admin", daemon=True).start()
     info = {"pid": os.getpid(), "host": host, "port": app.port, "admin_socket": str(admin_path),
             "cluster": cluster.name}
-    _write_atomic(state_dir / "server.json", json.dumps(info))
+    atomic_write(state_dir / "server.json", json.dumps(info))
     log.info("vipu-emu serving %s on %s:%s (state %s)", cluster.name, host, app.port, state_dir)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -351,10 +352,6 @@ def _check_cluster(store, cluster: Cluster) -> None:
     store.set_meta("cluster", desc)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def main_serve(args) -> int:

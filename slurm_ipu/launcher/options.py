@@ -226,15 +226,14 @@ def export_config(opts: Options, command: list[str]) -> str:
     import os
     import time
 
+    from ..fsutil import atomic_write
+
     path = opts.export_config
     if os.path.exists(path) and not opts.overwrite_config:
         path = f"{path}.{time.strftime('%Y%m%d-%H%M%S')}"
     doc = dict(opts.exported(), command=list(command))
-    tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps(doc, indent=2) + "\n")
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(doc, indent=2) + "\n")
     except OSError as exc:
         raise ConfigError(f"--export-config {opts.export_config}: {exc.strerror}") from None
     return path

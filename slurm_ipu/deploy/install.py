@@ -1,0 +1,289 @@
+"""`make install` / `make uninstall`: the files outside the package's own virtual environment.
+
+The Makefile makes PREFIX/venv on the system Python and pip-installs the package into it; this
+module, run by that venv's Python, puts the rest in place: `slurm-ipu` and `ipurun` on the
+default PATH (symlinks into the venv, so every user runs the same install, none of root's
+files), the SPANK plugin in Slurm's plugin directory, and, given a site description, the
+rendered hook wrapper, the hooks' config, the removal service's unit, the state directory and
+the fragments the admin merges (PREFIX/share/slurm-ipu/site/).
+
+Every path written outside PREFIX is listed, with its sha256, in PREFIX/share/slurm-ipu/manifest;
+`uninstall` removes exactly those (a file changed since, it leaves and names) and then PREFIX.
+DESTDIR stages the whole tree for a package build: paths are written under it, named without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..fsutil import atomic_write
+
+MANIFEST = "share/slurm-ipu/manifest.json"
+COMMANDS = ("slurm-ipu", "ipurun")  # vipu-emu stays in the venv: a lab tool, not a site's
+UNIT_DIR = "/etc/systemd/system"
+SITE_COPY = "/etc/slurm-ipu/site.yaml"  # where doctor and status look by default
+
+
+class Installer:
+    def __init__(self, prefix: str, destdir: str = "", dry_run: bool = False):
+        if not prefix.startswith("/"):
+            raise ConfigError(f"install: PREFIX={prefix!r} is not an absolute path; use e.g. PREFIX=/opt/slurm-ipu")
+        self.prefix = prefix.rstrip("/") or "/"
+        self.destdir = destdir.rstrip("/")
+        self.dry_run = dry_run
+        self.entries: list[dict] = []
+
+    def staged(self, path: str) -> Path:
+        """Where a path is written: under DESTDIR when staging."""
+        return Path(self.destdir + path) if self.destdir else Path(path)
+
+    def _mkdirs(self, path: str) -> None:
+        """Create the missing parents of path, recording each (uninstall removes them if empty)."""
+        missing = []
+        parent = Path(path).parent
+        while not self.staged(str(parent)).exists() and parent != parent.parent:
+            missing.append(parent)
+            parent = parent.parent
+        for d in reversed(missing):
+            if not self.dry_run:
+                self.staged(str(d)).mkdir(mode=0o755)
+            self.entries.append({"path": str(d), "kind": "mkdir", "sha256": None})
+
+    def _record(self, path: str, kind: str, digest: str | None = None) -> None:
+        self.entries.append({"path": path, "kind": kind, "sha256": digest})
+        print(f"install: {kind:7} {path}")
+
+    def file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = self.staged(path)
+        self._mkdirs(path)
+        if not self.dry_run:
+            atomic_write(target, data, mode)
+        self._record(path, "file", hashlib.sha256(data).hexdigest())
+
+    def check_link(self, path: str) -> None:
+        target = self.staged(path)
+        if target.is_symlink() or target.exists():
+            if not target.is_symlink() or not os.readlink(target).startswith(self.prefix + "/"):
+                raise ConfigError(f"install: {path} exists and is not slurm-ipu's; remove it or set BINDIR")
+
+    def link(self, path: str, to: str) -> None:
+        target = self.staged(path)
+        self._mkdirs(path)
+        if not self.dry_run:
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(to)
+            os.replace(tmp, target)
+        self._record(path, "link")
+
+    def directory(self, path: str, owner: str | None = None, mode: int = 0o700) -> None:
+        target = self.staged(path)
+        self._mkdirs(path)
+        if not self.dry_run:
+            target.mkdir(exist_ok=True)
+            target.chmod(mode)
+            if owner and not self.destdir:
+                shutil.chown(target, owner, owner)
+        self._record(path, "dir")
+
+    def write_manifest(self, extra: dict) -> None:
+        doc = {"prefix": self.prefix, "entries": self.entries, **extra}
+        if not self.dry_run:
+            target = self.staged(f"{self.prefix}/{MANIFEST}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target, (json.dumps(doc, indent=1) + "\n").encode(), 0o644)
+
+
+def relocate_venv(prefix: str, destdir: str) -> None:
+    """A venv names its own path in its scripts: staged under DESTDIR, name it without."""
+    if not destdir:
+        return
+    bindir = Path(destdir + prefix) / "venv" / "bin"
+    old, new = (destdir + prefix).encode(), prefix.encode()
+    for path in bindir.iterdir():
+        if path.is_symlink() or not path.is_file():
+            continue
+        data = path.read_bytes()
+        if old in data and b"\0" not in data[:1024]:
+            atomic_write(path, data.replace(old, new), path.stat().st_mode & 0o7777)
+
+
+def built_for(plugin: Path) -> str | None:
+    """The Slurm release a spank_ipu.so was compiled against (a string spank_ipu.c embeds: a
+    plugin cannot be loaded outside Slurm to ask it)."""
+    try:
+        data = plugin.read_bytes()
+    except OSError:
+        return None
+    mark = b"slurm-ipu-spank built-for-slurm "
+    at = data.find(mark)
+    if at < 0:
+        return None
+    end = data.find(b"\0", at)
+    try:
+        number = int(data[at + len(mark):end].decode(), 16)  # SLURM_VERSION_NUMBER, 0xMMmmuu
+    except ValueError:
+        return None
+    return f"{number >> 16}.{(number >> 8) & 0xff:02d}.{number & 0xff}"
+
+
+def _check(args, prefix: str):
+    """Everything that can refuse the install, before anything is written."""
+    site = None
+    if args.site:
+        from .site import load
+
+        site = load(args.site)
+        if site["install.prefix"] != prefix:
+            raise ConfigError(f"install: {args.site} has install.prefix={site['install.prefix']}, but PREFIX="
+                              f"{prefix}; make them equal (the rendered files name that prefix)")
+        args.plugin_dir = site["slurm.plugin_dir"]
+    if args.plugin and not Path(args.plugin).is_file():
+        raise ConfigError(f"install: SPANK plugin {args.plugin} not built; run `make -C spank` (needs libslurm-dev)")
+    return site
+
+
+def install(args) -> int:
+    inst = Installer(args.prefix, args.destdir, args.dry_run)
+    site = _check(args, inst.prefix)
+    links = {f"{args.bindir}/{name}": f"{inst.prefix}/venv/bin/{name}" for name in COMMANDS}
+    for path in links:
+        inst.check_link(path)
+    for path, to in links.items():
+        inst.link(path, to)
+    extra: dict = {"bindir": args.bindir}
+    if site is not None:
+        _install_site(inst, site, args.site)
+        extra["site"] = SITE_COPY
+    if args.plugin:
+        so = Path(args.plugin)
+        inst.file(f"{args.plugin_dir}/spank_ipu.so", so.read_bytes(), 0o755)
+        extra["plugin_built_for"] = built_for(so)
+    relocate_venv(inst.prefix, inst.destdir)
+    inst.write_manifest(extra)
+    if site is None:
+        print("install: no SITE given: render and place the hook wrapper and config with "
+              "`make install SITE=/path/to/site.yaml` (docs/admin.md)")
+    return 0
+
+
+def _install_site(inst: Installer, site, source: str) -> None:
+    from . import fragments
+
+    texts = fragments.texts(site)
+    for name, text in texts.items():  # what the admin merges, kept with the install
+        inst.file(f"{inst.prefix}/share/slurm-ipu/site/{name}", text.encode())
+    inst.file(site.path("wrapper"), texts["slurm-ipu-hook"].encode(), 0o755)
+    inst.file(site.path("config"), texts["config.yaml"].encode(), 0o644)
+    inst.file(SITE_COPY, Path(source).read_bytes(), 0o644)
+    inst.file(f"{UNIT_DIR}/slurm-ipu-reaper.service", texts["slurm-ipu-reaper.service"].encode())
+    user = site["slurm.user"]
+    inst.directory(site["state_dir"], owner=user if _user_exists(user) else None)
+
+
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def uninstall(args) -> int:
+    prefix = args.prefix.rstrip("/")
+    root = Path(args.destdir + prefix) if args.destdir else Path(prefix)
+    manifest = root / MANIFEST
+    try:
+        doc = json.loads(manifest.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"uninstall: no slurm-ipu install at {prefix} ({manifest} missing); "
+                          "set PREFIX to where `make install` put it") from None
+    inst = Installer(prefix, args.destdir)
+    kept = 0
+    for entry in reversed(doc["entries"]):
+        path = inst.staged(entry["path"])
+        if entry["path"].startswith(prefix + "/"):
+            continue  # goes with PREFIX below
+        kept += _remove(path, entry)
+    shutil.rmtree(root, ignore_errors=False)
+    print(f"uninstall: removed {prefix}")
+    return 1 if kept else 0
+
+
+def _remove(path: Path, entry: dict) -> int:
+    """Remove one installed path if it is still what install wrote; 1 if left in place."""
+    kind = entry["kind"]
+    if kind == "mkdir":  # a parent install created: goes if nothing else lives there now
+        try:
+            path.rmdir()
+        except OSError:
+            pass
+        return 0
+    if kind == "link":
+        if path.is_symlink():
+            path.unlink()
+            print(f"uninstall: removed {entry['path']}")
+        return 0
+    if kind == "dir":
+        return _remove_state_dir(path, entry["path"])
+    if not path.exists():
+        return 0
+    if hashlib.sha256(path.read_bytes()).hexdigest() != entry["sha256"]:
+        print(f"uninstall: left {entry['path']}: changed since install; remove it yourself if unneeded")
+        return 1
+    path.unlink()
+    print(f"uninstall: removed {entry['path']}")
+    return 0
+
+
+def _remove_state_dir(path: Path, shown: str) -> int:
+    """The state directory goes only when it records nothing live: a creation record or a queued
+    removal is a V-IPU partition someone must still remove."""
+    if not path.exists():
+        return 0
+    live = [p for sub in ("created", "pending-removal") for p in (path / sub).glob("*.json")]
+    if live:
+        print(f"uninstall: left {shown}: it records {len(live)} partition(s) still to remove; "
+              "run `slurm-ipu reap` first")
+        return 1
+    shutil.rmtree(path)
+    print(f"uninstall: removed {shown}")
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="slurm-ipu-install", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="action", required=True)
+    i = sub.add_parser("install")
+    i.add_argument("--prefix", required=True)
+    i.add_argument("--destdir", default="")
+    i.add_argument("--bindir", default="/usr/local/bin")
+    i.add_argument("--site")
+    i.add_argument("--plugin", help="the built spank_ipu.so")
+    i.add_argument("--plugin-dir", default="/usr/lib/x86_64-linux-gnu/slurm-wlm")
+    i.add_argument("--dry-run", action="store_true")
+    u = sub.add_parser("uninstall")
+    u.add_argument("--prefix", required=True)
+    u.add_argument("--destdir", default="")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..cli_common import run_main
+
+    args = parser().parse_args(argv)
+    return run_main(lambda: (install if args.action == "install" else uninstall)(args),
+                    debug=False, program="slurm-ipu")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

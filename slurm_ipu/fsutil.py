@@ -1,0 +1,64 @@
+"""The small helpers every part shares: an atomic file write, polling to a deadline, and whether
+a process is alive. One copy each (the hooks, the lab, the emulator and the installer all use
+them); standard library only, so the hooks' start-up stays lean."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable: bool = False) -> None:
+    """Readers see the old file or the new one, never half of one: write a temporary file in the
+    same directory (one per process, so concurrent writers do not share it) and rename it over.
+    durable: fsync before the rename (state that must survive a crash: records, the journal)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    if isinstance(data, str):
+        data = data.encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # the umask narrowed O_CREAT's mode
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def poll(check, timeout: float, interval: float = 0.05, max_interval: float = 0.5):
+    """Call check() until it returns something truthy or timeout seconds pass; returns its last
+    value. The interval grows (x1.5) to max_interval: prompt when it is quick, cheap when not."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        left = deadline - time.monotonic()
+        if value or left <= 0:
+            return value
+        time.sleep(min(interval, left))
+        interval = min(interval * 1.5, max_interval)
+
+
+def pid_alive(pid: int | None) -> bool:
+    """The process exists and is not a zombie (a child we have not reaped yet is dead to us)."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's, but alive
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True

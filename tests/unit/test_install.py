@@ -1,0 +1,118 @@
+"""make install / make uninstall's file work, staged under DESTDIR (the Makefile's venv and pip
+steps run in the clean-install test)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu.deploy import install
+
+GOLDEN = Path(__file__).parent / "golden"
+PREFIX = "/opt/slurm-ipu"
+
+
+@pytest.fixture
+def stage(tmp_path):
+    dest = tmp_path / "stage"
+    dest.mkdir()
+    (dest / PREFIX.lstrip("/") / "venv" / "bin").mkdir(parents=True)  # what the Makefile's venv step made
+    plugin = tmp_path / "spank_ipu.so"
+    plugin.write_bytes(b"\x7fELF...slurm-ipu-spank built-for-slurm 0x170b02\0...")
+    return dest, plugin
+
+
+def files_under(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def run_install(dest: Path, plugin: Path, *extra: str) -> int:
+    return install.main(["install", "--prefix", PREFIX, "--destdir", str(dest), "--bindir", "/usr/local/bin",
+                         "--plugin", str(plugin), *extra])
+
+
+def run_uninstall(dest: Path) -> int:
+    return install.main(["uninstall", "--prefix", PREFIX, "--destdir", str(dest)])
+
+
+def test_install_places_every_file_and_uninstall_leaves_nothing(stage, capsys):
+    dest, plugin = stage
+    assert run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml")) == 0
+    wrapper = dest / "opt/slurm-ipu/libexec/slurm-ipu-hook"
+    assert wrapper.read_text() == (GOLDEN / "pod64" / "slurm-ipu-hook").read_text()
+    assert os.access(wrapper, os.X_OK)
+    assert (dest / "etc/slurm-ipu/config.yaml").read_text() == (GOLDEN / "pod64" / "config.yaml").read_text()
+    assert os.readlink(dest / "usr/local/bin/ipurun") == f"{PREFIX}/venv/bin/ipurun"
+    assert (dest / "usr/lib/x86_64-linux-gnu/slurm-wlm/spank_ipu.so").read_bytes() == plugin.read_bytes()
+    assert (dest / "etc/systemd/system/slurm-ipu-reaper.service").is_file()
+    assert (dest / "var/lib/slurm-ipu").stat().st_mode & 0o777 == 0o700
+    manifest = json.loads((dest / "opt/slurm-ipu/share/slurm-ipu/manifest.json").read_text())
+    assert manifest["plugin_built_for"] == "23.11.2" and manifest["site"] == "/etc/slurm-ipu/site.yaml"
+    assert run_uninstall(dest) == 0
+    assert files_under(dest) == {"opt"}  # the venv's parent predates the install
+
+
+def test_a_file_changed_since_install_is_left_and_named(stage, capsys):
+    dest, plugin = stage
+    run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml"))
+    (dest / "etc/slurm-ipu/config.yaml").write_text("# edited by hand\n")
+    assert run_uninstall(dest) == 1
+    out = capsys.readouterr().out
+    assert "left /etc/slurm-ipu/config.yaml: changed since install" in out
+    assert (dest / "etc/slurm-ipu/config.yaml").exists() and not (dest / "opt/slurm-ipu").exists()
+
+
+def test_a_state_dir_with_a_live_record_is_kept(stage, capsys):
+    dest, plugin = stage
+    run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml"))
+    (dest / "var/lib/slurm-ipu/created").mkdir()
+    (dest / "var/lib/slurm-ipu/created/slurm_7.json").write_text("{}")
+    assert run_uninstall(dest) == 1
+    assert "left /var/lib/slurm-ipu: it records 1 partition(s) still to remove" in capsys.readouterr().out
+    assert (dest / "var/lib/slurm-ipu/created/slurm_7.json").exists()
+
+
+def test_a_foreign_command_in_bindir_refuses_before_writing_anything(stage, capsys):
+    dest, plugin = stage
+    (dest / "usr/local/bin").mkdir(parents=True)
+    (dest / "usr/local/bin/ipurun").write_text("#!/bin/sh\n")
+    before = files_under(dest)
+    assert run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "slurm-ipu: install: /usr/local/bin/ipurun exists and is not slurm-ipu's; remove it or set BINDIR"
+    assert files_under(dest) == before
+
+
+def test_prefix_must_match_the_site(stage, tmp_path, capsys):
+    dest, plugin = stage
+    site = tmp_path / "site.yaml"
+    site.write_text((GOLDEN / "site-pod64.yaml").read_text() + "install:\n  prefix: /srv/ipu\n")
+    before = files_under(dest)
+    assert run_install(dest, plugin, "--site", str(site)) == 2
+    err = capsys.readouterr().err
+    assert "install.prefix=/srv/ipu, but PREFIX=/opt/slurm-ipu" in err and "Traceback" not in err
+    assert files_under(dest) == before
+
+
+def test_uninstall_without_an_install_says_where_it_looked(tmp_path, capsys):
+    assert install.main(["uninstall", "--prefix", "/opt/none", "--destdir", str(tmp_path)]) == 2
+    assert "no slurm-ipu install at /opt/none" in capsys.readouterr().err
+
+
+def test_a_staged_venv_names_its_final_path(stage):
+    dest, plugin = stage
+    script = dest / "opt/slurm-ipu/venv/bin/ipurun"
+    script.write_text(f"#!{dest}/opt/slurm-ipu/venv/bin/python\nimport sys\n")
+    run_install(dest, plugin)
+    assert script.read_text().startswith("#!/opt/slurm-ipu/venv/bin/python\n")
+
+
+def test_built_for_reads_the_release_a_plugin_was_compiled_against(tmp_path):
+    so = tmp_path / "a.so"
+    so.write_bytes(b"junk slurm-ipu-spank built-for-slurm 0x160508\0junk")
+    assert install.built_for(so) == "22.05.8"
+    so.write_bytes(b"no marker")
+    assert install.built_for(so) is None
