@@ -40,6 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("site", help="the site description (YAML; see etc/site-pod128.yaml)")
     r.add_argument("--out", required=True, help="directory for the fragments (created)")
 
+    site_help = "the site description (default $SLURM_IPU_SITE, else /etc/slurm-ipu/site.yaml from make install)"
+    d = sub.add_parser("doctor", help="check the live cluster against the site description (exit 1 on a problem)")
+    d.add_argument("--site", help=site_help)
+    st = sub.add_parser("status", help="the IPU view of the cluster: capacity, partitions and their jobs")
+    st.add_argument("--site", help=site_help)
+    st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+
     lab = sub.add_parser("lab", help="a real Slurm cluster on this machine, with the V-IPU emulator")
     lab.add_argument("action", choices=("up", "down", "status"))
     lab.add_argument("--dir", help="lab directory (default $SLURM_IPU_LAB_DIR or /var/tmp/slurm-ipu-lab)")
@@ -112,6 +119,24 @@ def cmd_reap(args) -> int:
     return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)
 
 
+def _site_path(args) -> str:
+    import os
+
+    return args.site or os.environ.get("SLURM_IPU_SITE") or "/etc/slurm-ipu/site.yaml"
+
+
+def cmd_doctor(args) -> int:
+    from .deploy import doctor
+
+    return doctor.main(_site_path(args))
+
+
+def cmd_status(args) -> int:
+    from .deploy import status
+
+    return status.main(_site_path(args), as_json=args.json)
+
+
 def cmd_render(args) -> int:
     from pathlib import Path
 
@@ -149,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
-                 "reap": cmd_reap, "render": cmd_render, "lab": cmd_lab}
+                 "reap": cmd_reap, "render": cmd_render, "doctor": cmd_doctor, "status": cmd_status, "lab": cmd_lab}
         return table[args.cmd](args)
 
     return run_main(dispatch, debug=args.debug, program="slurm-ipu")

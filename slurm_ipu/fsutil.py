@@ -62,3 +62,21 @@ def pid_alive(pid: int | None) -> bool:
             return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
     except (OSError, IndexError):
         return True
+
+
+def process_token(pid: int) -> str | None:
+    """What tells this process from a later one given the same pid (after it exits, or after a
+    reboot): the boot's id and the process's start time in clock ticks since boot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            boot = fh.read().strip()
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            start = fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+    return f"{boot}:{start}"
+
+
+def same_process(pid: int | None, token: str | None) -> bool:
+    """pid is alive and is still the process that token was taken from."""
+    return pid_alive(pid) and (token is None or process_token(pid) == token)

@@ -2,7 +2,9 @@
 
 One slurmctld and N `slurmd -N nodeK` on loopback (docs/slurm.md),
 configuration rendered from templates/, the `vipu` shim on the lab's own PATH only. Every
-process the lab starts is recorded by pid in LAB/pids.json; `down` stops exactly those.
+process the lab starts is recorded in LAB/pids.json by pid and start time (so a pid the kernel
+has since given to another process, after a crash or a reboot, is never signalled); `down`
+stops exactly those, and `up` on a partly dead lab restarts only what is dead.
 Progress goes to stderr; stdout carries only `export NAME=value` lines for `eval`.
 """
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from . import config, render, rules
 from .errors import LabError
-from .fsutil import atomic_write, pid_alive
+from .fsutil import atomic_write, pid_alive, process_token, same_process
 from .journal import Journal
 from .removal import service_lock
 
@@ -28,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = Path(os.environ.get("SLURM_IPU_LAB_DIR", "/var/tmp/slurm-ipu-lab"))
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
+CLUSTER = "ipulab"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class LabSpec:
         env["SLURM_CONF"] = str(self.path("etc", "slurm.conf"))
         # ipurun in an salloc shell reads the site's partition prefix and V-IPU from it.
         env["SLURM_IPU_CONFIG"] = str(self.path("etc", "slurm-ipu.yaml"))
+        env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))  # doctor and status
         env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
 
@@ -77,24 +81,19 @@ def check_spec(spec: LabSpec) -> None:
 # --- configuration -----------------------------------------------------------------------
 
 def context(spec: LabSpec) -> dict:
+    """What the lab's own slurm.conf needs beyond the site's fragments (machine, ports, paths)."""
     host = socket.gethostname()
     mem = max(1024, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // (1 << 20) // spec.nodes // 2)
     ctx = {
-        "cluster_name": "ipulab",
+        "cluster_name": CLUSTER,
         "controller": {"hostname": host, "addr": "127.0.0.1", "port": spec.ctld_port},
         "slurm_user": "root",
         "paths": {k: str(spec.path(v)) for k, v in
                   {"state": "spool/ctld", "spool": "spool", "run": "run", "log": "log", "etc": "etc"}.items()},
-        "hooks": {"prolog": str(spec.path("bin", "slurm-ipu-hook")), "epilog": str(spec.path("bin", "slurm-ipu-hook"))},
-        "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "nodes": [{"name": n, "hostname": host, "addr": "127.0.0.1", "port": spec.node_port + i,
                    "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": spec.ipus_per_node}
                   for i, n in enumerate(spec.node_names)],
         "partition_name": "ipu",
-        "spank": {"plugin": str(spec.path("lib", "spank_ipu.so"))},
-        "ipuof": {"host": "127.0.0.1", "port": spec.vipu_port},
-        "partition_prefix": PREFIX,
-        "accounting": {"slurmdbd_host": None},
         # A munged of the lab's own: no lab, test run or benchmark can stop another's.
         "munge_socket": str(spec.path("run", "munge.socket")),
         # A requeued job waits cred_expire (120 s by default) before it may start again: the lab's
@@ -105,22 +104,29 @@ def context(spec: LabSpec) -> dict:
     return ctx
 
 
-def hook_config(spec: LabSpec) -> str:
-    values = {
-        "vipu": {"command": str(spec.path("bin", "vipu")), "host": "127.0.0.1", "port": spec.vipu_port,
-                 "timeout": 5.0, "retries": 2, "emulator_flags": True},
-        "ipuof": {"host": "127.0.0.1", "port": spec.vipu_port},
-        "pod": {"ipus": spec.pod_ipus},
+def site_description(spec: LabSpec) -> str:
+    """The lab's site description: rendered and merged exactly as a site's would be (docs/admin.md),
+    with every path inside the lab's directory."""
+    doc = {
+        "version": 1,
+        "cluster": CLUSTER,
+        "vipu": {"host": "127.0.0.1", "port": spec.vipu_port, "command": str(spec.path("bin", "vipu")),
+                 "timeout": 5.0, "emulator": True},
+        "pod": {"ipus": spec.pod_ipus, "hosts": f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1",
+                "ipus_per_host": spec.ipus_per_node},
+        "partition": {"prefix": PREFIX},
         "prolog": {"deadline": spec.prolog_deadline},
         "epilog": {"deadline": spec.epilog_deadline},
         "reap": {"interval": 30.0},
+        "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "state_dir": str(spec.path("state")),
-        "slurm": {"conf": str(spec.path("etc", "slurm.conf")), "bin_dir": "/usr/bin"},
+        "slurm": {"user": "root", "conf_dir": str(spec.path("etc")), "bin_dir": "/usr/bin",
+                  "plugin_dir": str(spec.path("lib"))},
+        "install": {"prefix": str(spec.path("install")), "config": str(spec.path("etc", "slurm-ipu.yaml"))},
     }
     import yaml
 
-    return "# slurm-ipu config for the lab (generated by `slurm-ipu lab up`)\n" + yaml.safe_dump(
-        {"version": 1, **values}, sort_keys=False)
+    return "# The lab's site description (written by `slurm-ipu lab up`).\n" + yaml.safe_dump(doc, sort_keys=False)
 
 
 LAB_COMMANDS = {"ipurun": "slurm_ipu.launcher.cli", "slurm-ipu": "slurm_ipu.cli", "vipu-emu": "slurm_ipu.emulator.main"}
@@ -130,22 +136,54 @@ def _script(path: Path, body: str) -> None:
     atomic_write(path, body, 0o755)
 
 
+def _link(path: Path, to: str) -> None:
+    if path.is_symlink() and os.readlink(path) == to:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(to)
+    os.replace(tmp, path)
+
+
+def install_site(spec: LabSpec):
+    """Render the lab's site description and put each fragment where its header says, as an admin
+    merges them; the lab's 'install' is its interpreter's environment, linked as PREFIX/venv."""
+    from .deploy import fragments, site
+
+    etc = spec.path("etc")
+    atomic_write(etc / "site.yaml", site_description(spec))
+    desc = site.load(etc / "site.yaml")
+    texts = fragments.write(desc, etc / "site")
+    texts = {p.name: p.read_text() for p in texts}
+    atomic_write(etc / "slurm-ipu.conf", texts["slurm-ipu.conf"])
+    atomic_write(etc / "gres.conf", texts["gres-ipu.conf"])
+    (etc / "plugstack.conf.d").mkdir(exist_ok=True)
+    atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
+    atomic_write(etc / "plugstack.conf", f"include {etc}/plugstack.conf.d/*.conf\n")
+    atomic_write(etc / "job_submit.lua", texts["job_submit.lua"])
+    atomic_write(desc.path("config"), texts["config.yaml"])
+    libexec = spec.path("install", "libexec")
+    libexec.mkdir(parents=True, exist_ok=True)
+    _link(spec.path("install", "venv"), sys.prefix)
+    _script(Path(desc.path("wrapper")), texts["slurm-ipu-hook"])
+    return desc
+
+
 def write_files(spec: LabSpec) -> None:
     for sub in ("etc", "bin", "spool/ctld", "run", "log", "state", "vipu-emu"):
         spec.path(sub).mkdir(parents=True, exist_ok=True)
     for name in spec.node_names:
         spec.path("spool", name).mkdir(exist_ok=True)
-    render.write_all(context(spec), spec.path("etc"))
-    spec.path("etc", "slurm-ipu.yaml").write_text(hook_config(spec))
+    ctx = context(spec)
+    for name in ("slurm.conf", "vipu-emu.yaml"):
+        atomic_write(spec.path("etc", name), render.render(name, ctx))
+    install_site(spec)
     py = sys.executable
     _script(spec.path("bin", "vipu"),
             f"#!/bin/sh\n# The lab's V-IPU CLI: the emulator's vipu-compatible command line.\n"
             f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
             f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}} "
             f"exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
-    _script(spec.path("bin", "slurm-ipu-hook"), render.render("slurm-ipu-hook", {"hook": {
-        "config": str(spec.path("etc", "slurm-ipu.yaml")), "python": py, "prefix": PREFIX,
-        "journal_dir": str(Journal(spec.path("state")).dir), "service_lock": str(service_lock(spec.path("state")))}}))
     # The product's own commands on the lab's PATH, run by the interpreter that has the package.
     for name, module in LAB_COMMANDS.items():
         _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
@@ -153,7 +191,7 @@ def write_files(spec: LabSpec) -> None:
 
 # --- processes ---------------------------------------------------------------------------
 
-def _wait_pidfile(path: Path, timeout: float, what: str) -> int:
+def _wait_pidfile(path: Path, timeout: float, what: str, log: Path) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -163,7 +201,7 @@ def _wait_pidfile(path: Path, timeout: float, what: str) -> int:
         except (OSError, ValueError):
             pass
         time.sleep(0.05)
-    raise LabError(f"{what} did not start within {timeout:g}s; see {path.parent.parent / 'log'}")
+    raise LabError(f"{what} did not start within {timeout:g}s: {_log_tail(log)} (log: {log})")
 
 
 def _stop_pid(pid: int, what: str, timeout: float = 15.0) -> None:
@@ -176,6 +214,21 @@ def _stop_pid(pid: int, what: str, timeout: float = 15.0) -> None:
     if pid_alive(pid):
         say(f"{what} (pid {pid}) ignored SIGTERM for {timeout:g}s; sending SIGKILL")
         os.kill(pid, signal.SIGKILL)
+
+
+def _record(pid: int) -> dict:
+    return {"pid": pid, "token": process_token(pid)}
+
+
+def _running(rec) -> bool:
+    """A recorded process is still the one the lab started."""
+    if isinstance(rec, int):  # written by a version that kept no start time
+        return pid_alive(rec)
+    return isinstance(rec, dict) and same_process(rec.get("pid"), rec.get("token"))
+
+
+def _pid(rec) -> int | None:
+    return rec.get("pid") if isinstance(rec, dict) else rec if isinstance(rec, int) else None
 
 
 def load_pids(spec: LabSpec) -> dict:
@@ -198,7 +251,7 @@ def _run(argv: list[str], spec: LabSpec, timeout: float = 30.0, check: bool = Tr
 
 
 def start_munge(spec: LabSpec, pids: dict) -> None:
-    if pid_alive(pids.get("munged")):
+    if _running(pids.get("munged")):
         return
     key = Path("/etc/munge/munge.key")
     if not key.exists():
@@ -210,48 +263,51 @@ def start_munge(spec: LabSpec, pids: dict) -> None:
     _run([str(SBIN / "munged"), "--force", f"--socket={spec.path('run', 'munge.socket')}",
           f"--pid-file={pidfile}", f"--log-file={spec.path('log', 'munged.log')}",
           f"--seed-file={spec.path('run', 'munged.seed')}", f"--key-file={key}"], spec)
-    pids["munged"] = _wait_pidfile(pidfile, 10, "munged")
+    pids["munged"] = _record(_wait_pidfile(pidfile, 10, "munged", spec.path("log", "munged.log")))
 
 
 def start_emulator(spec: LabSpec, pids: dict) -> None:
     from .emulator.process import EmulatorProcess
 
-    if pid_alive(pids.get("vipu-emu")):
+    if _running(pids.get("vipu-emu")):
         return
     say(f"starting the V-IPU emulator on 127.0.0.1:{spec.vipu_port}")
     emu = EmulatorProcess.start(spec.path("vipu-emu"), cluster=str(spec.path("etc", "vipu-emu.yaml")),
                                 port=spec.vipu_port, log_path=spec.path("log", "vipu-emu.log"), detach=True)
-    pids["vipu-emu"] = emu.pid
+    pids["vipu-emu"] = _record(emu.pid)
 
 
 def start_slurm(spec: LabSpec, pids: dict) -> None:
     conf = str(spec.path("etc", "slurm.conf"))
-    if not pid_alive(pids.get("slurmctld")):
+    if not _running(pids.get("slurmctld")):
         spec.path("run", "slurmctld.pid").unlink(missing_ok=True)
-        say(f"starting slurmctld on port {spec.ctld_port}")
-        _run([str(SBIN / "slurmctld"), "-c", "-f", conf], spec)
-        pids["slurmctld"] = _wait_pidfile(spec.path("run", "slurmctld.pid"), 30, "slurmctld")
+        # -c (a clean start, no saved jobs) only for a new lab: a restart keeps the job queue.
+        clean = ["-c"] if "slurmctld" not in pids else []
+        say(f"starting slurmctld on port {spec.ctld_port}{'' if clean else ' (keeping its saved jobs)'}")
+        _run([str(SBIN / "slurmctld"), *clean, "-f", conf], spec)
+        pids["slurmctld"] = _record(_wait_pidfile(spec.path("run", "slurmctld.pid"), 30, "slurmctld",
+                                                  spec.path("log", "slurmctld.log")))
     for name in spec.node_names:
         key = f"slurmd-{name}"
-        if pid_alive(pids.get(key)):
+        if _running(pids.get(key)):
             continue
         pidfile = spec.path("run", f"slurmd-{name}.pid")
         pidfile.unlink(missing_ok=True)
         _run([str(SBIN / "slurmd"), "-f", conf, "-N", name], spec)
-        pids[key] = _wait_pidfile(pidfile, 30, f"slurmd {name}")
+        pids[key] = _record(_wait_pidfile(pidfile, 30, f"slurmd {name}", spec.path("log", f"slurmd-{name}.log")))
     say(f"started slurmd {', '.join(spec.node_names)}")
 
 
 def start_reaper(spec: LabSpec, pids: dict) -> None:
     """The removal service, as a site runs it from systemd: the hook wrapper queues ended jobs'
     partitions for it while it holds its lock."""
-    if pid_alive(pids.get("reaper")):
+    if _running(pids.get("reaper")):
         return
     lock = service_lock(spec.path("state"))
     with open(spec.path("log", "reaper.log"), "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"], env=spec.env(),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    pids["reaper"] = proc.pid
+    pids["reaper"] = _record(proc.pid)
     deadline = time.monotonic() + 15
     from .locks import is_held
 
@@ -265,8 +321,9 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
 def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
     """Stop the removal service by its recorded pid (drills: the hooks without it, a crash)."""
     pids = load_pids(spec)
-    pid = pids.pop("reaper", None)
-    if isinstance(pid, int) and pid_alive(pid):
+    rec = pids.pop("reaper", None)
+    pid = _pid(rec)
+    if _running(rec):
         if sig == signal.SIGTERM:
             _stop_pid(pid, "reaper")
         else:
@@ -308,8 +365,9 @@ def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
     last = ""
     resumed = False
     while time.monotonic() < deadline:
-        for key, pid in pids.items():
-            if key.startswith(("slurm", "vipu")) and isinstance(pid, int) and not pid_alive(pid):
+        for key, rec in pids.items():
+            if key.startswith(("slurm", "vipu")) and not _running(rec):
+                pid = _pid(rec)
                 log = spec.path("log", "slurmctld.log" if key == "slurmctld" else f"{key}.log")
                 raise LabError(f"{key} (pid {pid}) exited during start: {_log_tail(log)}")
         states = node_states(spec)
@@ -317,14 +375,15 @@ def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
         if line != last:
             say(f"nodes: {line}")
             last = line
-        if all(states.get(n, "").startswith("idle") for n in spec.node_names):
+        # idle, or running jobs (a restart of a partly dead lab keeps them)
+        if all(states.get(n, "").startswith(("idle", "mixed", "alloc")) for n in spec.node_names):
             return
         bad = [n for n in spec.node_names if states.get(n, "").startswith(("down", "drain"))]
         if bad and not resumed:
             _run(["scontrol", "update", f"NodeName={','.join(bad)}", "State=RESUME"], spec, check=False)
             resumed = True
         time.sleep(0.3)
-    raise LabError(f"nodes not idle after {timeout:g}s ({last}); see {spec.path('log')}")
+    raise LabError(f"nodes not up after {timeout:g}s ({last}); see {spec.path('log')}")
 
 
 def ensure_spank(spec: LabSpec) -> None:
@@ -356,11 +415,12 @@ def up(spec: LabSpec) -> None:
                            "or run `make demo`")
     install_spank(spec)
     pids = load_pids(spec)
-    others = any(pid_alive(p) for k, p in pids.items() if k != "spec")
+    others = any(_running(p) for k, p in pids.items() if k != "spec")
     if pids.get("spec") and pids["spec"] != _spec_key(spec) and others:
         raise LabError(f"a lab with other settings runs in {spec.dir}; `slurm-ipu lab down` first")
     write_files(spec)
     pids["spec"] = _spec_key(spec)
+    before = {k for k, rec in pids.items() if k != "spec" and _running(rec)}
     try:
         try:
             start_munge(spec, pids)
@@ -371,8 +431,10 @@ def up(spec: LabSpec) -> None:
             save_pids(spec, pids)
         wait_idle(spec, pids)
     except BaseException:
-        say("start failed; stopping what was started")
-        down(spec, cancel=False)
+        started = [k for k, rec in pids.items() if k != "spec" and k not in before and _running(rec)]
+        say(f"start failed; stopping what this start started ({', '.join(started) or 'nothing'})")
+        _stop_all(pids, started)
+        save_pids(spec, pids)
         raise
     say(f"up: {spec.nodes} nodes x ipu:{spec.ipus_per_node}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}")
     print_exports(spec)
@@ -385,6 +447,7 @@ def _spec_key(spec: LabSpec) -> dict:
 def print_exports(spec: LabSpec) -> None:
     print(f"export SLURM_CONF={spec.path('etc', 'slurm.conf')}")
     print(f"export SLURM_IPU_CONFIG={spec.path('etc', 'slurm-ipu.yaml')}")
+    print(f"export SLURM_IPU_SITE={spec.path('etc', 'site.yaml')}")
     print(f"export PATH={spec.path('bin')}:$PATH")
 
 
@@ -409,18 +472,23 @@ def down(spec: LabSpec, cancel: bool = True) -> None:
     if not pids:
         say(f"no lab recorded in {spec.dir}")
         return
-    if cancel and pid_alive(pids.get("slurmctld")):
+    if cancel and _running(pids.get("slurmctld")):
         cancel_all(spec)
-    if cancel and pid_alive(pids.get("reaper")):
+    if cancel and _running(pids.get("reaper")):
         _drain_journal(spec)
-    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "reaper", "vipu-emu", "munged"]
-    for key in order:
-        pid = pids.get(key)
-        if isinstance(pid, int) and pid_alive(pid):
-            say(f"stopping {key} (pid {pid})")
-            _stop_pid(pid, key)
+    _stop_all(pids, list(pids))
     spec.path("pids.json").unlink(missing_ok=True)
     say("down")
+
+
+def _stop_all(pids: dict, keys: list[str]) -> None:
+    """Stop the recorded processes named in keys, slurmd first, munged last."""
+    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "reaper", "vipu-emu", "munged"]
+    for key in order:
+        rec = pids.get(key)
+        if key in keys and _running(rec):
+            say(f"stopping {key} (pid {_pid(rec)})")
+            _stop_pid(_pid(rec), key)
 
 
 def status(spec: LabSpec) -> int:
@@ -429,13 +497,14 @@ def status(spec: LabSpec) -> int:
         say(f"no lab recorded in {spec.dir}")
         return 1
     alive = True
-    for key, pid in pids.items():
+    for key, rec in pids.items():
         if key == "spec":
             continue
-        ok = pid_alive(pid)
+        ok = _running(rec)
+        pid = _pid(rec) or "-"
         alive &= ok
         print(f"{key:<14} pid {pid:<8} {'running' if ok else 'STOPPED'}")
-    if pid_alive(pids.get("slurmctld")):
+    if _running(pids.get("slurmctld")):
         for name, state in node_states(spec).items():
             print(f"{name:<14} {state}")
     return 0 if alive else 1

@@ -22,15 +22,21 @@ def _open(path: Path) -> int:
     return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
 
 
-def try_lock(path: Path, busy: str) -> int:
-    """The locked fd, or ConfigError(busy) if someone else holds it."""
+def try_lock(path: Path, busy: str, wait: float = 0.0) -> int:
+    """The locked fd, or ConfigError(busy) if someone else still holds it after `wait` seconds."""
     fd = _open(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise ConfigError(busy) from None
-    return fd
+    deadline = time.monotonic() + wait
+    pause = 0.05
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() + pause > deadline:
+                os.close(fd)
+                raise ConfigError(busy) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 0.5)
 
 
 def is_held(path: Path) -> bool:

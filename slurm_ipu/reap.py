@@ -36,9 +36,10 @@ def _settle_records(ledger: Ledger, before: float, existing: set[str], jobs: dic
             ledger.drop(path.stem)
 
 
-def _lock(state_dir: str) -> int:
+def _lock(state_dir: str, wait: float) -> int:
     return try_lock(Path(state_dir) / "reap.lock",
-                    f"another `slurm-ipu reap` holds {state_dir}/reap.lock; let it finish")
+                    f"another `slurm-ipu reap` still holds {state_dir}/reap.lock after {wait:g}s; let it finish",
+                    wait)
 
 
 def job_of(name: str, prefix: str) -> int | None:
@@ -55,8 +56,10 @@ def orphans(partitions, jobs: dict[int, str], prefix: str) -> list[tuple[str, in
     return out
 
 
-def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic) -> int:
-    lock = _lock(cfg["state_dir"])
+def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic, wait: float | None = None) -> int:
+    """wait: seconds to wait for a reap already running (the removal service's periodic one)
+    to finish; by default as long as one reap may take."""
+    lock = _lock(cfg["state_dir"], cfg["epilog.deadline"] * 4 if wait is None else wait)
     try:
         deadline = clock() + cfg["epilog.deadline"] * 4
         journal, ledger = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"])

@@ -107,7 +107,8 @@ class Service:
         from . import reap
 
         try:
-            reap.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line))
+            reap.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line),
+                     wait=0)  # an admin's reap is running: it does the same work
         except SlurmIpuError as exc:  # slurmctld or V-IPU down, or a cron reap running: next time
             report(self.cfg["state_dir"], f"removal service: periodic reap skipped: {exc}")
 

@@ -8,9 +8,6 @@ from pathlib import Path
 
 from . import __version__, rules
 from .errors import ConfigError
-from .fsutil import atomic_write
-
-TEMPLATES = ("slurm.conf", "gres.conf", "plugstack.conf", "job_submit.lua", "vipu-emu.yaml")
 
 
 def templates_dir() -> Path:
@@ -57,13 +54,3 @@ def pod_values(pod_ipus: int) -> dict:
                   "ilds": {n: rules.valid_gcds(s, n) for n in rules.valid_ilds(s, ilds)}} for s in sizes}
     return {"pod_ipus": pod_ipus, "sizes": sizes, "shapes": shapes,
             "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}}
-
-
-def write_all(context: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    for name in TEMPLATES:
-        path = out_dir / name
-        atomic_write(path, render(name, context))
-        written[name] = path
-    return written

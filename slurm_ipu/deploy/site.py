@@ -55,6 +55,8 @@ FIELDS = [
     Field("vipu.port", int, 8090, "the V-IPU controller's port (vipu --api-port)", _port),
     Field("vipu.allocation", str, None, "the V-IPU allocation partitions are created in; null: the default", _name),
     Field("vipu.command", str, "/usr/bin/vipu", "the vipu command the hooks run", _abs),
+    Field("vipu.emulator", bool, False, "the controller is vipu-emu (labs, drills): pass it each job's hosts "
+          "and owner (--hosts/--owner-uid), which a real controller does not take"),
     Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
     Field("ipuof.host", str, None, "IPUOF_VIPU_API_HOST in tasks; null: vipu.host", _host),
     Field("ipuof.port", int, None, "IPUOF_VIPU_API_PORT in tasks; null: vipu.port", _port),
@@ -80,6 +82,7 @@ FIELDS = [
     Field("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live", _abs),
     Field("slurm.plugin_dir", str, "/usr/lib/x86_64-linux-gnu/slurm-wlm", "Slurm's plugin directory (SPANK plugin)",
           _abs),
+    Field("install.config", str, "/etc/slurm-ipu/config.yaml", "where the hooks' config is installed", _abs),
     Field("install.prefix", str, "/opt/slurm-ipu", "where `make install` put slurm-ipu (its venv, the hook wrapper)",
           _abs),
 ]
@@ -106,7 +109,7 @@ class Site:
     def path(self, *parts: str) -> str:
         """Where an installed file lives (the fragments name installed paths, never the checkout)."""
         roots = {"wrapper": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
-                 "config": "/etc/slurm-ipu/config.yaml",
+                 "config": self["install.config"],
                  "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so"}
         return roots[parts[0]]
 
@@ -136,8 +139,10 @@ def _coerce(where: str, f: Field, value: Any) -> Any:
         if f.required:
             raise ConfigError(f"{where}: {f.key} must be set ({f.help})")
         return None
-    ok = isinstance(value, f.type) and not isinstance(value, bool) or (f.type is float and isinstance(value, int)
-                                                                        and not isinstance(value, bool))
+    if f.type is bool:
+        ok = isinstance(value, bool)
+    else:
+        ok = not isinstance(value, bool) and (isinstance(value, f.type) or f.type is float and isinstance(value, int))
     if not ok:
         raise ConfigError(f"{where}: {f.key}={value!r} is not a {f.type.__name__} ({f.help})")
     value = f.type(value)
@@ -207,10 +212,13 @@ def _cross_checks(site: Site) -> None:
 
 def hook_config(site: Site) -> dict:
     """The hooks' config file (config.py's schema), derived from the site."""
+    vipu = {"command": site["vipu.command"], "host": site["vipu.host"], "port": site["vipu.port"],
+            "timeout": site["vipu.timeout"]}
+    if site["vipu.emulator"]:
+        vipu["emulator_flags"] = True
     return {
         "version": 1,
-        "vipu": {"command": site["vipu.command"], "host": site["vipu.host"], "port": site["vipu.port"],
-                 "timeout": site["vipu.timeout"]},
+        "vipu": vipu,
         "ipuof": {"host": site["ipuof.host"] or site["vipu.host"], "port": site["ipuof.port"] or site["vipu.port"]},
         "partition": {"prefix": site["partition.prefix"], "allocation": site["vipu.allocation"]},
         "pod": {"ipus": site["pod.ipus"]},

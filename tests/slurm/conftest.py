@@ -201,7 +201,9 @@ def clean_lab(lab):
         # lab with the product's cleanup so one failure does not fail every test after it.
         lab.run("slurm-ipu", "reap", "--config", lab.config)
         wait_for("no partition left by a previous test", lambda: lab.partitions() == {}, 10)
+    admin.close()
     yield lab
+    admin = lab.admin()  # a new handle: the test may have restarted the emulator
     admin.up()
     admin.clear_faults()
     jobs = lab.run("squeue", "-h", "-o", "%A").stdout.split()

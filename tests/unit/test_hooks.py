@@ -204,14 +204,23 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
     assert journal.entries() == []
 
 
-def test_reap_refuses_to_overlap(fake, cfg):
-    fd = reap._lock(cfg["state_dir"])
+def test_reap_never_overlaps_another_it_waits_for_it_or_says_so(fake, cfg):
+    """An admin's reap while the removal service's periodic one runs waits for it to finish; the
+    service's own (wait=0) skips its turn instead."""
+    import os
+    import threading
+
+    fd = reap._lock(cfg["state_dir"], 0)
+    release = threading.Timer(0.3, os.close, (fd,))  # the other reap finishes
     try:
-        with pytest.raises(ConfigError, match="another `slurm-ipu reap`"):
-            reap.run(cfg, cfg.vipu_client(), FakeSlurm())
-    finally:
-        import os
+        with pytest.raises(ConfigError, match="another `slurm-ipu reap` still holds .* after 0s"):
+            reap.run(cfg, cfg.vipu_client(), FakeSlurm(), wait=0)
+    except BaseException:
         os.close(fd)
+        raise
+    release.start()
+    assert reap.run(cfg, cfg.vipu_client(), FakeSlurm(), out=lambda _: None) == 0
+    release.join()
 
 
 # --- trust: only what slurm-ipu created for the job (issue 14, items 2-4) -----------------

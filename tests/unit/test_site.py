@@ -112,15 +112,18 @@ def test_render_cli_writes_the_fragments_and_refuses_bad_input_in_one_line(tmp_p
 
 LUA = shutil.which("lua5.1")
 
-SITE_SCRIPT = """
-dofile(%(ours)r)
-function slurm_job_submit(job_desc, part_list, submit_uid)
-  local rc = slurm_ipu.job_submit(job_desc, part_list, submit_uid)
-  if rc ~= slurm.SUCCESS then return rc end
-  if job_desc.partition == "closed" then slurm.log_user("site: partition closed") return slurm.ERROR end
-  return slurm.SUCCESS
-end
-"""
+def site_script(ours: Path) -> str:
+    """The three-line snippet docs/admin.md tells admins to write, with a check of the site's own
+    where it says `your checks`: the documented snippet is the one tested."""
+    text = (ROOT / "docs" / "admin.md").read_text()
+    lines = [ln.strip() for ln in text.splitlines()]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("dofile("))
+    snippet = "\n".join(lines[start:start + 3])
+    assert snippet.count("function slurm_job_") == 2, snippet
+    snippet = snippet.replace('"/etc/slurm/job_submit_ipu.lua"', repr(str(ours)))
+    theirs = 'if j.partition == "closed" then slurm.log_user("site: partition closed") return slurm.ERROR end'
+    return snippet.replace("--[[ your checks ]]", theirs, 1).replace("--[[ your checks ]]", "")
+
 
 HARNESS = """
 local msgs = {}
@@ -144,7 +147,7 @@ def test_job_submit_lua_as_a_module_of_the_site_s_own_script(tmp_path, job, expe
     ours = tmp_path / "job_submit_ipu.lua"
     ours.write_text(fragments.texts(site.load(SITES["pod128"]))["job_submit.lua"])
     theirs = tmp_path / "job_submit.lua"
-    theirs.write_text(SITE_SCRIPT % {"ours": str(ours)})
+    theirs.write_text(site_script(ours))
     code = HARNESS % {"site": str(theirs), "job": job}
     proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 0, proc.stderr

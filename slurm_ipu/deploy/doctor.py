@@ -1,0 +1,380 @@
+"""`slurm-ipu doctor`: the live cluster checked against its site description.
+
+One line per item, `ok` or `PROBLEM` with what is wrong and the fix; exit 1 when anything is
+wrong. Everything is read once up front (Slurm's running configuration, its nodes, the jobs,
+V-IPU's partitions), so a check is a pure function of the site and those facts, and the unit
+tests feed facts without a cluster.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import SlurmIpuError
+from .install import built_for
+from .site import SUPPORTED_SLURM, Site
+
+
+@dataclass
+class Finding:
+    item: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        if self.ok:
+            return f"ok       {self.item:<12} {self.detail}"
+        return f"PROBLEM  {self.item:<12} {self.detail}; fix: {self.fix}"
+
+
+@dataclass
+class Facts:
+    """What doctor reads from the cluster. A value that could not be read is an exception kept in
+    `errors` under the fact's name, reported by the checks that need it."""
+    slurm_version: str | None = None
+    config: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, dict[str, str]] = field(default_factory=dict)
+    jobs: dict[int, str] | None = None
+    partitions: list | None = None
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+# --- reading the cluster ---------------------------------------------------------------------
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """`scontrol show config`: `Key  = value` lines (the header and blank lines skipped)."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
+    """`scontrol show nodes --oneliner`: one node per line of Key=Value words."""
+    nodes = {}
+    for line in text.splitlines():
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if "NodeName" in fields:
+            nodes[fields["NodeName"]] = fields
+    return nodes
+
+
+def gather(site: Site, runner=None) -> Facts:
+    import subprocess
+
+    from ..config import load
+    from ..slurm.commands import parse_squeue_json
+
+    run = runner or subprocess.run
+    facts = Facts()
+    env = {"SLURM_CONF": f"{site['slurm.conf_dir']}/slurm.conf", "PATH": f"{site['slurm.bin_dir']}:/usr/bin:/bin"}
+
+    def slurm(name: str, tool: str, *args: str) -> str | None:
+        argv = [str(Path(site["slurm.bin_dir"]) / tool), *args]
+        try:
+            proc = run(argv, env=env, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            facts.errors[name] = f"`{tool} {' '.join(args)}`: {exc}"
+            return None
+        if proc.returncode != 0:
+            facts.errors[name] = f"`{tool} {' '.join(args)}`: {(proc.stderr or proc.stdout).strip()[:200]}"
+            return None
+        return proc.stdout
+
+    text = slurm("slurm", "scontrol", "--version")
+    facts.slurm_version = text.split()[-1] if text else None
+    facts.config = parse_show_config(slurm("config", "scontrol", "show", "config") or "")
+    facts.nodes = parse_show_nodes(slurm("nodes", "scontrol", "show", "nodes", "--oneliner") or "")
+    text = slurm("jobs", "squeue", "--json")
+    try:
+        facts.jobs = parse_squeue_json(text) if text is not None else None
+    except SlurmIpuError as exc:
+        facts.errors["jobs"] = str(exc)
+    try:
+        cfg = load(site.path("config"), required=True)
+        facts.partitions = cfg.vipu_client().list_partitions(deadline=time.monotonic() + 20)
+    except SlurmIpuError as exc:
+        facts.errors["vipu"] = str(exc)
+    except Exception as exc:  # doctor reports; it does not crash on one broken part
+        facts.errors["vipu"] = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+# --- the checks ----------------------------------------------------------------------------
+
+def check_slurm(site: Site, facts: Facts) -> Finding:
+    v = facts.slurm_version
+    if v is None:
+        return Finding("slurm", False, f"cannot ask Slurm its version ({facts.errors.get('slurm')})",
+                       f"check slurm.bin_dir={site['slurm.bin_dir']} and that slurmctld answers")
+    release = ".".join(v.split(".")[:2])
+    if release not in SUPPORTED_SLURM:
+        return Finding("slurm", False, f"Slurm {v} is not supported ({', '.join(SUPPORTED_SLURM)})",
+                       "run a supported release")
+    if release != site["slurm.version"]:
+        return Finding("slurm", False, f"Slurm {v} runs, the site says slurm.version={site['slurm.version']}",
+                       f"set slurm.version: \"{release}\" and re-run make install SITE=...")
+    return Finding("slurm", True, f"Slurm {v}")
+
+
+def check_hooks(site: Site, facts: Facts) -> Finding:
+    from .fragments import texts
+
+    want = site.path("wrapper")
+    got = {k: facts.config.get(k) for k in ("PrologSlurmctld", "EpilogSlurmctld")}
+    wrong = [f"{k}={v or '(none)'}" for k, v in got.items() if v != want]
+    if wrong:
+        return Finding("hooks", False, f"{', '.join(wrong)}, expected {want}",
+                       f"Include {site['slurm.conf_dir']}/slurm-ipu.conf in slurm.conf, then scontrol reconfigure")
+    try:
+        text = Path(want).read_text()
+    except OSError as exc:
+        return Finding("hooks", False, f"{want}: {exc.strerror}", "make install SITE=<site description>")
+    if not os.access(want, os.X_OK):
+        return Finding("hooks", False, f"{want} is not executable", f"chmod 755 {want}")
+    if text != texts(site)["slurm-ipu-hook"]:
+        return Finding("hooks", False, f"{want} differs from what the site description renders",
+                       "make install SITE=<site description> (re-renders the wrapper)")
+    return Finding("hooks", True, f"PrologSlurmctld and EpilogSlurmctld run {want}")
+
+
+def check_timeout(site: Site, facts: Facts) -> Finding:
+    raw = facts.config.get("PrologEpilogTimeout", "")
+    m = re.match(r"(\d+)", raw)
+    if not m:
+        return Finding("timeout", False, f"PrologEpilogTimeout={raw or '(unset)'}",
+                       f"set PrologEpilogTimeout={site['prolog_epilog_timeout']} (the slurm.conf fragment has it)")
+    timeout = int(m.group(1))
+    longest = max(site["prolog.deadline"], site["epilog.deadline"])
+    if timeout <= longest:
+        return Finding("timeout", False, f"PrologEpilogTimeout={timeout} is not above the hooks' deadlines "
+                       f"({longest:g} s)", f"set PrologEpilogTimeout={site['prolog_epilog_timeout']}")
+    return Finding("timeout", True, f"PrologEpilogTimeout={timeout} above the hooks' deadlines ({longest:g} s)")
+
+
+def check_job_submit(site: Site, facts: Facts) -> Finding:
+    from .fragments import texts
+
+    if "lua" not in facts.config.get("JobSubmitPlugins", ""):
+        return Finding("job_submit", False, f"JobSubmitPlugins={facts.config.get('JobSubmitPlugins') or '(none)'}",
+                       "JobSubmitPlugins=lua (the slurm.conf fragment has it)")
+    conf_dir = Path(facts.config.get("SLURM_CONF", f"{site['slurm.conf_dir']}/slurm.conf")).parent
+    path = conf_dir / "job_submit.lua"
+    ours = texts(site)["job_submit.lua"]
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        return Finding("job_submit", False, f"{path}: {exc.strerror}", f"copy the rendered job_submit.lua to {path}")
+    if text == ours:
+        return Finding("job_submit", True, f"{path} is ours, for a Pod of {site['pod.ipus']} IPUs")
+    loaded = re.findall(r"dofile\(\s*[\"']([^\"']+)[\"']\s*\)", text)
+    if "slurm_ipu.job_submit" in text and loaded:
+        for module in loaded:
+            try:
+                if Path(module).read_text() == ours:
+                    return Finding("job_submit", True, f"{path} calls ours ({module}), for a Pod of "
+                                   f"{site['pod.ipus']} IPUs")
+            except OSError:
+                continue
+        return Finding("job_submit", False, f"{path} loads {', '.join(loaded)}, which is not what the site renders "
+                       "(another Pod size or release)", "copy the rendered job_submit.lua over it")
+    return Finding("job_submit", False, f"{path} is not slurm-ipu's and does not call it",
+                   "use the rendered job_submit.lua, or add the three-line snippet (docs/admin.md)")
+
+
+def check_licenses(site: Site, facts: Facts) -> Finding:
+    lic = dict(_pairs(facts.config.get("Licenses", "")))
+    gres_types = facts.config.get("GresTypes", "")
+    problems = []
+    if lic.get("ipu") != str(site["pod.ipus"]):
+        problems.append(f"Licenses has ipu:{lic.get('ipu', '(none)')}, the Pod has {site['pod.ipus']}")
+    if "ipu" not in [t.strip() for t in gres_types.split(",")]:
+        problems.append(f"GresTypes={gres_types or '(none)'} lacks ipu")
+    if problems:
+        return Finding("licenses", False, "; ".join(problems), "Include the rendered slurm.conf fragment, "
+                       "then restart slurmctld (Licenses needs a restart)")
+    return Finding("licenses", True, f"Licenses=ipu:{site['pod.ipus']}, GresTypes has ipu")
+
+
+def _pairs(text: str):
+    for item in text.split(","):
+        name, _, count = item.strip().partition(":")
+        if name:
+            yield name, count or "1"
+
+
+def check_nodes(site: Site, facts: Facts) -> Finding:
+    if not facts.nodes:
+        return Finding("nodes", False, f"cannot list nodes ({facts.errors.get('nodes', 'none defined')})",
+                       "check that slurmctld answers")
+    want = f"ipu:{site['pod.ipus_per_host']}"
+    bad = []
+    for host in site.hosts:
+        node = facts.nodes.get(host)
+        gres = (node or {}).get("Gres", "(null)")
+        if node is None:
+            bad.append(f"{host} is not a Slurm node")
+        elif want not in gres.split(","):
+            bad.append(f"{host} has Gres={gres}")
+    strays = [n for n, f in facts.nodes.items() if n not in site.hosts and "ipu" in f.get("Gres", "")]
+    bad += [f"{n} has IPUs but is not cabled to the Pod (pod.hosts)" for n in strays]
+    if bad:
+        return Finding("nodes", False, "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else ""),
+                       f"Gres={want} on the NodeName lines of {site['pod.hosts']} only, and the gres.conf lines")
+    return Finding("nodes", True, f"{len(site.hosts)} nodes with Gres={want}")
+
+
+def plugstack_lines(path: str, depth: int = 0) -> list[str]:
+    """Non-comment lines of plugstack.conf, with its `include` globs followed (as Slurm does)."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("include") and depth < 4:
+            for inc in sorted(glob.glob(line.split(None, 1)[1].strip())):
+                out += plugstack_lines(inc, depth + 1)
+        elif line:
+            out.append(line)
+    return out
+
+
+def check_plugstack(site: Site, facts: Facts) -> Finding:
+    conf = facts.config.get("PlugStackConfig") or f"{site['slurm.conf_dir']}/plugstack.conf"
+    lines = [ln for ln in plugstack_lines(conf) if "spank_ipu" in ln]
+    fix = f"include the rendered plugstack-ipu.conf from {conf}, the same on login and compute nodes"
+    if not lines:
+        return Finding("plugstack", False, f"{conf} does not load spank_ipu.so", fix)
+    words = shlex.split(lines[0])
+    plugin = words[1] if len(words) > 1 else ""
+    args = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+    from .site import hook_config
+
+    cfg = hook_config(site)
+    want = {"vipu_host": cfg["ipuof"]["host"], "vipu_port": str(cfg["ipuof"]["port"]),
+            "prefix": site["partition.prefix"]}
+    wrong = [f"{k}={args.get(k, '(unset)')} (site: {v})" for k, v in want.items() if args.get(k) != v]
+    if wrong:
+        return Finding("plugstack", False, "spank_ipu.so has " + ", ".join(wrong), fix)
+    if not Path(plugin).is_file():
+        return Finding("plugstack", False, f"{plugin} does not exist", "make install (builds and installs it)")
+    built = built_for(Path(plugin))
+    running = facts.slurm_version
+    if running and built != running:
+        return Finding("plugstack", False, f"{plugin} was built for Slurm {built or 'an unknown release'}, "
+                       f"Slurm {running} runs", "rebuild it against this Slurm: make install")
+    return Finding("plugstack", True, f"{plugin} (built for Slurm {built}) with the site's controller and prefix")
+
+
+def check_vipu(site: Site, facts: Facts) -> Finding:
+    if facts.partitions is None:
+        return Finding("vipu", False, f"{site['vipu.command']} does not answer: {facts.errors.get('vipu')}",
+                       f"check the controller at {site['vipu.host']}:{site['vipu.port']} and vipu.command")
+    used = sum(p.size for p in facts.partitions)
+    if used > site["pod.ipus"]:
+        return Finding("vipu", False, f"V-IPU has {used} IPUs in partitions, more than the Pod's {site['pod.ipus']}",
+                       "pod.ipus must be the IPUs of this controller's allocation")
+    return Finding("vipu", True, f"{site['vipu.host']}:{site['vipu.port']} answers: {len(facts.partitions)} "
+                   f"partition(s), {used} of {site['pod.ipus']} IPUs in use")
+
+
+def check_state_dir(site: Site, facts: Facts) -> Finding:
+    import pwd
+
+    path = Path(site["state_dir"])
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return Finding("state_dir", False, f"{path}: {exc.strerror}", "make install SITE=... creates it")
+    try:
+        user = pwd.getpwnam(site["slurm.user"])
+    except KeyError:
+        return Finding("state_dir", False, f"slurm.user={site['slurm.user']} is not a user here",
+                       "set slurm.user to SlurmUser")
+    if st.st_uid != user.pw_uid or not st.st_mode & 0o200:
+        return Finding("state_dir", False, f"{path} is not writable by {site['slurm.user']} (the hooks' user)",
+                       f"chown {site['slurm.user']} {path} && chmod 700 {path}")
+    if st.st_mode & 0o002:
+        return Finding("state_dir", False, f"{path} is world-writable", f"chmod 700 {path}")
+    return Finding("state_dir", True, f"{path} owned by {site['slurm.user']}")
+
+
+def _queued(site: Site) -> list[dict]:
+    out = []
+    for path in sorted((Path(site["state_dir"]) / "pending-removal").glob("*.json")):
+        try:
+            out.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            out.append({"partition": path.stem, "time": 0})
+    return out
+
+
+def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding:
+    now = time.time() if now is None else now
+    queued = _queued(site)
+    limit = 2 * site["reap.interval"]
+    stale = [q for q in queued if now - float(q.get("time", 0)) > limit]
+    if stale:
+        names = ", ".join(q.get("partition", "?") for q in stale[:5])
+        return Finding("journal", False, f"{len(stale)} removal(s) queued for over {limit:g} s: {names}",
+                       "check V-IPU and the removal service's log (journalctl -u slurm-ipu-reaper)")
+    return Finding("journal", True, f"{len(queued)} removal(s) queued, none older than {limit:g} s")
+
+
+def check_orphans(site: Site, facts: Facts) -> Finding:
+    from ..reap import orphans
+
+    if facts.partitions is None or facts.jobs is None:
+        why = facts.errors.get("vipu") or facts.errors.get("jobs")
+        return Finding("orphans", False, f"cannot tell ({why})", "fix the vipu and Slurm items first")
+    found = orphans(facts.partitions, facts.jobs, site["partition.prefix"])
+    queued = {q.get("partition") for q in _queued(site)}
+    found = [(name, job) for name, job in found if name not in queued]
+    if found:
+        names = ", ".join(name for name, _ in found[:5])
+        return Finding("orphans", False, f"{len(found)} partition(s) whose job is gone: {names}",
+                       "slurm-ipu reap (the removal service does it every reap.interval)")
+    return Finding("orphans", True, "every partition under the prefix belongs to a live job")
+
+
+def check_service(site: Site, facts: Facts) -> Finding:
+    from ..locks import is_held
+    from ..removal import service_lock
+
+    if is_held(service_lock(site["state_dir"])):
+        return Finding("service", True, "the removal service runs (slurm-ipu reap --watch)")
+    return Finding("service", False, "the removal service is not running: every IPU job's epilog removes its "
+                   "partition itself and orphans wait for a manual reap",
+                   "systemctl enable --now slurm-ipu-reaper")
+
+
+CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
+          check_plugstack, check_vipu, check_state_dir, check_journal, check_orphans, check_service)
+
+
+def diagnose(site: Site, facts: Facts) -> list[Finding]:
+    return [check(site, facts) for check in CHECKS]
+
+
+def main(site_path: str, out=print) -> int:
+    from .site import load
+
+    site = load(site_path)
+    findings = diagnose(site, gather(site))
+    for f in findings:
+        out(f.line())
+    bad = sum(not f.ok for f in findings)
+    out(f"{len(findings) - bad} ok, {bad} problem(s)" if bad else f"all {len(findings)} checks ok")
+    return 1 if bad else 0

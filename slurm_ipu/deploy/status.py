@@ -1,0 +1,167 @@
+"""`slurm-ipu status [--json]`: the IPU view of the cluster.
+
+The Pod's capacity, what V-IPU has in partitions and what Slurm's ipu licence says is in use
+(and whether they disagree), each partition with its job, user, nodes, size, GCDs and age,
+orphans (a partition under our prefix whose job is gone) and removals waiting in the journal.
+Three reads: `vipu list partitions`, `squeue --json`, `scontrol show licenses`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from ..errors import SlurmIpuError
+from .site import Site
+
+
+@dataclass
+class Row:
+    partition: str
+    job: int | None
+    user: str | None
+    nodes: str | None
+    size: int
+    gcds: int
+    state: str
+    age_s: float | None
+    ours: bool
+    orphan: bool
+
+
+def _number(value):
+    """squeue --json numbers: plain in 22.05, {"set": .., "number": ..} from 23.02."""
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) else None
+    return value
+
+
+def parse_jobs(text: str) -> dict[int, dict]:
+    doc = json.loads(text)
+    out = {}
+    for job in doc.get("jobs", []):
+        state = job.get("job_state")
+        if isinstance(state, list):
+            state = state[0] if state else "UNKNOWN"
+        out[int(_number(job["job_id"]))] = {"state": str(state), "user": job.get("user_name"),
+                                            "nodes": job.get("nodes") or None, "start": _number(job.get("start_time"))}
+    return out
+
+
+def parse_licenses(text: str) -> dict[str, int]:
+    """`scontrol show licenses ipu --oneliner` -> {"total": .., "used": ..}."""
+    words = dict(w.split("=", 1) for w in text.split() if "=" in w)
+    return {k.lower(): int(words[k]) for k in ("Total", "Used") if words.get(k, "").isdigit()}
+
+
+def gather(site: Site, runner=None) -> dict:
+    from ..config import load
+    from ..journal import Journal
+    from ..ledger import Ledger
+
+    run = runner or subprocess.run
+    env = {"SLURM_CONF": f"{site['slurm.conf_dir']}/slurm.conf", "PATH": f"{site['slurm.bin_dir']}:/usr/bin:/bin"}
+    errors = {}
+
+    def slurm(tool: str, *args: str) -> str | None:
+        try:
+            proc = run([str(Path(site["slurm.bin_dir"]) / tool), *args], env=env, capture_output=True, text=True,
+                       timeout=15, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            errors[tool] = str(exc)
+            return None
+        if proc.returncode != 0:
+            errors[tool] = (proc.stderr or proc.stdout).strip()[:200]
+            return None
+        return proc.stdout
+
+    try:
+        partitions = load(site.path("config"), required=True).vipu_client().list_partitions(time.monotonic() + 20)
+    except SlurmIpuError as exc:
+        partitions, errors["vipu"] = None, str(exc)
+    text = slurm("squeue", "--json")
+    jobs = parse_jobs(text) if text else {}
+    lic = parse_licenses(slurm("scontrol", "show", "licenses", "ipu", "--oneliner") or "")
+    ledger = Ledger(site["state_dir"])
+    created = {p.name: (ledger.get(p.name) or {}).get("time") for p in partitions or []}
+    queued = Journal(site["state_dir"]).entries()
+    return {"partitions": partitions, "jobs": jobs, "licenses": lic, "created": created, "queued": queued,
+            "errors": errors}
+
+
+def build(site: Site, facts: dict, now: float | None = None) -> dict:
+    from ..reap import LIVE_STATES, job_of
+
+    now = time.time() if now is None else now
+    prefix = site["partition.prefix"]
+    rows = []
+    for p in facts["partitions"] or []:
+        job = job_of(p.name, prefix)
+        info = facts["jobs"].get(job, {}) if job is not None else {}
+        since = facts["created"].get(p.name) or info.get("start")
+        rows.append(Row(p.name, job, info.get("user"), info.get("nodes"), p.size, p.num_gcds, p.state,
+                        round(now - since, 1) if since else None, job is not None,
+                        job is not None and info.get("state", "GONE") not in LIVE_STATES))
+    pod = site["pod.ipus"]
+    vipu_used = sum(r.size for r in rows) if facts["partitions"] is not None else None
+    ours_used = sum(r.size for r in rows if r.ours and not r.orphan)
+    slurm_used = facts["licenses"].get("used")
+    disagreement = None
+    if vipu_used is not None and slurm_used is not None and ours_used != slurm_used:
+        disagreement = (f"Slurm's ipu licence has {slurm_used} in use, V-IPU has {ours_used} in partitions of "
+                        "live jobs (a prolog or epilog at work shows briefly; a lasting gap is worth a doctor run)")
+    return {
+        "cluster": site["cluster"], "pod_ipus": pod,
+        "vipu": None if vipu_used is None else {"used": vipu_used, "free": pod - vipu_used},
+        "slurm": facts["licenses"] or None, "disagreement": disagreement,
+        "partitions": [asdict(r) for r in rows],
+        "orphans": [r.partition for r in rows if r.orphan],
+        "queued_removals": [q.get("partition") for q in facts["queued"]],
+        "errors": facts["errors"],
+    }
+
+
+def _age(seconds) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return f"{seconds}s" if seconds < 120 else f"{seconds // 60}m" if seconds < 7200 else f"{seconds // 3600}h"
+
+
+def table(view: dict) -> list[str]:
+    pod = view["pod_ipus"]
+    vipu = view["vipu"]
+    lic = view["slurm"] or {}
+    lines = [f"Pod {view['cluster']}: {pod} IPUs",
+             f"  V-IPU: {vipu['used']} in partitions, {vipu['free']} free" if vipu else
+             f"  V-IPU: unreachable ({view['errors'].get('vipu')})",
+             f"  Slurm: ipu licence {lic.get('used', '?')} used of {lic.get('total', '?')}"]
+    if view["disagreement"]:
+        lines.append(f"  DISAGREE: {view['disagreement']}")
+    lines.append(f"{'PARTITION':<16} {'JOB':>8} {'USER':<10} {'NODES':<16} {'SIZE':>4} {'GCDS':>4} {'STATE':<8} AGE")
+    for r in view["partitions"]:
+        job = "-" if r["job"] is None else str(r["job"])
+        note = "  orphan: job gone" if r["orphan"] else "" if r["ours"] else "  not slurm-ipu's"
+        lines.append(f"{r['partition']:<16} {job:>8} {r['user'] or '-':<10} {r['nodes'] or '-':<16} {r['size']:>4} "
+                     f"{r['gcds']:>4} {r['state']:<8} {_age(r['age_s'])}{note}")
+    if not view["partitions"]:
+        lines.append("(no partitions)")
+    lines.append(f"orphans: {', '.join(view['orphans']) or 'none'}")
+    lines.append(f"queued removals: {', '.join(view['queued_removals']) or 'none'}")
+    return lines
+
+
+def main(site_path: str, as_json: bool = False, out=print) -> int:
+    from .site import load
+
+    site = load(site_path)
+    view = build(site, gather(site))
+    if as_json:
+        out(json.dumps(view, indent=1))
+    else:
+        for line in table(view):
+            out(line)
+    return 0 if not view["errors"] else 1

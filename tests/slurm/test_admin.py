@@ -1,0 +1,205 @@
+"""The admin's view of the lab, which is a site like any other: `slurm-ipu doctor` all ok on it,
+each of its checks breaks when that part of the lab is broken, and `slurm-ipu status` shows a
+running job's partition."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import pytest
+import yaml
+
+from slurm_ipu import lab as labmod
+
+from ..waiting import wait_for
+from .conftest import wait_gone
+
+
+def doctor(lab, site: str | None = None):
+    argv = ["slurm-ipu", "doctor"] + (["--site", site] if site else [])
+    proc = lab.run(*argv, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    problems = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("PROBLEM")}
+    return proc, problems
+
+
+def test_doctor_all_ok_and_status_shows_the_running_job(clean_lab):
+    lab = clean_lab
+    proc, problems = doctor(lab)
+    assert proc.returncode == 0 and not problems, proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "all 12 checks ok"
+    job = lab.sbatch("-N2", "--gres=ipu:4", "--wrap", "sleep 300")
+    wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
+    view = json.loads(lab.run("slurm-ipu", "status", "--json", check=True).stdout)
+    row = {r["partition"]: r for r in view["partitions"]}[f"slurm_{job}"]
+    assert (row["job"], row["size"], row["nodes"], row["orphan"]) == (job, 8, "node[1-2]", False)
+    assert view["vipu"] == {"used": 8, "free": 56} and view["slurm"]["used"] == 8 and view["disagreement"] is None
+    table = lab.run("slurm-ipu", "status", check=True).stdout
+    assert f"slurm_{job}" in table and "ipu licence 8 used of 64" in table
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+
+
+def _site_copy(lab, tmp_path, **changes) -> str:
+    doc = yaml.safe_load(lab.spec.path("etc", "site.yaml").read_text())
+    for dotted, value in changes.items():
+        section, _, key = dotted.partition("__")
+        if key:
+            doc.setdefault(section, {})[key] = value
+        else:
+            doc[section] = value
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    path.chmod(0o644)
+    return str(path)
+
+
+@contextlib.contextmanager
+def _edited(path, edit):
+    before = path.read_bytes()
+    mode = path.stat().st_mode & 0o7777
+    try:
+        path.write_text(edit(before.decode()))
+        yield None
+    finally:
+        path.write_bytes(before)
+        path.chmod(mode)
+
+
+@contextlib.contextmanager
+def _vipu_down(lab):
+    admin = lab.admin()
+    admin.down()
+    try:
+        yield None
+    finally:
+        admin.up()
+        admin.close()
+
+
+@contextlib.contextmanager
+def _chmod(path, mode):
+    before = path.stat().st_mode & 0o7777
+    path.chmod(mode)
+    try:
+        yield None
+    finally:
+        path.chmod(before)
+
+
+@contextlib.contextmanager
+def _stale_removal(lab):
+    """A removal queued long ago that nobody works off (the service is stopped meanwhile)."""
+    labmod.stop_reaper(lab.spec)
+    entry = lab.spec.path("state", "pending-removal", "slurm_999998.json")
+    entry.parent.mkdir(exist_ok=True)
+    entry.write_text(json.dumps({"partition": "slurm_999998", "job_id": 999998, "reason": "drill",
+                                 "time": time.time() - 3600}))
+    try:
+        yield None
+    finally:
+        entry.unlink(missing_ok=True)
+        labmod.restart_reaper(lab.spec)
+
+
+@contextlib.contextmanager
+def _orphan(lab):
+    """A partition under our prefix whose job does not exist (created behind Slurm's back)."""
+    lab.run("vipu", "create", "partition", "slurm_999997", "--size", "4", check=True)
+    try:
+        yield None
+    finally:
+        lab.run("vipu", "remove", "partition", "slurm_999997", check=True)
+
+
+@contextlib.contextmanager
+def _service_stopped(lab):
+    labmod.stop_reaper(lab.spec)
+    try:
+        yield None
+    finally:
+        labmod.restart_reaper(lab.spec)
+
+
+def _breakers(lab, tmp_path):
+    etc = lab.spec.path("etc")
+    return {
+        "slurm": lambda: contextlib.nullcontext(_site_copy(lab, tmp_path, slurm__version="24.05")),
+        "hooks": lambda: _edited(lab.spec.path("install", "libexec", "slurm-ipu-hook"),
+                                 lambda t: t + "# edited by hand\n"),
+        "timeout": lambda: contextlib.nullcontext(_site_copy(lab, tmp_path, prolog__deadline=70,
+                                                             prolog_epilog_timeout=180)),
+        "job_submit": lambda: _edited(etc / "job_submit.lua", lambda t: t + "-- edited by hand\n"),
+        "licenses": lambda: contextlib.nullcontext(_site_copy(lab, tmp_path, pod__ipus=128)),
+        "nodes": lambda: contextlib.nullcontext(_site_copy(lab, tmp_path, pod__ipus_per_host=8)),
+        "plugstack": lambda: _edited(etc / "plugstack.conf.d" / "slurm-ipu.conf",
+                                     lambda t: t.replace("prefix=slurm_", "prefix=other_")),
+        "vipu": lambda: _vipu_down(lab),
+        "state_dir": lambda: _chmod(lab.spec.path("state"), 0o777),
+        "journal": lambda: _stale_removal(lab),
+        "orphans": lambda: _orphan(lab),
+        "service": lambda: _service_stopped(lab),
+    }
+
+
+ITEMS = ("slurm", "hooks", "timeout", "job_submit", "licenses", "nodes", "plugstack", "vipu", "state_dir",
+         "journal", "orphans", "service")
+
+
+@pytest.mark.parametrize("item", ITEMS)
+def test_doctor_names_what_is_broken(clean_lab, tmp_path, item):
+    lab = clean_lab
+    tmp_path.chmod(0o755)
+    with _breakers(lab, tmp_path)[item]() as site:
+        proc, problems = doctor(lab, site)
+    assert proc.returncode == 1, proc.stdout
+    assert item in problems, proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("PROBLEM") and ln.split()[1] == item)
+    assert "; fix: " in line
+    after, problems = doctor(lab)
+    assert after.returncode == 0 and not problems, after.stdout
+
+
+def test_emulator_crash_then_lab_up_restarts_only_it_and_the_running_job_is_unharmed(clean_lab):
+    lab = clean_lab
+    job = lab.sbatch("--gres=ipu:4", "--wrap", "sleep 300")
+    wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
+    before = labmod.load_pids(lab.spec)
+    os_kill(before["vipu-emu"]["pid"])
+    wait_for("the emulator dead", lambda: not labmod._running(before["vipu-emu"]), 10)
+    labmod.up(lab.spec)
+    after = labmod.load_pids(lab.spec)
+    assert after["vipu-emu"]["pid"] != before["vipu-emu"]["pid"]
+    assert {k: v for k, v in after.items() if k != "vipu-emu"} == {k: v for k, v in before.items() if k != "vipu-emu"}
+    assert lab.state(job) == "RUNNING"
+    assert lab.partitions()[f"slurm_{job}"]["spec"]["size"] == 4  # the emulator's state survived its crash
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+
+
+def test_a_recycled_pid_in_the_records_is_never_signalled(clean_lab):
+    """The record of a process that is gone, whose pid now belongs to another process (here: a
+    sleep of our own under the recorded pid's identity check), is 'not running' to the lab."""
+    import subprocess
+
+    lab = clean_lab
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        pids = labmod.load_pids(lab.spec)
+        pids["vipu-emu"] = {"pid": other.pid, "token": "another-boot:123"}
+        assert not labmod._running(pids["vipu-emu"])
+        labmod._stop_all(pids, ["vipu-emu"])
+        assert other.poll() is None  # not signalled
+    finally:
+        other.kill()
+        other.wait()
+
+
+def os_kill(pid: int) -> None:
+    import os
+    import signal
+
+    os.kill(pid, signal.SIGKILL)

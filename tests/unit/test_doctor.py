@@ -1,0 +1,152 @@
+"""doctor's checks and status's view, fed facts without a cluster (the slurm tier breaks each item
+in the real lab)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu.deploy import doctor, fragments, site, status
+from slurm_ipu.vipu.types import Partition
+
+
+@pytest.fixture
+def here(tmp_path):
+    """A site whose every path lies in tmp_path, installed there as make install would."""
+    conf, state, lib, prefix = tmp_path / "etc", tmp_path / "state", tmp_path / "lib", tmp_path / "opt"
+    for d in (conf, state, lib):
+        d.mkdir()
+    state.chmod(0o700)
+    text = f"""version: 1
+cluster: t
+vipu: {{host: 127.0.0.1, port: 8090, command: /usr/bin/vipu}}
+pod: {{ipus: 64, hosts: "node[1-4]", ipus_per_host: 16}}
+prolog: {{deadline: 30}}
+epilog: {{deadline: 20}}
+prolog_epilog_timeout: 60
+state_dir: {state}
+slurm: {{user: root, conf_dir: {conf}, plugin_dir: {lib}}}
+install: {{prefix: {prefix}, config: {conf}/config.yaml}}
+"""
+    (tmp_path / "site.yaml").write_text(text)
+    desc = site.load(tmp_path / "site.yaml")
+    texts = fragments.texts(desc)
+    wrapper = Path(desc.path("wrapper"))
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text(texts["slurm-ipu-hook"])
+    wrapper.chmod(0o755)
+    (conf / "job_submit.lua").write_text(texts["job_submit.lua"])
+    (conf / "plugstack.conf.d").mkdir()
+    (conf / "plugstack.conf").write_text(f"include {conf}/plugstack.conf.d/*.conf\n")
+    (conf / "plugstack.conf.d" / "ipu.conf").write_text(texts["plugstack-ipu.conf"])
+    (lib / "spank_ipu.so").write_bytes(b"ELF slurm-ipu-spank built-for-slurm 0x160508\0")
+    facts = doctor.Facts(
+        slurm_version="22.05.8",
+        config={"PrologSlurmctld": str(wrapper), "EpilogSlurmctld": str(wrapper), "PrologEpilogTimeout": "60 sec",
+                "JobSubmitPlugins": "lua", "Licenses": "ipu:64", "GresTypes": "gpu,ipu",
+                "PlugStackConfig": str(conf / "plugstack.conf"), "SLURM_CONF": str(conf / "slurm.conf")},
+        nodes={f"node{i}": {"NodeName": f"node{i}", "Gres": "ipu:16"} for i in range(1, 5)},
+        jobs={7: "RUNNING"}, partitions=[Partition("slurm_7", 8)])
+    return desc, facts
+
+
+def items(findings):
+    return {f.item: f for f in findings}
+
+
+def test_a_matching_cluster_is_all_ok(here):
+    desc, facts = here
+    bad = [f.line() for f in doctor.diagnose(desc, facts) if not f.ok and f.item != "service"]
+    assert bad == []
+
+
+@pytest.mark.parametrize("change,item,words", [
+    (lambda f: setattr(f, "slurm_version", "23.02.7"), "slurm", "site says slurm.version=22.05"),
+    (lambda f: f.config.update(EpilogSlurmctld="/usr/local/epilog"), "hooks", "EpilogSlurmctld=/usr/local/epilog"),
+    (lambda f: f.config.update(PrologEpilogTimeout="25 sec"), "timeout", "not above the hooks' deadlines (30 s)"),
+    (lambda f: f.config.update(JobSubmitPlugins="require_timelimit"), "job_submit", "JobSubmitPlugins"),
+    (lambda f: f.config.update(Licenses="ipu:128,fs:10"), "licenses", "ipu:128, the Pod has 64"),
+    (lambda f: f.nodes["node3"].update(Gres="ipu:8"), "nodes", "node3 has Gres=ipu:8"),
+    (lambda f: f.nodes.update(node9={"NodeName": "node9", "Gres": "ipu:16"}), "nodes", "node9 has IPUs"),
+    (lambda f: setattr(f, "slurm_version", "22.05.9"), "plugstack", "built for Slurm 22.05.8, Slurm 22.05.9 runs"),
+    (lambda f: setattr(f, "partitions", None), "vipu", "does not answer"),
+    (lambda f: f.partitions.append(Partition("slurm_9", 4)), "orphans", "1 partition(s) whose job is gone: slurm_9"),
+])
+def test_each_check_names_what_differs_and_the_fix(here, change, item, words):
+    desc, facts = here
+    change(facts)
+    found = items(doctor.diagnose(desc, facts))[item]
+    assert not found.ok and words in found.detail and found.fix, found.line()
+
+
+def test_job_submit_as_a_module_of_the_site_s_script_is_ok_and_a_stale_copy_is_not(here):
+    desc, facts = here
+    conf = Path(desc["slurm.conf_dir"])
+    ours = conf / "job_submit_ipu.lua"
+    (conf / "job_submit.lua").rename(ours)
+    (conf / "job_submit.lua").write_text(f'dofile("{ours}")\nfunction slurm_job_submit(j, p, u) '
+                                         "return slurm_ipu.job_submit(j, p, u) end\n")
+    assert items(doctor.diagnose(desc, facts))["job_submit"].ok
+    ours.write_text(ours.read_text().replace("POD_IPUS", "POD_IPUS_OLD", 1))
+    assert "not what the site renders" in items(doctor.diagnose(desc, facts))["job_submit"].detail
+
+
+def test_an_old_queued_removal_and_a_world_writable_state_dir(here):
+    desc, facts = here
+    queue = Path(desc["state_dir"]) / "pending-removal"
+    queue.mkdir()
+    (queue / "slurm_5.json").write_text(json.dumps({"partition": "slurm_5", "time": time.time() - 3600}))
+    Path(desc["state_dir"]).chmod(0o777)
+    found = items(doctor.diagnose(desc, facts))
+    assert "1 removal(s) queued for over 600 s: slurm_5" in found["journal"].detail
+    assert "world-writable" in found["state_dir"].detail
+
+
+def test_gather_on_a_host_without_slurm_reports_problems_instead_of_crashing(here):
+    desc, _ = here
+
+    def runner(argv, **kw):
+        raise FileNotFoundError(argv[0])
+
+    facts = doctor.gather(desc, runner=runner)
+    found = items(doctor.diagnose(desc, facts))
+    assert not found["slurm"].ok and "cannot ask Slurm its version" in found["slurm"].detail
+    assert not found["nodes"].ok and not found["vipu"].ok
+
+
+def test_parsers_read_what_scontrol_prints():
+    cfg = doctor.parse_show_config("Configuration data as of 2026-11-23T08:00:00\nAccountingStorageTRES   = cpu,mem\n"
+                                   "Licenses                = ipu:64\nPrologSlurmctld         = /opt/x hook\n")
+    assert cfg == {"AccountingStorageTRES": "cpu,mem", "Licenses": "ipu:64", "PrologSlurmctld": "/opt/x hook"}
+    nodes = doctor.parse_show_nodes("NodeName=node1 Arch=x86_64 Gres=ipu:16 State=IDLE\n")
+    assert nodes["node1"]["Gres"] == "ipu:16"
+    assert status.parse_licenses("LicenseName=ipu Total=64 Used=8 Free=56 Reserved=0 Remote=no") == \
+        {"total": 64, "used": 8}
+
+
+def test_status_shows_jobs_orphans_and_a_disagreement(here):
+    desc, _ = here
+    facts = {"partitions": [Partition("slurm_7", 8, num_gcds=2), Partition("slurm_9", 4), Partition("theirs", 4)],
+             "jobs": {7: {"state": "RUNNING", "user": "alice", "nodes": "node[1-2]", "start": 1000.0}},
+             "licenses": {"total": 64, "used": 16}, "created": {"slurm_7": 990.0}, "queued": [{"partition": "slurm_3"}],
+             "errors": {}}
+    view = status.build(desc, facts, now=1060.0)
+    rows = {r["partition"]: r for r in view["partitions"]}
+    assert (rows["slurm_7"]["user"], rows["slurm_7"]["gcds"], rows["slurm_7"]["age_s"]) == ("alice", 2, 70.0)
+    assert view["orphans"] == ["slurm_9"] and not rows["theirs"]["ours"]
+    assert view["vipu"] == {"used": 16, "free": 48}
+    assert "Slurm's ipu licence has 16 in use, V-IPU has 8" in view["disagreement"]
+    text = "\n".join(status.table(view))
+    assert "orphan: job gone" in text and "not slurm-ipu's" in text and "queued removals: slurm_3" in text
+
+
+def test_status_and_doctor_cli_on_a_missing_site_say_so_in_one_line(tmp_path):
+    for cmd in ("doctor", "status"):
+        proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", cmd,
+                               "--site", str(tmp_path / "none.yaml")], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "none.yaml" in proc.stderr
