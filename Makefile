@@ -4,11 +4,12 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Debian 12's Slurm 22.05 and munge for the lab, its headers and gcc for the SPANK plugin,
-# lua5.1 (the Lua Slurm embeds) to unit-test the rendered job_submit.lua.
-SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1
+# lua5.1 (the Lua Slurm embeds) to unit-test the rendered job_submit.lua, and the system Python
+# with venv: `make install` puts the package in a venv on /usr/bin/python3 for every user.
+SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1 python3 python3-venv
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm bench demo deps apt spank clean lint install uninstall
+.PHONY: test unit emulator slurm bench demo deps apt spank clean lint install uninstall install-check
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -36,7 +37,6 @@ spank: apt
 # Installs only what is missing; a machine that has everything makes no apt call at all.
 apt:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	python3 -c 'import venv, ensurepip' 2>/dev/null || missing="$$missing python3-venv"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -48,6 +48,11 @@ lint: $(VENV)/.installed
 
 test: deps lint
 	$(PY) -m pytest -q tests/unit tests/emulator tests/slurm $(PYTEST_ARGS)
+	@$(MAKE) -s install-check
+
+# make install into a scratch root, the lab on the installed files, make uninstall (issue 9).
+install-check: apt spank
+	@tests/install/check.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -48,13 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
 
     lab = sub.add_parser("lab", help="a real Slurm cluster on this machine, with the V-IPU emulator")
-    lab.add_argument("action", choices=("up", "down", "status"))
+    lab.add_argument("action", choices=("up", "down", "status", "site"),
+                     help="site: print the lab's site description (for make install SITE=...)")
     lab.add_argument("--dir", help="lab directory (default $SLURM_IPU_LAB_DIR or /var/tmp/slurm-ipu-lab)")
     lab.add_argument("--nodes", type=int, default=4)
     lab.add_argument("--ipus-per-node", type=int, default=16)
     lab.add_argument("--ctld-port", type=int, default=16817)
     lab.add_argument("--node-port", type=int, default=17001, help="first slurmd port (one per node)")
     lab.add_argument("--vipu-port", type=int, default=8090)
+    lab.add_argument("--prefix", help="run on slurm-ipu as `make install PREFIX=... SITE=<lab site>` installed it, "
+                                      "instead of installing its own copy")
     return top
 
 
@@ -155,7 +158,10 @@ def cmd_lab(args) -> int:
 
     spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.DEFAULT_DIR, nodes=args.nodes,
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
-                       vipu_port=args.vipu_port)
+                       vipu_port=args.vipu_port, prefix=args.prefix)
+    if args.action == "site":
+        print(lab.site_description(spec), end="")
+        return 0
     if args.action == "up":
         lab.up(spec)
         return 0

@@ -43,6 +43,9 @@ class LabSpec:
     vipu_port: int = 8090
     prolog_deadline: float = 30.0
     epilog_deadline: float = 20.0
+    # Installed mode: the product as `make install PREFIX=... SITE=<lab site>` put it (wrapper,
+    # config, SPANK plugin, venv), checked, not written; None: the lab installs its own copy.
+    prefix: str | None = None
 
     @property
     def pod_ipus(self) -> int:
@@ -122,7 +125,8 @@ def site_description(spec: LabSpec) -> str:
         "state_dir": str(spec.path("state")),
         "slurm": {"user": "root", "conf_dir": str(spec.path("etc")), "bin_dir": "/usr/bin",
                   "plugin_dir": str(spec.path("lib"))},
-        "install": {"prefix": str(spec.path("install")), "config": str(spec.path("etc", "slurm-ipu.yaml"))},
+        "install": {"prefix": spec.prefix or str(spec.path("install")),
+                    "config": str(spec.path("etc", "slurm-ipu.yaml")), "unit_dir": str(spec.path("systemd"))},
     }
     import yaml
 
@@ -161,12 +165,33 @@ def install_site(spec: LabSpec):
     atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
     atomic_write(etc / "plugstack.conf", f"include {etc}/plugstack.conf.d/*.conf\n")
     atomic_write(etc / "job_submit.lua", texts["job_submit.lua"])
+    if spec.prefix:
+        _check_installed(spec, desc, texts)
+        return desc
     atomic_write(desc.path("config"), texts["config.yaml"])
     libexec = spec.path("install", "libexec")
     libexec.mkdir(parents=True, exist_ok=True)
     _link(spec.path("install", "venv"), sys.prefix)
     _script(Path(desc.path("wrapper")), texts["slurm-ipu-hook"])
     return desc
+
+
+def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
+    """Installed mode: what make install put in place must be what this lab's site renders."""
+    fix = (f"run `make install PREFIX={spec.prefix} SITE=<(slurm-ipu lab site --dir {spec.dir} "
+           f"--prefix {spec.prefix})` first")
+    for what, path in (("slurm-ipu-hook", desc.path("wrapper")), ("config.yaml", desc.path("config"))):
+        try:
+            same = Path(path).read_text() == texts[what]
+        except OSError:
+            same = False
+        if not same:
+            raise LabError(f"{path} is missing or not rendered from this lab's site; {fix}")
+    if not Path(desc.path("plugin")).is_file():
+        raise LabError(f"{desc.path('plugin')} is missing; {fix}")
+    if Path(sys.prefix).resolve() != Path(spec.prefix, "venv").resolve():
+        raise LabError(f"this slurm-ipu runs from {sys.prefix}, not the install in {spec.prefix}; "
+                       f"run {spec.prefix}/venv/bin/slurm-ipu")
 
 
 def write_files(spec: LabSpec) -> None:
@@ -413,7 +438,8 @@ def up(spec: LabSpec) -> None:
         if not (SBIN / tool).exists():
             raise LabError(f"{SBIN / tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), "
                            "or run `make demo`")
-    install_spank(spec)
+    if not spec.prefix:
+        install_spank(spec)  # installed mode: make install built and placed it
     pids = load_pids(spec)
     others = any(_running(p) for k, p in pids.items() if k != "spec")
     if pids.get("spec") and pids["spec"] != _spec_key(spec) and others:

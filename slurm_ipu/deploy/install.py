@@ -27,8 +27,6 @@ from ..fsutil import atomic_write
 
 MANIFEST = "share/slurm-ipu/manifest.json"
 COMMANDS = ("slurm-ipu", "ipurun")  # vipu-emu stays in the venv: a lab tool, not a site's
-UNIT_DIR = "/etc/systemd/system"
-SITE_COPY = "/etc/slurm-ipu/site.yaml"  # where doctor and status look by default
 
 
 class Installer:
@@ -94,9 +92,17 @@ class Installer:
         self._record(path, "dir")
 
     def write_manifest(self, extra: dict) -> None:
-        doc = {"prefix": self.prefix, "entries": self.entries, **extra}
+        """The new entries, after the earlier install's that this one did not rewrite (an install
+        with a site, then one without, still uninstalls the site's files)."""
+        target = self.staged(f"{self.prefix}/{MANIFEST}")
+        try:
+            earlier = json.loads(target.read_text())["entries"]
+        except (OSError, ValueError, KeyError):
+            earlier = []
+        now = {e["path"] for e in self.entries}
+        kept = [e for e in earlier if e["path"] not in now]
+        doc = {"prefix": self.prefix, "entries": kept + self.entries, **extra}
         if not self.dry_run:
-            target = self.staged(f"{self.prefix}/{MANIFEST}")
             target.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(target, (json.dumps(doc, indent=1) + "\n").encode(), 0o644)
 
@@ -161,7 +167,7 @@ def install(args) -> int:
     extra: dict = {"bindir": args.bindir}
     if site is not None:
         _install_site(inst, site, args.site)
-        extra["site"] = SITE_COPY
+        extra["site"] = site.path("site")
     if args.plugin:
         so = Path(args.plugin)
         inst.file(f"{args.plugin_dir}/spank_ipu.so", so.read_bytes(), 0o755)
@@ -182,8 +188,8 @@ def _install_site(inst: Installer, site, source: str) -> None:
         inst.file(f"{inst.prefix}/share/slurm-ipu/site/{name}", text.encode())
     inst.file(site.path("wrapper"), texts["slurm-ipu-hook"].encode(), 0o755)
     inst.file(site.path("config"), texts["config.yaml"].encode(), 0o644)
-    inst.file(SITE_COPY, Path(source).read_bytes(), 0o644)
-    inst.file(f"{UNIT_DIR}/slurm-ipu-reaper.service", texts["slurm-ipu-reaper.service"].encode())
+    inst.file(site.path("site"), Path(source).read_bytes(), 0o644)
+    inst.file(site.path("unit"), texts["slurm-ipu-reaper.service"].encode())
     user = site["slurm.user"]
     inst.directory(site["state_dir"], owner=user if _user_exists(user) else None)
 

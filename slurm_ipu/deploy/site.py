@@ -83,6 +83,8 @@ FIELDS = [
     Field("slurm.plugin_dir", str, "/usr/lib/x86_64-linux-gnu/slurm-wlm", "Slurm's plugin directory (SPANK plugin)",
           _abs),
     Field("install.config", str, "/etc/slurm-ipu/config.yaml", "where the hooks' config is installed", _abs),
+    Field("install.unit_dir", str, "/etc/systemd/system", "where make install puts the removal service's unit",
+          _abs),
     Field("install.prefix", str, "/opt/slurm-ipu", "where `make install` put slurm-ipu (its venv, the hook wrapper)",
           _abs),
 ]
@@ -110,6 +112,8 @@ class Site:
         """Where an installed file lives (the fragments name installed paths, never the checkout)."""
         roots = {"wrapper": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
                  "config": self["install.config"],
+                 "site": str(Path(self["install.config"]).with_name("site.yaml")),  # doctor's default
+                 "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",
                  "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so"}
         return roots[parts[0]]
 

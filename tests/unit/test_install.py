@@ -116,3 +116,11 @@ def test_built_for_reads_the_release_a_plugin_was_compiled_against(tmp_path):
     assert install.built_for(so) == "22.05.8"
     so.write_bytes(b"no marker")
     assert install.built_for(so) is None
+
+
+def test_a_reinstall_without_the_site_still_uninstalls_the_site_s_files(stage):
+    dest, plugin = stage
+    run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml"))
+    assert run_install(dest, plugin) == 0  # an upgrade run without SITE
+    assert run_uninstall(dest) == 0
+    assert files_under(dest) == {"opt"}

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# `make install-check` (run by `make test`): issue 9's acceptance on this machine, outside the
+# checkout's venv. Install into a scratch root, render the lab's site from the installed
+# product, install that site, bring the lab up on the installed files, run an IPU job end to
+# end, `doctor` all ok, `status` shows the job's partition, then `make uninstall` leaves none of
+# the files the install wrote. Every wait is bounded; the lab and the scratch root go on exit.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CHECKOUT=$PWD
+ROOT=$(mktemp -d /tmp/slurm-ipu-install-check-XXXXXX)
+chmod 755 "$ROOT"
+P=$ROOT/opt/slurm-ipu
+B=$ROOT/bin
+LAB=$ROOT/lab
+BASE=$(/usr/bin/python3 -c '
+import random, socket
+for _ in range(50):
+    base = random.randrange(30000, 39000)
+    try:
+        socks = [socket.create_server(("127.0.0.1", p)) for p in range(base, base + 8)]
+    except OSError:
+        continue
+    [s.close() for s in socks]
+    print(base)
+    break
+')
+LABARGS=(--dir "$LAB" --ctld-port "$BASE" --node-port $((BASE + 1)) --vipu-port $((BASE + 7)) --prefix "$P")
+
+say() { echo "install-check: $*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+cleanup() {
+  if [ -x "$P/venv/bin/slurm-ipu" ]; then "$P/venv/bin/slurm-ipu" lab down "${LABARGS[@]}" >/dev/null 2>&1 || true; fi
+  rm -rf "$ROOT"
+}
+trap cleanup EXIT
+# poll CMD... until it succeeds, at most $1 seconds
+poll() { local limit=$1; shift; local end=$((SECONDS + limit)); until "$@"; do
+  [ $SECONDS -lt $end ] || return 1; sleep 0.2; done; }
+
+say "make install PREFIX=$P (no site yet)"
+make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" PLUGIN_DIR="$LAB/lib" >/dev/null
+cd "$ROOT"  # nothing below may import the checkout
+"$B/slurm-ipu" lab site "${LABARGS[@]}" > "$ROOT/site.yaml"
+say "make install SITE=<the lab's site>"
+make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" SITE="$ROOT/site.yaml" >/dev/null
+MANIFEST=$P/share/slurm-ipu/manifest.json
+# every file and link the install wrote (directories it created go only when they end up empty)
+INSTALLED=$(/usr/bin/python3 -c 'import json, sys
+print("\n".join(e["path"] for e in json.load(open(sys.argv[1]))["entries"] if e["kind"] != "mkdir"))' "$MANIFEST")
+
+# What non-root users run must not depend on root's files (root's python3 can be a pyenv build).
+setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/bin:/bin "$B/ipurun" --help >/dev/null \
+  || fail "a non-root user cannot run the installed ipurun"
+
+say "lab up on the installed files"
+eval "$("$B/slurm-ipu" lab up "${LABARGS[@]}")"
+[ "$(command -v slurm-ipu)" = "$LAB/bin/slurm-ipu" ] || fail "the lab's PATH does not come first"
+grep -q "$P/venv/bin/python" "$LAB/bin/slurm-ipu" || fail "the lab's slurm-ipu is not the installed one"
+
+out=$(srun -N2 --gres=ipu:8 printenv IPUOF_VIPU_API_PARTITION_ID)
+[ "$(echo "$out" | sort -u | wc -l)" = 1 ] && [[ $out == slurm_* ]] || fail "tasks saw: $out"
+job=$(sbatch --parsable -N2 --gres=ipu:4 -o /dev/null --wrap 'sleep 120')
+poll 60 bash -c "squeue -h -j $job -o %T | grep -qx RUNNING" || fail "job $job never ran"
+slurm-ipu doctor >&2 || fail "doctor found a problem"
+slurm-ipu status | grep -q "^slurm_$job " || fail "status does not show slurm_$job"
+scancel "$job"
+poll 60 bash -c "! vipu list partitions | grep -q slurm_$job" || fail "slurm_$job outlived its job"
+
+say "lab down; make uninstall"
+"$B/slurm-ipu" lab down "${LABARGS[@]}" >/dev/null 2>&1
+cd "$CHECKOUT"
+make -s uninstall PREFIX="$P" >/dev/null
+left=$(for f in $INSTALLED; do [ -e "$f" ] || [ -L "$f" ] && echo "$f"; done || true)
+[ -z "$left" ] || fail "uninstall left: $left"
+[ ! -e "$P" ] || fail "uninstall left $P"
+say "ok: installed, ran an IPU job on the installed files, doctor ok, uninstalled without a trace"
