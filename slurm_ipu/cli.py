@@ -86,7 +86,8 @@ def cmd_rules(args) -> int:
 def cmd_hook(args) -> int:
     import os
 
-    from . import config, jobenv
+    from . import config
+    from .hooks import jobenv
 
     which = args.cmd
     if which == "hook":
@@ -100,23 +101,24 @@ def cmd_hook(args) -> int:
     cfg = config.load(args.config, required=True)
     ctx = jobenv.from_env(dict(os.environ))
     if which == "prolog":
-        from . import prolog
+        from .hooks import prolog
         from .slurm.commands import SlurmCli
 
         return prolog.run(ctx, cfg, cfg.vipu_client(), SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"]))
-    from . import epilog
+    from .hooks import epilog
 
     return epilog.run(ctx, cfg, cfg.vipu_client())
 
 
 def cmd_reap(args) -> int:
-    from . import config, reap
+    from . import config
+    from .hooks import reap
     from .slurm.commands import SlurmCli
 
     cfg = config.load(args.config, required=True)
     slurm = SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"])
     if args.watch:
-        from .removal import Service
+        from .hooks.removal import Service
 
         return Service(cfg, cfg.vipu_client(), slurm).run()
     return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def dispatch() -> int:
         if args.cmd == "demo":
-            from .demo import main as demo_main
+            from .lab.demo import main as demo_main
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,

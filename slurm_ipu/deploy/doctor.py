@@ -334,7 +334,7 @@ def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding
 
 
 def check_orphans(site: Site, facts: Facts) -> Finding:
-    from ..reap import orphans
+    from ..hooks.reap import orphans
 
     if facts.partitions is None or facts.jobs is None:
         why = facts.errors.get("vipu") or facts.errors.get("jobs")
@@ -350,8 +350,8 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
 
 
 def check_service(site: Site, facts: Facts) -> Finding:
+    from ..hooks.removal import service_lock
     from ..locks import is_held
-    from ..removal import service_lock
 
     if is_held(service_lock(site["state_dir"])):
         return Finding("service", True, "the removal service runs (slurm-ipu reap --watch)")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import yaml
 
-from .. import render
 from ..fsutil import atomic_write
-from ..journal import Journal
-from ..removal import service_lock
+from ..hooks.journal import Journal
+from ..hooks.removal import service_lock
+from . import render
 from .site import Site, hook_config
 
 # output file -> template (None: built here)

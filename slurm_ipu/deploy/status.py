@@ -59,8 +59,8 @@ def parse_licenses(text: str) -> dict[str, int]:
 
 def gather(site: Site, runner=None) -> dict:
     from ..config import load
-    from ..journal import Journal
-    from ..ledger import Ledger
+    from ..hooks.journal import Journal
+    from ..hooks.ledger import Ledger
 
     run = runner or subprocess.run
     env = {"SLURM_CONF": f"{site['slurm.conf_dir']}/slurm.conf", "PATH": f"{site['slurm.bin_dir']}:/usr/bin:/bin"}
@@ -93,7 +93,7 @@ def gather(site: Site, runner=None) -> dict:
 
 
 def build(site: Site, facts: dict, now: float | None = None) -> dict:
-    from ..reap import LIVE_STATES, job_of
+    from ..hooks.reap import LIVE_STATES, job_of
 
     now = time.time() if now is None else now
     prefix = site["partition.prefix"]

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_ipu import config, epilog, jobenv, prolog, reap
+from slurm_ipu import config
 from slurm_ipu.errors import ConfigError
-from slurm_ipu.journal import Journal
-from slurm_ipu.ledger import Ledger
+from slurm_ipu.hooks import epilog, jobenv, prolog, reap
+from slurm_ipu.hooks.journal import Journal
+from slurm_ipu.hooks.ledger import Ledger
 
 from .conftest import write_conf
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from slurm_ipu import render
+from slurm_ipu.deploy import render
 
 LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ipu import config, prolog, reap, render
-from slurm_ipu.journal import Journal
-from slurm_ipu.ledger import Ledger
-from slurm_ipu.removal import Service, service_lock
+from slurm_ipu import config
+from slurm_ipu.deploy import render
+from slurm_ipu.hooks import prolog, reap
+from slurm_ipu.hooks.journal import Journal
+from slurm_ipu.hooks.ledger import Ledger
+from slurm_ipu.hooks.removal import Service, service_lock
 
 from .conftest import write_conf
 from .test_hooks import FakeSlurm, env, hooks_log

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from .errors import SlurmIpuError
+from ..errors import SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal

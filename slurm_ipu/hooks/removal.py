@@ -20,7 +20,7 @@ import signal
 import time
 from pathlib import Path
 
-from .errors import SlurmIpuError
+from ..errors import SlurmIpuError
 from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
@@ -113,7 +113,7 @@ class Service:
             report(self.cfg["state_dir"], f"removal service: periodic reap skipped: {exc}")
 
     def run(self) -> int:
-        from .locks import try_lock
+        from ..locks import try_lock
 
         lock = try_lock(service_lock(self.cfg["state_dir"]),
                         f"a removal service already runs for {self.cfg['state_dir']} (it holds reaper.lock)")

@@ -17,8 +17,8 @@ import os
 import time
 from pathlib import Path
 
-from . import locks
-from .fsutil import atomic_write
+from .. import locks
+from ..fsutil import atomic_write
 
 
 class Journal:

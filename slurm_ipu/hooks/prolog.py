@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import time
 
-from . import removal, rules
-from .errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
+from .. import rules
+from ..errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
+from . import removal
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal

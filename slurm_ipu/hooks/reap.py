@@ -14,10 +14,10 @@ import os
 import time
 from pathlib import Path
 
-from .errors import SlurmIpuError
+from ..errors import SlurmIpuError
+from ..locks import try_lock
 from .journal import Journal
 from .ledger import Ledger
-from .locks import try_lock
 
 LIVE_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
-from .slurm.hostlist import expand
+from ..errors import ConfigError
+from ..slurm.hostlist import expand
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from .fsutil import atomic_write
+from ..fsutil import atomic_write
 
 
 class Ledger:

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import lab
-from .errors import LabError
+from .. import lab
+from ..errors import LabError
 
 EXAMPLE = lab.REPO / "examples" / "hello-ipu.sbatch"
 

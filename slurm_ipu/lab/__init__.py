@@ -20,13 +20,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import config, render, rules
-from .errors import LabError
-from .fsutil import atomic_write, pid_alive, process_token, same_process
-from .journal import Journal
-from .removal import service_lock
+from .. import config, rules
+from ..deploy import render
+from ..errors import LabError
+from ..fsutil import atomic_write, pid_alive, process_token, same_process
+from ..hooks.journal import Journal
+from ..hooks.removal import service_lock
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = Path(os.environ.get("SLURM_IPU_LAB_DIR", "/var/tmp/slurm-ipu-lab"))
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
@@ -152,7 +153,7 @@ def _link(path: Path, to: str) -> None:
 def install_site(spec: LabSpec):
     """Render the lab's site description and put each fragment where its header says, as an admin
     merges them; the lab's 'install' is its interpreter's environment, linked as PREFIX/venv."""
-    from .deploy import fragments, site
+    from ..deploy import fragments, site
 
     etc = spec.path("etc")
     atomic_write(etc / "site.yaml", site_description(spec))
@@ -292,7 +293,7 @@ def start_munge(spec: LabSpec, pids: dict) -> None:
 
 
 def start_emulator(spec: LabSpec, pids: dict) -> None:
-    from .emulator.process import EmulatorProcess
+    from ..emulator.process import EmulatorProcess
 
     if _running(pids.get("vipu-emu")):
         return
@@ -334,7 +335,7 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     pids["reaper"] = _record(proc.pid)
     deadline = time.monotonic() + 15
-    from .locks import is_held
+    from ..locks import is_held
 
     while not is_held(lock):
         if proc.poll() is not None or time.monotonic() > deadline:

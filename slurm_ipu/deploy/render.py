@@ -6,8 +6,8 @@ import os
 import shlex
 from pathlib import Path
 
-from . import __version__, rules
-from .errors import ConfigError
+from .. import __version__, rules
+from ..errors import ConfigError
 
 
 def templates_dir() -> Path:
@@ -25,7 +25,7 @@ def templates_dir() -> Path:
         spec = None
     if spec is not None and spec.submodule_search_locations:
         return Path(list(spec.submodule_search_locations)[0])
-    return Path(__file__).resolve().parents[1] / "templates"  # a checkout that was never installed
+    return Path(__file__).resolve().parents[2] / "templates"  # a checkout that was never installed
 
 
 def render(name: str, context: dict) -> str:
