@@ -279,6 +279,16 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
 
 
 def check_vipu(site: Site, facts: Facts) -> Finding:
+    creds = site["vipu.cli_config"]
+    if creds:
+        try:
+            mode = Path(creds).stat().st_mode
+        except OSError as exc:
+            return Finding("vipu", False, f"vipu.cli_config {creds}: {exc.strerror}",
+                           "write the hooks' vipu CLI config there (vipu-admin create user prints it)")
+        if mode & 0o004:
+            return Finding("vipu", False, f"{creds} holds V-IPU credentials and is world-readable",
+                           f"chmod 600 {creds} (owned by {site['slurm.user']})")
     if facts.partitions is None:
         return Finding("vipu", False, f"{site['vipu.command']} does not answer: {facts.errors.get('vipu')}",
                        f"check the controller at {site['vipu.host']}:{site['vipu.port']} and vipu.command")

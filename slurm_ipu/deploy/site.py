@@ -22,6 +22,11 @@ def _abs(v: str):
     return None if v.startswith("/") and "\n" not in v else "an absolute path"
 
 
+def _plain_path(v: str):
+    ok = v.startswith("/") and not any(c.isspace() for c in v)
+    return None if ok else "an absolute path without spaces"
+
+
 def _version(v: str):
     return None if v in SUPPORTED_SLURM else f"one of {', '.join(SUPPORTED_SLURM)}"
 
@@ -54,7 +59,9 @@ FIELDS = [
     Field("vipu.host", str, None, "the V-IPU controller's address (vipu --api-host)", _host, required=True),
     Field("vipu.port", int, 8090, "the V-IPU controller's port (vipu --api-port)", _port),
     Field("vipu.allocation", str, None, "the V-IPU allocation partitions are created in; null: the default", _name),
-    Field("vipu.command", str, "/usr/bin/vipu", "the vipu command the hooks run", _abs),
+    Field("vipu.command", str, "/usr/bin/vipu", "the vipu command the hooks run", _plain_path),
+    Field("vipu.cli_config", str, None, "the vipu CLI's config file with the hooks' V-IPU credentials "
+          "(vipu --config); null: none", _plain_path),
     Field("vipu.emulator", bool, False, "the controller is vipu-emu (labs, drills): pass it each job's hosts "
           "and owner (--hosts/--owner-uid), which a real controller does not take"),
     Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
@@ -216,7 +223,8 @@ def _cross_checks(site: Site) -> None:
 
 def hook_config(site: Site) -> dict:
     """The hooks' config file (config.py's schema), derived from the site."""
-    vipu = {"command": site["vipu.command"], "host": site["vipu.host"], "port": site["vipu.port"],
+    command = site["vipu.command"] + (f" --config {site['vipu.cli_config']}" if site["vipu.cli_config"] else "")
+    vipu = {"command": command, "host": site["vipu.host"], "port": site["vipu.port"],
             "timeout": site["vipu.timeout"]}
     if site["vipu.emulator"]:
         vipu["emulator_flags"] = True

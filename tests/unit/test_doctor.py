@@ -84,6 +84,18 @@ def test_each_check_names_what_differs_and_the_fix(here, change, item, words):
     assert not found.ok and words in found.detail and found.fix, found.line()
 
 
+def test_vipu_credentials_must_exist_and_not_be_world_readable(here, tmp_path):
+    desc, facts = here
+    creds = tmp_path / "vipu-cli.hcl"
+    desc.values["vipu.cli_config"] = str(creds)
+    assert "vipu-cli.hcl: No such file" in items(doctor.diagnose(desc, facts))["vipu"].detail
+    creds.write_text('api-user-id = "slurm"\n')
+    creds.chmod(0o644)
+    assert "world-readable" in items(doctor.diagnose(desc, facts))["vipu"].detail
+    creds.chmod(0o600)
+    assert items(doctor.diagnose(desc, facts))["vipu"].ok
+
+
 def test_job_submit_as_a_module_of_the_site_s_script_is_ok_and_a_stale_copy_is_not(here):
     desc, facts = here
     conf = Path(desc["slurm.conf_dir"])

@@ -67,10 +67,12 @@ BASE = "version: 1\ncluster: c1\nvipu:\n  host: v\npod:\n  ipus: 64\n  hosts: n[
                                      "did you mean 'prolog_epilog_timeout'"]),
     ("slurm:\n  version: '21.08'\n", ["site.yaml:10:", "slurm.version='21.08'", "one of 22.05"]),
     ("state_dir: var/lib\n", ["site.yaml:9:", "an absolute path"]),
+    ("  cli_config: /etc/my vipu.hcl\n", ["site.yaml:5:", "an absolute path without spaces"]),
+    ("  emulator: yes please\n", ["site.yaml:5:", "vipu.emulator='yes please' is not a bool"]),
 ])
 def test_bad_values_name_the_line_and_the_valid_range(tmp_path, extra, words):
     path = tmp_path / "site.yaml"
-    text = BASE.replace("  host: v\n", "  host: v\n" + extra) if extra.startswith("  port") else BASE + extra
+    text = BASE.replace("  host: v\n", "  host: v\n" + extra) if extra.startswith("  ") else BASE + extra
     path.write_text(text)
     with pytest.raises(site.ConfigError) as err:
         site.load(path)
