@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..fsutil import pid_alive, poll
 
 
 @dataclass
@@ -34,16 +34,20 @@ class EmulatorProcess:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=detach)
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def ready() -> dict | None:
             if info_path.exists():
                 info = json.loads(info_path.read_text())
                 if info.get("pid") == proc.pid:
-                    return cls(state_dir, proc.pid, int(info["port"]), host, proc)
+                    return info
             if proc.poll() is not None:
                 tail = (state_dir / "server.log").read_text(errors="replace")[-400:] if not log_path else ""
                 raise ConfigError(f"vipu-emu exited with {proc.returncode} at start: {tail.strip()}")
-            time.sleep(0.02)
+            return None
+
+        info = poll(ready, timeout, interval=0.02, max_interval=0.1)
+        if info:
+            return cls(state_dir, proc.pid, int(info["port"]), host, proc)
         proc.kill()
         proc.wait(5)
         raise ConfigError(f"vipu-emu did not come up within {timeout:g}s (state {state_dir})")
@@ -55,19 +59,10 @@ class EmulatorProcess:
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        return pid_alive(self.pid)
 
     def _wait(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.alive():
-                return True
-            time.sleep(0.02)
-        return False
+        return bool(poll(lambda: not self.alive(), timeout, interval=0.02, max_interval=0.1))
 
     def stop(self, timeout: float = 10.0) -> None:
         if not self.alive():

@@ -23,7 +23,7 @@ from pathlib import Path
 from .. import config, rules
 from ..deploy import render
 from ..errors import LabError
-from ..fsutil import atomic_write, pid_alive, process_token, same_process
+from ..fsutil import atomic_write, pid_alive, poll, process_token, same_process
 from ..hooks.journal import Journal
 from ..hooks.removal import service_lock
 
@@ -217,16 +217,18 @@ def write_files(spec: LabSpec) -> None:
 
 # --- processes ---------------------------------------------------------------------------
 
+def _pid_in(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
 def _wait_pidfile(path: Path, timeout: float, what: str, log: Path) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            pid = int(path.read_text().strip())
-            if pid_alive(pid):
-                return pid
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
+    pid = poll(lambda: _pid_in(path), timeout)
+    if pid:
+        return pid
     raise LabError(f"{what} did not start within {timeout:g}s: {_log_tail(log)} (log: {log})")
 
 
@@ -234,10 +236,7 @@ def _stop_pid(pid: int, what: str, timeout: float = 15.0) -> None:
     if not pid_alive(pid):
         return
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.05)
-    if pid_alive(pid):
+    if not poll(lambda: not pid_alive(pid), timeout):
         say(f"{what} (pid {pid}) ignored SIGTERM for {timeout:g}s; sending SIGKILL")
         os.kill(pid, signal.SIGKILL)
 
@@ -334,13 +333,10 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"], env=spec.env(),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     pids["reaper"] = _record(proc.pid)
-    deadline = time.monotonic() + 15
     from ..locks import is_held
 
-    while not is_held(lock):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise LabError(f"the removal service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
-        time.sleep(0.05)
+    if not poll(lambda: is_held(lock) or proc.poll() is not None, 15) or not is_held(lock):
+        raise LabError(f"the removal service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
     say(f"started the removal service (slurm-ipu reap --watch, pid {proc.pid})")
 
 
@@ -354,9 +350,7 @@ def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
             _stop_pid(pid, "reaper")
         else:
             os.kill(pid, sig)
-            deadline = time.monotonic() + 10
-            while pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            poll(lambda: not pid_alive(pid), 10)
     save_pids(spec, pids)
 
 
@@ -369,9 +363,7 @@ def restart_reaper(spec: LabSpec) -> None:
 def _drain_journal(spec: LabSpec, timeout: float = 15.0) -> None:
     """Before the service stops: the partitions of the jobs just cancelled are queued for it."""
     journal = Journal(spec.path("state"))
-    deadline = time.monotonic() + timeout
-    while journal.names() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    poll(lambda: not journal.names(), timeout)
 
 
 def node_states(spec: LabSpec) -> dict[str, str]:
@@ -485,13 +477,12 @@ def cancel_all(spec: LabSpec, timeout: float = 60.0) -> None:
         return
     say(f"cancelling {len(jobs)} job(s)")
     _run(["scancel", *jobs], spec, check=False)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = _run(["squeue", "-h", "-o", "%A"], spec, check=False)
-        if left.returncode != 0 or not left.stdout.split():
-            return
-        time.sleep(0.2)
-    say(f"jobs still present after {timeout:g}s: {left.stdout.split()}")
+    def left() -> list[str]:
+        proc = _run(["squeue", "-h", "-o", "%A"], spec, check=False)
+        return [] if proc.returncode != 0 else proc.stdout.split()
+
+    if not poll(lambda: not left(), timeout):
+        say(f"jobs still present after {timeout:g}s: {left()}")
 
 
 def down(spec: LabSpec, cancel: bool = True) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from .. import lab
 from ..errors import LabError
+from ..fsutil import poll
 
 EXAMPLE = lab.REPO / "examples" / "hello-ipu.sbatch"
 
@@ -26,26 +26,26 @@ def _show(argv: list[str], env: dict, shown: str | None = None) -> str:
 
 
 def _wait_done(job: int, env: dict, timeout: float = 120.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> str | None:
         proc = subprocess.run(["scontrol", "show", "job", "-o", str(job)], env=env, capture_output=True, text=True,
                               timeout=30)
         state = next((w.split("=", 1)[1] for w in proc.stdout.split() if w.startswith("JobState=")), "GONE")
-        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
-            return state
-        time.sleep(0.3)
-    raise LabError(f"demo: job {job} did not finish within {timeout:g}s; see `scontrol show job {job}`")
+        return None if state in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING") else state
+
+    state = poll(ended, timeout)
+    if not state:
+        raise LabError(f"demo: job {job} did not finish within {timeout:g}s; see `scontrol show job {job}`")
+    return state
 
 
 def _wait_removed(name: str, env: dict, timeout: float = 15.0) -> None:
     """The removal service takes the partition within a poll interval of the job's end; the
     listing below shows the result (and fails the demo if it is still there)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def gone() -> bool:
         proc = subprocess.run(["vipu", "list", "partitions"], env=env, capture_output=True, text=True, timeout=30)
-        if proc.returncode == 0 and name not in proc.stdout:
-            return
-        time.sleep(0.2)
+        return proc.returncode == 0 and name not in proc.stdout
+
+    poll(gone, timeout)
 
 
 def main() -> int:
