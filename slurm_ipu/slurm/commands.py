@@ -1,6 +1,6 @@
-"""Slurm through its own commands. One interface (SlurmBackend), which a pyslurm backend
-can implement too. Hooks run with a bare environment, so SLURM_CONF and absolute paths are
-set here; every call has a timeout."""
+"""Slurm through its own commands, behind one interface (SlurmBackend). No pyslurm backend: no
+pyslurm release builds against a Slurm Debian ships (docs/slurm.md). Hooks run with a bare
+environment, so SLURM_CONF and absolute paths are set here; every call has a timeout."""
 
 from __future__ import annotations
 
