@@ -32,6 +32,7 @@ DEFAULT_DIR = Path(os.environ.get("SLURM_IPU_LAB_DIR", "/var/tmp/slurm-ipu-lab")
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"
+REAP_INTERVAL = 30.0  # the removal service's full reap: short, so drills see orphans go
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def site_description(spec: LabSpec) -> str:
         "partition": {"prefix": PREFIX},
         "prolog": {"deadline": spec.prolog_deadline},
         "epilog": {"deadline": spec.epilog_deadline},
-        "reap": {"interval": 30.0},
+        "reap": {"interval": REAP_INTERVAL},
         "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "state_dir": str(spec.path("state")),
         "slurm": {"user": "root", "conf_dir": str(spec.path("etc")), "bin_dir": "/usr/bin",

@@ -244,3 +244,19 @@ def test_twenty_mixed_jobs_a_third_cancelled_leave_nothing(clean_lab):
     proc = lab.run(str(lab.spec.path("bin", "vipu")), "list", "partitions", check=True)
     assert "slurm_" not in proc.stdout
     wait_for("every node idle", lambda: all_idle(lab), 60)
+
+
+def test_an_orphan_whose_epilog_was_killed_is_removed_by_the_service_within_one_interval(clean_lab):
+    """What a SIGKILLed EpilogSlurmctld leaves (docs/slurm.md, cancel during the prolog): a
+    partition with its creation record and no live job. Nobody runs reap: the service does."""
+    from slurm_ipu.hooks.ledger import Ledger
+
+    lab = clean_lab
+    job = lab.sbatch("-o", "/dev/null", "--wrap", "true")
+    wait_gone(lab, job)
+    name = f"slurm_{job}"
+    ledger = Ledger(lab.spec.path("state"))
+    ledger.put(name, job_id=job, uid=0, hosts=["node1"], size=4, gcds=1)
+    lab.run("vipu", "create", "partition", name, "--size", "4", check=True)
+    wait_for("the service removed the orphan", lambda: name not in lab.partitions() and ledger.get(name) is None,
+             labmod.REAP_INTERVAL + 20)
