@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1 python3 python3-venv
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm bench demo deps apt spank clean lint install uninstall install-check
+.PHONY: test unit emulator slurm bench demo deps apt spank clean lint install uninstall install-check clean-room
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -38,7 +38,7 @@ spank: apt
 apt:
 	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
-	  echo "installing: $$missing"; \
+	  echo "installing: $$(echo $$missing)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
@@ -49,10 +49,16 @@ lint: $(VENV)/.installed
 test: deps lint
 	$(PY) -m pytest -q tests/unit tests/emulator tests/slurm $(PYTEST_ARGS)
 	@$(MAKE) -s install-check
+	@$(MAKE) -s clean-room
 
 # make install into a scratch root, the lab on the installed files, make uninstall (issue 9).
 install-check: apt spank
 	@tests/install/check.sh
+
+# The same at the default paths in a bare Debian 12 chroot (debootstrap; its base is cached in
+# /var/tmp/slurm-ipu-cleanroom-cache): make install must bring everything it needs itself.
+clean-room:
+	@tests/install/clean_room.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -268,11 +268,16 @@ def save_pids(spec: LabSpec, pids: dict) -> None:
     atomic_write(spec.path("pids.json"), json.dumps(pids, indent=1))
 
 
-def _run(argv: list[str], spec: LabSpec, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
+def _run(argv: list[str], spec: LabSpec, timeout: float = 30.0, check: bool = True,
+         log: Path | None = None) -> subprocess.CompletedProcess:
+    """log: where the command writes its reasons when it prints none (slurmd, slurmctld, munged)."""
     proc = subprocess.run(argv, env=spec.env(), capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
-        raise LabError(f"`{' '.join(argv)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[:300]}")
+        said = (proc.stderr or proc.stdout).strip()[:300]
+        if not said and log is not None:
+            said = f"{_log_tail(log)} (log: {log})"
+        raise LabError(f"`{' '.join(argv)}` failed ({proc.returncode}): {said or 'no message'}")
     return proc
 
 
@@ -288,7 +293,8 @@ def start_munge(spec: LabSpec, pids: dict) -> None:
     # --force: run as root, beside any system munged, with a socket only this lab uses.
     _run([str(SBIN / "munged"), "--force", f"--socket={spec.path('run', 'munge.socket')}",
           f"--pid-file={pidfile}", f"--log-file={spec.path('log', 'munged.log')}",
-          f"--seed-file={spec.path('run', 'munged.seed')}", f"--key-file={key}"], spec)
+          f"--seed-file={spec.path('run', 'munged.seed')}", f"--key-file={key}"], spec,
+         log=spec.path("log", "munged.log"))
     pids["munged"] = _record(_wait_pidfile(pidfile, 10, "munged", spec.path("log", "munged.log")))
 
 
@@ -310,7 +316,7 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
         # -c (a clean start, no saved jobs) only for a new lab: a restart keeps the job queue.
         clean = ["-c"] if "slurmctld" not in pids else []
         say(f"starting slurmctld on port {spec.ctld_port}{'' if clean else ' (keeping its saved jobs)'}")
-        _run([str(SBIN / "slurmctld"), *clean, "-f", conf], spec)
+        _run([str(SBIN / "slurmctld"), *clean, "-f", conf], spec, log=spec.path("log", "slurmctld.log"))
         pids["slurmctld"] = _record(_wait_pidfile(spec.path("run", "slurmctld.pid"), 30, "slurmctld",
                                                   spec.path("log", "slurmctld.log")))
     for name in spec.node_names:
@@ -319,7 +325,7 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
             continue
         pidfile = spec.path("run", f"slurmd-{name}.pid")
         pidfile.unlink(missing_ok=True)
-        _run([str(SBIN / "slurmd"), "-f", conf, "-N", name], spec)
+        _run([str(SBIN / "slurmd"), "-f", conf, "-N", name], spec, log=spec.path("log", f"slurmd-{name}.log"))
         pids[key] = _record(_wait_pidfile(pidfile, 30, f"slurmd {name}", spec.path("log", f"slurmd-{name}.log")))
     say(f"started slurmd {', '.join(spec.node_names)}")
 

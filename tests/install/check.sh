@@ -4,13 +4,15 @@
 # product, install that site, bring the lab up on the installed files, run an IPU job end to
 # end, `doctor` all ok, `status` shows the job's partition, then `make uninstall` leaves none of
 # the files the install wrote. Every wait is bounded; the lab and the scratch root go on exit.
+# INSTALL_CHECK_PREFIX and INSTALL_CHECK_BINDIR install at those paths instead of the scratch
+# root (tests/install/clean_room.sh runs it so, at the default paths, in a bare Debian chroot).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CHECKOUT=$PWD
 ROOT=$(mktemp -d /tmp/slurm-ipu-install-check-XXXXXX)
 chmod 755 "$ROOT"
-P=$ROOT/opt/slurm-ipu
-B=$ROOT/bin
+P=${INSTALL_CHECK_PREFIX:-$ROOT/opt/slurm-ipu}
+B=${INSTALL_CHECK_BINDIR:-$ROOT/bin}
 LAB=$ROOT/lab
 BASE=$(/usr/bin/python3 -c '
 import random, socket
@@ -44,6 +46,7 @@ cd "$ROOT"  # nothing below may import the checkout
 say "make install SITE=<the lab's site>"
 make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" SITE="$ROOT/site.yaml" >/dev/null
 MANIFEST=$P/share/slurm-ipu/manifest.json
+cp "$MANIFEST" "$ROOT/manifest.json"  # uninstall removes it
 # every file and link the install wrote (directories it created go only when they end up empty)
 INSTALLED=$(/usr/bin/python3 -c 'import json, sys
 print("\n".join(e["path"] for e in json.load(open(sys.argv[1]))["entries"] if e["kind"] != "mkdir"))' "$MANIFEST")
@@ -57,20 +60,24 @@ eval "$("$B/slurm-ipu" lab up "${LABARGS[@]}")"
 [ "$(command -v slurm-ipu)" = "$LAB/bin/slurm-ipu" ] || fail "the lab's PATH does not come first"
 grep -q "$P/venv/bin/python" "$LAB/bin/slurm-ipu" || fail "the lab's slurm-ipu is not the installed one"
 
-out=$(srun -N2 --gres=ipu:8 printenv IPUOF_VIPU_API_PARTITION_ID)
+out=$(timeout 120 srun -N2 --gres=ipu:8 printenv IPUOF_VIPU_API_PARTITION_ID) || fail "srun failed"
 [ "$(echo "$out" | sort -u | wc -l)" = 1 ] && [[ $out == slurm_* ]] || fail "tasks saw: $out"
-job=$(sbatch --parsable -N2 --gres=ipu:4 -o /dev/null --wrap 'sleep 120')
+job=$(timeout 60 sbatch --parsable -N2 --gres=ipu:4 -o /dev/null --wrap 'sleep 120') || fail "sbatch failed"
 poll 60 bash -c "squeue -h -j $job -o %T | grep -qx RUNNING" || fail "job $job never ran"
-slurm-ipu doctor >&2 || fail "doctor found a problem"
-slurm-ipu status | grep -q "^slurm_$job " || fail "status does not show slurm_$job"
-scancel "$job"
+timeout 120 slurm-ipu doctor >&2 || fail "doctor found a problem"
+timeout 60 slurm-ipu status | grep -q "^slurm_$job " || fail "status does not show slurm_$job"
+timeout 30 scancel "$job" || fail "scancel $job failed"
 poll 60 bash -c "! vipu list partitions | grep -q slurm_$job" || fail "slurm_$job outlived its job"
 
 say "lab down; make uninstall"
-"$B/slurm-ipu" lab down "${LABARGS[@]}" >/dev/null 2>&1
+timeout 180 "$B/slurm-ipu" lab down "${LABARGS[@]}" >/dev/null 2>&1
 cd "$CHECKOUT"
 make -s uninstall PREFIX="$P" >/dev/null
 left=$(for f in $INSTALLED; do [ -e "$f" ] || [ -L "$f" ] && echo "$f"; done || true)
 [ -z "$left" ] || fail "uninstall left: $left"
 [ ! -e "$P" ] || fail "uninstall left $P"
+left=$(/usr/bin/python3 -c 'import json, os, sys
+print(" ".join(e["path"] for e in json.load(open(sys.argv[1]))["entries"]
+      if e["kind"] == "mkdir" and os.path.isdir(e["path"]) and not os.listdir(e["path"])))' "$ROOT/manifest.json")
+[ -z "$left" ] || fail "uninstall left empty directories it created: $left"
 say "ok: installed, ran an IPU job on the installed files, doctor ok, uninstalled without a trace"
