@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1 python3 python3-venv
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm bench demo deps apt spank clean lint install uninstall install-check clean-room
+.PHONY: test unit emulator slurm slurm-24.11 bench demo deps apt spank clean lint install uninstall install-check clean-room
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -59,6 +59,11 @@ install-check: apt spank
 # /var/tmp/slurm-ipu-cleanroom-cache): make install must bring everything it needs itself.
 clean-room:
 	@tests/install/clean_room.sh
+
+# The real-Slurm tier against Debian 13's Slurm 24.11, in a bare trixie chroot built the same way
+# (its base cached beside bookworm's): the host keeps Debian 12's 22.05 for `make slurm`.
+slurm-24.11:
+	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET=slurm tests/install/clean_room.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

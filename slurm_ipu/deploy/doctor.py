@@ -50,12 +50,20 @@ class Facts:
 # --- reading the cluster ---------------------------------------------------------------------
 
 def parse_show_config(text: str) -> dict[str, str]:
-    """`scontrol show config`: `Key  = value` lines (the header and blank lines skipped)."""
-    out = {}
+    """`scontrol show config`: `Key  = value` lines (the header and blank lines skipped). Keys
+    listed one per script (`PrologSlurmctld[0]`, from 24.11: src/api/config_info.c) are joined
+    under their name with commas."""
+    out: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
+        key = key.strip()
+        if not sep or not key or " " in key:
+            continue
+        indexed = re.fullmatch(r"(\w+)\[\d+\]", key)
+        if indexed:
+            key = indexed.group(1)
+            value = f"{out[key]},{value.strip()}" if key in out else value
+        out[key] = value.strip()
     return out
 
 
@@ -132,7 +140,7 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
 
     want = site.path("wrapper")
     got = {k: facts.config.get(k) for k in ("PrologSlurmctld", "EpilogSlurmctld")}
-    wrong = [f"{k}={v or '(none)'}" for k, v in got.items() if v != want]
+    wrong = [f"{k}={v or '(none)'}" for k, v in got.items() if want not in (v or "").split(",")]
     if wrong:
         return Finding("hooks", False, f"{', '.join(wrong)}, expected {want}",
                        f"Include {site['slurm.conf_dir']}/slurm-ipu.conf in slurm.conf, then scontrol reconfigure")

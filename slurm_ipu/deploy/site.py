@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import _between, _pod, _port, _positive, _prefix, flatten
 from ..errors import ConfigError
+from ..slurm import releases
 from ..slurm.hostlist import expand
 
 
@@ -41,7 +42,7 @@ def _host(v: str):
     return None if ok else "a host name or address"
 
 
-SUPPORTED_SLURM = ("22.05", "23.02", "23.11", "24.05", "24.11")
+SUPPORTED_SLURM = releases.SUPPORTED
 
 
 @dataclass(frozen=True)

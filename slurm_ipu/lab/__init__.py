@@ -125,14 +125,25 @@ def site_description(spec: LabSpec) -> str:
         "reap": {"interval": REAP_INTERVAL},
         "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "state_dir": str(spec.path("state")),
-        "slurm": {"user": "root", "conf_dir": str(spec.path("etc")), "bin_dir": "/usr/bin",
-                  "plugin_dir": str(spec.path("lib"))},
+        "slurm": {"version": _slurm_release(), "user": "root", "conf_dir": str(spec.path("etc")),
+                  "bin_dir": "/usr/bin", "plugin_dir": str(spec.path("lib"))},
         "install": {"prefix": spec.prefix or str(spec.path("install")),
                     "config": str(spec.path("etc", "slurm-ipu.yaml")), "unit_dir": str(spec.path("systemd"))},
     }
     import yaml
 
     return "# The lab's site description (written by `slurm-ipu lab up`).\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _slurm_release() -> str:
+    """The installed Slurm's release, as the lab's site description names it."""
+    from ..slurm import releases
+
+    version = releases.installed(SBIN)
+    if version is None or releases.release(version) not in releases.SUPPORTED:
+        raise LabError(f"{SBIN / 'slurmctld'} -V says {version or 'nothing'}: the lab runs on Slurm "
+                       f"{', '.join(releases.SUPPORTED)}; install one (apt-get install slurm-wlm)")
+    return releases.release(version)
 
 
 LAB_COMMANDS = {"ipurun": "slurm_ipu.launcher.cli", "slurm-ipu": "slurm_ipu.cli", "vipu-emu": "slurm_ipu.emulator.main"}

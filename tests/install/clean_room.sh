@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Clean-room acceptance: slurm-ipu's install on a BARE Debian 12 (bookworm), not on this host.
 #
+# CLEAN_ROOM_SUITE=trixie|sid builds that Debian instead (Slurm 24.11, 26.05), and
+# CLEAN_ROOM_TARGET=<make target> runs that target in it instead of install-check (e.g. `slurm`:
+# the real-Slurm tier against that Slurm; PYTEST_ARGS passes through).
+#
 #   sudo tests/install/clean_room.sh            (root; Debian/Ubuntu host with apt; network)
 #
 # 1. debootstrap --variant=minbase bookworm (+ make, ca-certificates: what a checkout needs
@@ -46,6 +50,17 @@ in_chroot() {
   cd /src
   missing=$(for p in slurm-wlm munge libslurm-dev gcc python3 python3-venv; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   [ -n "$missing" ] || fail "the chroot is not bare: slurm-wlm, munge, ... already installed"
+  if [ "$TARGET" != install-check ]; then
+    say "[chroot] make $TARGET ${PYTEST_ARGS:+PYTEST_ARGS='$PYTEST_ARGS' }on bare Debian $(cat /etc/debian_version)"
+    log=$LOGS/$TARGET.log
+    if ! timeout 3000 make "$TARGET" PYTEST_ARGS="${PYTEST_ARGS:-}" >"$log" 2>&1; then
+      tail -n 40 "$log" | sed 's/^/    | /' >&2
+      fail "make $TARGET: $(grep -v '^\s*$' "$log" | tail -n 1)"
+    fi
+    tail -n 3 "$log" | sed 's/^/  /' >&2
+    say "[chroot] slurm $(dpkg-query -W -f='${Version}' slurm-wlm): make $TARGET passed in $((SECONDS - t0)) s"
+    return 0
+  fi
   # The product's own acceptance, at the default paths (/opt/slurm-ipu, /usr/local/bin, Slurm's
   # plugin directory), from bare Debian: its make targets must install everything they need.
   say "[chroot] make install-check PREFIX=/opt/slurm-ipu BINDIR=/usr/local/bin, on bare Debian"
@@ -86,7 +101,7 @@ in_namespace() {
   mount --bind /dev "$C/dev"
   mount --bind /dev/pts "$C/dev/pts"
   mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$C/dev/shm"
-  local env=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root LOGNAME=root)
+  local env=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root LOGNAME=root "TARGET=$TARGET" "PYTEST_ARGS=${PYTEST_ARGS:-}")
   local v
   for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     [ -n "${!v:-}" ] && env+=("$v=${!v}")
@@ -114,7 +129,8 @@ CHECKOUT=$PWD
 [ "$(id -u)" = 0 ] || fail "run as root (debootstrap, chroot and mounts need it)"
 git -C "$CHECKOUT" rev-parse --verify -q HEAD >/dev/null || fail "$CHECKOUT is not a git checkout with a commit"
 
-SUITE=bookworm
+SUITE=${CLEAN_ROOM_SUITE:-bookworm}
+export TARGET=${CLEAN_ROOM_TARGET:-install-check}
 MIRROR=${CLEAN_ROOM_MIRROR:-http://deb.debian.org/debian}
 SECURITY=${CLEAN_ROOM_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 INCLUDE=make,ca-certificates
@@ -170,32 +186,37 @@ if ! command -v debootstrap >/dev/null; then
     || fail "apt-get install debootstrap failed on the host"
 fi
 if command -v zstd >/dev/null; then ZIP=(zstd -q -T0 -3) UNZIP=(zstd -q -d -c) EXT=zst; else ZIP=(gzip -1) UNZIP=(gzip -d -c) EXT=gz; fi
-TARBALL=$CACHE/rootfs-$KEY.tar.$EXT
+TARBALL=$CACHE/rootfs-$SUITE-$KEY.tar.$EXT
+DEBS=$CACHE/debs-$SUITE
 
 # 2. the bare chroot: from the cache, or debootstrap (then cached)
-mkdir -p "$CACHE/debs"
+mkdir -p "$DEBS"
 C=$(mktemp -d /var/tmp/slurm-ipu-cleanroom-XXXXXX)
 chmod 755 "$C"
 exec 9>"$CACHE/.lock"
 flock -w 1800 9 || fail "another run held $CACHE/.lock for 30 minutes"
 if [ -f "$TARBALL.ok" ] && [ -s "$TARBALL" ] && [ -z "$(find "$TARBALL.ok" -mtime +"$CACHE_DAYS")" ]; then
-  say "bare bookworm from the cache ($TARBALL)"
+  say "bare $SUITE from the cache ($TARBALL)"
   t=$SECONDS
   "${UNZIP[@]}" "$TARBALL" | tar -x -p --numeric-owner -C "$C" || fail "cannot unpack $TARBALL (remove it to rebuild)"
   say "  unpacked in $((SECONDS - t)) s"
 else
   # everything cached lives as long as the base system: a new one starts with no downloads
-  rm -rf "$CACHE"/rootfs-* "$CACHE"/debs/*
+  rm -rf "$CACHE"/rootfs-"$SUITE"-* "$DEBS"/*
   say "debootstrap --variant=minbase --include=$INCLUDE $SUITE ($MIRROR); no cache yet"
   t=$SECONDS
   debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$C" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1 \
     || { tail -n 20 "$CACHE/debootstrap.log" >&2; fail "debootstrap failed: $(tail -n 1 "$CACHE/debootstrap.log")"; }
   # the sources of a stock Debian 12 install: updates and security too
-  cat >"$C/etc/apt/sources.list" <<EOF
+  if [ "$SUITE" = sid ]; then
+    echo "deb $MIRROR $SUITE main" >"$C/etc/apt/sources.list"
+  else
+    cat >"$C/etc/apt/sources.list" <<EOF
 deb $MIRROR $SUITE main
 deb $MIRROR $SUITE-updates main
 deb $SECURITY $SUITE-security main
 EOF
+  fi
   rm -rf "$C"/var/cache/apt/archives/*.deb "$C"/var/lib/apt/lists/*_* "$C/debootstrap"
   say "  debootstrap took $((SECONDS - t)) s; caching it"
   t=$SECONDS
@@ -237,7 +258,7 @@ fi
 printf '#!/bin/sh\n# clean-room: no service starts in the chroot\nexit 101\n' >"$C/usr/sbin/policy-rc.d"
 chmod 755 "$C/usr/sbin/policy-rc.d"
 # the .debs earlier runs downloaded, as hard links (apt never rewrites a complete .deb in place)
-find "$CACHE/debs" -name '*.deb' -exec cp -l -t "$C/var/cache/apt/archives/" {} + 2>/dev/null || true
+find "$DEBS" -name '*.deb' -exec cp -l -t "$C/var/cache/apt/archives/" {} + 2>/dev/null || true
 
 # 4. the run, in its own mount and pid namespaces (all of its processes die with it)
 say "into the chroot $C (timeout ${TIMEOUT}s)"
@@ -250,8 +271,8 @@ kill -0 "$NS_PID" 2>/dev/null && fail "the chroot part took longer than ${TIMEOU
 rc=0; wait "$NS_PID" || rc=$?
 NS_PID=
 # keep what was downloaded for the next run
-find "$C/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -ln -t "$CACHE/debs/" {} + 2>/dev/null || true
-say "download cache: $(find "$CACHE/debs" -name '*.deb' | wc -l) .debs"
+find "$C/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -ln -t "$DEBS/" {} + 2>/dev/null || true
+say "download cache: $(find "$DEBS" -name '*.deb' | wc -l) .debs"
 if [ -n "${CLEAN_ROOM_LOGS:-}" ]; then
   mkdir -p "$CLEAN_ROOM_LOGS" && cp -a "$C/root/logs/." "$CLEAN_ROOM_LOGS/" && say "logs kept in $CLEAN_ROOM_LOGS"
 fi

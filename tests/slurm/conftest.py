@@ -21,10 +21,16 @@ import pytest
 
 from slurm_ipu import lab as labmod
 from slurm_ipu.emulator.api import Api
+from slurm_ipu.slurm import releases
 
 from ..waiting import wait_for
 
 pytestmark = pytest.mark.slurm
+
+
+# The Slurm under test, and how it spells a GRES in TRES strings (slurm_ipu/slurm/releases.py).
+SLURM_VERSION = releases.installed(labmod.SBIN) or "0.0"
+GRES = releases.tres_prefix(SLURM_VERSION)
 
 
 def _free_block(count: int, tries: int = 50) -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from slurm_ipu import lab as labmod
 
-from .conftest import all_idle, cancel_and_expect_clean, parse_probe, probe_script, wait_for, wait_gone
+from .conftest import GRES, all_idle, cancel_and_expect_clean, parse_probe, probe_script, wait_for, wait_gone
 
 
 def batch(lab, tmp_path, nodes: int, per_node: int, *extra: str) -> tuple[int, str]:
@@ -97,7 +97,7 @@ def test_request_is_visible_to_admins(clean_lab):
     assert set(lab.run("sinfo", "-h", "-N", "-o", "%G", check=True).stdout.split()) == {"ipu:16"}
     job = lab.sbatch("-N", "2", "--gres=ipu:4", "--ipu-gcds=2", "--hold", "--wrap", "true")
     shown = lab.run("scontrol", "show", "job", str(job), check=True).stdout
-    assert "TresPerNode=gres:ipu:4" in shown and "Licenses=ipu:8" in shown
+    assert f"TresPerNode={GRES}ipu:4" in shown and "Licenses=ipu:8" in shown
     lab.run("scontrol", "update", f"JobId={job}", "NumNodes=4", check=True)  # licence follows the change
     assert "Licenses=ipu:16" in lab.run("scontrol", "show", "job", str(job), check=True).stdout
     lab.run("scontrol", "release", str(job), check=True)

@@ -4,6 +4,8 @@ from README.md itself, so the README cannot drift from what works."""
 from __future__ import annotations
 
 import re
+import shutil
+import sys
 from pathlib import Path
 
 from .conftest import wait_gone
@@ -26,13 +28,18 @@ def block_after(heading: str) -> str:
 def run_block(lab, tmp_path, body: str, *sbatch_args: str) -> str:
     (tmp_path / "train.py").write_text(TRAIN)
     (tmp_path / "train.py").chmod(0o755)
+    # The README's `python train.py` assumes a user's Python environment; a bare Debian has only
+    # python3 (no python-is-python3).
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "python").symlink_to(shutil.which("python3") or sys.executable)
     out = tmp_path / "readme.out"
     # sbatch reads #SBATCH lines only before the first command: `set -e` goes after them.
     lines = body.splitlines(keepends=True)
     head = "".join(ln for ln in lines if ln.startswith("#SBATCH"))
     rest = "".join(ln for ln in lines if not ln.startswith("#SBATCH"))
     job = lab.sbatch(*sbatch_args, "-o", str(out), "-D", str(tmp_path),
-                     script=f"#!/bin/bash\n{head}set -e\n{rest}echo DONE\n")
+                     script=f"#!/bin/bash\n{head}set -e\nexport PATH={shim}:$PATH\n{rest}echo DONE\n")
     wait_gone(lab, job, timeout=180)
     text = out.read_text()
     assert text.rstrip().endswith("DONE"), text  # set -e: every line of the block succeeded

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import wait_for, wait_gone
+from .conftest import GRES, wait_for, wait_gone
 
 pytestmark = pytest.mark.usefixtures("users")
 USER = "slurmipu-a"
@@ -47,7 +47,8 @@ def test_a_licence_added_to_a_job_without_ipus_is_refused_and_no_partition_appea
 def test_gres_given_twice_is_refused_at_submit(clean_lab):
     proc = clean_lab.run_as(USER, "sbatch", "--gres=ipu:16,ipu:1", "-o", "/dev/null", "--wrap", "true")
     assert proc.returncode != 0
-    assert "slurm-ipu: --gres gres:ipu:16,gres:ipu:1 names ipu 2 times; give it once, as --gres=ipu:N" in proc.stderr
+    twice = f"{GRES}ipu:16,{GRES}ipu:1"
+    assert f"slurm-ipu: --gres {twice} names ipu 2 times; give it once, as --gres=ipu:N" in proc.stderr
 
 
 def test_the_licence_is_asked_for_directly_is_refused(clean_lab):

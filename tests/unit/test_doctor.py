@@ -135,6 +135,8 @@ def test_parsers_read_what_scontrol_prints():
     cfg = doctor.parse_show_config("Configuration data as of 2026-11-23T08:00:00\nAccountingStorageTRES   = cpu,mem\n"
                                    "Licenses                = ipu:64\nPrologSlurmctld         = /opt/x hook\n")
     assert cfg == {"AccountingStorageTRES": "cpu,mem", "Licenses": "ipu:64", "PrologSlurmctld": "/opt/x hook"}
+    cfg = doctor.parse_show_config("PrologSlurmctld[0]      = /opt/a\nPrologSlurmctld[1]      = /opt/b\n")  # 24.11
+    assert cfg == {"PrologSlurmctld": "/opt/a,/opt/b"}
     nodes = doctor.parse_show_nodes("NodeName=node1 Arch=x86_64 Gres=ipu:16 State=IDLE\n")
     assert nodes["node1"]["Gres"] == "ipu:16"
     assert status.parse_licenses("LicenseName=ipu Total=64 Used=8 Free=56 Reserved=0 Remote=no") == \

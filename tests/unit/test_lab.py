@@ -19,3 +19,11 @@ def test_a_daemon_that_fails_silently_is_explained_by_its_log(tmp_path):
     assert "Unable to initialize cgroup plugin" in str(err.value) and str(log) in str(err.value)
     with pytest.raises(LabError, match="no message"):
         lab._run(["false"], spec)
+
+
+def test_release_differences_live_in_one_table():
+    from slurm_ipu.slurm import releases
+
+    assert releases.release("24.11.5") == "24.11"
+    assert (releases.tres_prefix("22.05.8"), releases.tres_prefix("23.11.1"), releases.tres_prefix("24.11.5")) == \
+        ("gres:", "gres/", "gres/")

@@ -1,0 +1,40 @@
+"""What differs between the Slurm releases slurm-ipu supports, in one place.
+
+Each entry names the release it starts at; docs/slurm.md says how each was measured (the lab on
+Debian 12's 22.05, Debian 13's 24.11 in a chroot: `CLEAN_ROOM_SUITE=trixie make slurm-24.11`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+# The releases a site description may name. 22.05 and 24.11 are tested in CI; the releases
+# between them share 24.11's behaviours below where they start earlier.
+SUPPORTED = ("22.05", "23.02", "23.11", "24.05", "24.11")
+
+
+def release(version: str) -> str:
+    """'24.11.5' -> '24.11'."""
+    return ".".join(version.split(".")[:2])
+
+
+def _at_least(version: str, first: str) -> bool:
+    return tuple(int(x) for x in release(version).split(".")) >= tuple(int(x) for x in first.split("."))
+
+
+def tres_prefix(version: str) -> str:
+    """How Slurm spells a GRES in TRES strings (`scontrol show job`'s TresPerNode, job_submit.lua's
+    tres_per_node): `gres:ipu:4` up to 23.02, `gres/ipu:4` from 23.11."""
+    return "gres/" if _at_least(version, "23.11") else "gres:"
+
+
+def installed(sbin: str | Path = "/usr/sbin") -> str | None:
+    """The release of the Slurm installed on this host ('24.11.5'), from `slurmctld -V`."""
+    try:
+        proc = subprocess.run([str(Path(sbin) / "slurmctld"), "-V"], capture_output=True, text=True, timeout=15,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = proc.stdout.split()
+    return words[-1] if proc.returncode == 0 and words else None
