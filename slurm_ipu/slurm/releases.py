@@ -9,9 +9,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-# The releases a site description may name. 22.05 and 24.11 are tested in CI; the releases
-# between them share 24.11's behaviours below where they start earlier.
-SUPPORTED = ("22.05", "23.02", "23.11", "24.05", "24.11")
+# The releases a site description may name. 22.05 (Debian 12), 24.11 (Debian 13) and 26.05
+# (Debian unstable) run the real-Slurm tier in CI; the releases between them take the
+# behaviours below from the release each starts at.
+SUPPORTED = ("22.05", "23.02", "23.11", "24.05", "24.11", "25.05", "25.11", "26.05")
 
 
 def release(version: str) -> str:
