@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1 python3 python3-venv
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm slurm-24.11 bench demo deps apt spank clean lint install uninstall install-check clean-room
+.PHONY: test unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt spank clean lint install uninstall install-check clean-room
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -50,6 +50,8 @@ test: deps lint
 	$(PY) -m pytest -q tests/unit tests/emulator tests/slurm $(PYTEST_ARGS)
 	@$(MAKE) -s install-check
 	@$(MAKE) -s clean-room
+	@$(MAKE) -s slurm-24.11
+	@$(MAKE) -s slurm-26.05
 
 # make install into a scratch root, the lab on the installed files, make uninstall (issue 9).
 install-check: apt spank
@@ -60,10 +62,14 @@ install-check: apt spank
 clean-room:
 	@tests/install/clean_room.sh
 
-# The real-Slurm tier against Debian 13's Slurm 24.11, in a bare trixie chroot built the same way
-# (its base cached beside bookworm's): the host keeps Debian 12's 22.05 for `make slurm`.
+# The real-Slurm tier against Debian 13's Slurm 24.11 and Debian unstable's 26.05, each in a bare
+# chroot built the same way (bases cached beside bookworm's); the host keeps Debian 12's 22.05
+# for `make slurm`. About 3 minutes each.
 slurm-24.11:
 	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET=slurm tests/install/clean_room.sh
+
+slurm-26.05:
+	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET=slurm tests/install/clean_room.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

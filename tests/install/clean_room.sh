@@ -255,6 +255,10 @@ EOF
     say "the host trusts $n CA(s) Debian does not ($HOST_CA): added to the chroot's store"
   fi
 fi
+# Unstable's Release files expire within days, and the mirror here can serve a frozen snapshot.
+if [ "$SUITE" = sid ]; then
+  echo 'Acquire::Check-Valid-Until "false";' >"$C/etc/apt/apt.conf.d/99clean-room-valid-until"
+fi
 printf '#!/bin/sh\n# clean-room: no service starts in the chroot\nexit 101\n' >"$C/usr/sbin/policy-rc.d"
 chmod 755 "$C/usr/sbin/policy-rc.d"
 # the .debs earlier runs downloaded, as hard links (apt never rewrites a complete .deb in place)
