@@ -30,6 +30,17 @@ def tres_prefix(version: str) -> str:
     return "gres/" if _at_least(version, "23.11") else "gres:"
 
 
+def has_tres_per_task(version: str) -> bool:
+    """`--tres-per-task` (a second way to name a GRES, which job_submit.lua must refuse for ipu)
+    exists from 23.02 (src/common/slurm_opt.c)."""
+    return _at_least(version, "23.02")
+
+
+def has_or_licences(version: str) -> bool:
+    """`-L 'a:1|b:1'` (one of several licences) from 25.05: job_submit.lua refuses it for ipu."""
+    return _at_least(version, "25.05")
+
+
 def installed(sbin: str | Path = "/usr/sbin") -> str | None:
     """The release of the Slurm installed on this host ('24.11.5'), from `slurmctld -V`."""
     try:

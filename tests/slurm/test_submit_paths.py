@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import GRES, wait_for, wait_gone
+from slurm_ipu.slurm import releases
+
+from .conftest import GRES, SLURM_VERSION, wait_for, wait_gone
 
 pytestmark = pytest.mark.usefixtures("users")
 USER = "slurmipu-a"
@@ -81,3 +83,20 @@ def test_the_licence_of_an_ipu_job_cannot_be_changed_or_dropped_by_modify(clean_
     assert lab.job(job)["Licenses"] == "ipu:4"
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
+
+
+def test_ipus_asked_per_task_are_refused_with_the_way_to_ask(clean_lab):
+    """23.02+: --tres-per-task=gres/ipu:N would hold IPUs with no licence, so no partition."""
+    proc = clean_lab.run_as(USER, "sbatch", "--tres-per-task=gres/ipu:2", "-o", "/dev/null", "--wrap", "true")
+    assert proc.returncode != 0
+    if releases.has_tres_per_task(SLURM_VERSION):  # older sbatch has no such option
+        assert "slurm-ipu: --tres-per-task=gres/ipu:2: ask for IPUs per node with --gres=ipu:N" in proc.stderr
+
+
+def test_the_ipu_licence_as_one_of_several_choices_is_refused(clean_lab):
+    """25.05+: -L 'ipu:64|matlab:1' passed an older job_submit.lua and left the prolog a licence
+    string it cannot size a partition from (requeued for ever)."""
+    proc = clean_lab.run_as(USER, "sbatch", "-L", "ipu:64|matlab:1", "-o", "/dev/null", "--wrap", "true")
+    assert proc.returncode != 0
+    if releases.has_or_licences(SLURM_VERSION):
+        assert "slurm-ipu: licence ipu:64|matlab:1: the ipu licence cannot be one of several choices" in proc.stderr

@@ -40,3 +40,30 @@ def test_a_squatters_partition_is_neither_adopted_nor_removed(clean_lab):
         assert part["spec"]["owner_uid"] == 4242
     finally:
         lab.run("vipu", "remove", "partition", squat)
+
+
+def test_a_forged_licence_count_in_the_task_environment_sizes_nothing(clean_lab):
+    """23.02+ puts SLURM_JOB_LICENSES in the task environment too, where a user can set it: the
+    partition is sized from slurmctld's value in PrologSlurmctld, and tasks see their own."""
+    lab = clean_lab
+    proc = lab.run_as(VICTIM, "srun", "--export=ALL,SLURM_JOB_LICENSES=ipu:64", "--gres=ipu:4",
+                      "bash", "-c", "echo $IPUOF_VIPU_API_PARTITION_ID $SLURM_JOB_ID")
+    assert proc.returncode == 0, proc.stderr
+    partition, job = proc.stdout.split()
+    assert partition == f"slurm_{job}"
+    log = lab.spec.path("state", "hooks.log").read_text()
+    created = [line for line in log.splitlines() if f"partition {partition} ACTIVE" in line]
+    assert created and all(", 4 IPUs," in line for line in created), created
+
+
+def test_our_parser_reads_this_slurm_s_squeue_json(clean_lab):
+    """The one read-only query the hooks make (reap, doctor, status): on each release in CI."""
+    from slurm_ipu.slurm.commands import parse_squeue_json
+
+    lab = clean_lab
+    job = lab.sbatch("--hold", "-o", "/dev/null", "--wrap", "true")
+    try:
+        jobs = parse_squeue_json(lab.run("squeue", "--json", check=True).stdout)
+        assert jobs.get(job) == "PENDING", jobs
+    finally:
+        lab.run("scancel", str(job), check=True)
