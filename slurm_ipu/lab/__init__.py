@@ -270,9 +270,30 @@ def _pid(rec) -> int | None:
 
 def load_pids(spec: LabSpec) -> dict:
     try:
-        return json.loads(spec.path("pids.json").read_text())
+        pids = json.loads(spec.path("pids.json").read_text())
     except (OSError, ValueError):
         return {}
+    return _follow_restarts(spec, pids)
+
+
+def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
+    """From 23.11 `scontrol reconfigure` restarts slurmctld and slurmd as new processes: a
+    recorded daemon that is gone is followed to the pid in its pid file when that process runs
+    this lab's slurm.conf (its command line says so), so `down` still stops exactly the lab's."""
+    conf = str(spec.path("etc", "slurm.conf"))
+    daemons = {"slurmctld": spec.path("run", "slurmctld.pid")}
+    daemons.update({f"slurmd-{n}": spec.path("run", f"slurmd-{n}.pid") for n in spec.node_names})
+    for key, pidfile in daemons.items():
+        if key not in pids or _running(pids[key]):
+            continue
+        pid = _pid_in(pidfile)
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if pid else []
+        except OSError:
+            argv = []
+        if conf.encode() in argv:
+            pids[key] = _record(pid)
+    return pids
 
 
 def save_pids(spec: LabSpec, pids: dict) -> None:

@@ -14,7 +14,7 @@ import yaml
 from slurm_ipu import lab as labmod
 
 from ..waiting import wait_for
-from .conftest import wait_gone
+from .conftest import all_idle, wait_gone
 
 
 def doctor(lab, site: str | None = None):
@@ -178,6 +178,18 @@ def test_emulator_crash_then_lab_up_restarts_only_it_and_the_running_job_is_unha
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
     wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+
+
+def test_after_scontrol_reconfigure_the_lab_still_knows_its_daemons(clean_lab):
+    """From 23.11 reconfigure restarts slurmctld and slurmd as new processes: `lab down` must
+    still find and stop them (22.05 keeps the same processes: the records simply stay valid)."""
+    lab = clean_lab
+    lab.run("scontrol", "reconfigure", check=True)
+    wait_for("nodes idle after reconfigure", lambda: all_idle(lab), 90)
+    pids = labmod.load_pids(lab.spec)
+    daemons = [k for k in pids if k == "slurmctld" or k.startswith("slurmd-")]
+    wait_for("every daemon recorded as running",
+             lambda: all(labmod._running(labmod.load_pids(lab.spec)[k]) for k in daemons), 30)
 
 
 def test_a_recycled_pid_in_the_records_is_never_signalled(clean_lab):
