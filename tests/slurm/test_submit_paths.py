@@ -87,7 +87,9 @@ def test_the_licence_of_an_ipu_job_cannot_be_changed_or_dropped_by_modify(clean_
 
 def test_ipus_asked_per_task_are_refused_with_the_way_to_ask(clean_lab):
     """23.02+: --tres-per-task=gres/ipu:N would hold IPUs with no licence, so no partition."""
-    proc = clean_lab.run_as(USER, "sbatch", "--tres-per-task=gres/ipu:2", "-o", "/dev/null", "--wrap", "true")
+    # -n: 24.11's sbatch itself refuses --tres-per-task without a task count
+    proc = clean_lab.run_as(USER, "sbatch", "-n", "1", "--tres-per-task=gres/ipu:2", "-o", "/dev/null",
+                            "--wrap", "true")
     assert proc.returncode != 0
     if releases.has_tres_per_task(SLURM_VERSION):  # older sbatch has no such option
         assert "slurm-ipu: --tres-per-task=gres/ipu:2: ask for IPUs per node with --gres=ipu:N" in proc.stderr
