@@ -26,6 +26,7 @@ from ..errors import LabError
 from ..fsutil import atomic_write, pid_alive, poll, process_token, same_process
 from ..hooks.journal import Journal
 from ..hooks.removal import service_lock
+from ..slurm import releases
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = Path(os.environ.get("SLURM_IPU_LAB_DIR", "/var/tmp/slurm-ipu-lab"))
@@ -137,8 +138,6 @@ def site_description(spec: LabSpec) -> str:
 
 def _slurm_release() -> str:
     """The installed Slurm's release, as the lab's site description names it."""
-    from ..slurm import releases
-
     version = releases.installed(SBIN)
     if version is None or releases.release(version) not in releases.SUPPORTED:
         raise LabError(f"{SBIN / 'slurmctld'} -V says {version or 'nothing'}: the lab runs on Slurm "
@@ -215,6 +214,9 @@ def write_files(spec: LabSpec) -> None:
     ctx = context(spec)
     for name in ("slurm.conf", "vipu-emu.yaml"):
         atomic_write(spec.path("etc", name), render.render(name, ctx))
+    cgroup = releases.cgroup_conf(releases.installed(SBIN) or "0.0")
+    if cgroup:
+        atomic_write(spec.path("etc", "cgroup.conf"), cgroup)
     install_site(spec)
     py = sys.executable
     _script(spec.path("bin", "vipu"),

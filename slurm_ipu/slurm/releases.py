@@ -41,6 +41,16 @@ def has_or_licences(version: str) -> bool:
     return _at_least(version, "25.05")
 
 
+def cgroup_conf(version: str) -> str | None:
+    """The lab's cgroup.conf, or None for none. From 24.05 slurmd will not start without a cgroup
+    filesystem unless cgroup.conf says `CgroupPlugin=disabled`, a value 22.05 refuses; the lab
+    needs no cgroup (proctrack/linuxproc, task/affinity)."""
+    if not _at_least(version, "24.05"):
+        return None
+    return "# The lab's cgroup.conf (slurm-ipu lab up): no cgroup plugin, so no cgroup filesystem needed.\n" \
+           "CgroupPlugin=disabled\n"
+
+
 def installed(sbin: str | Path = "/usr/sbin") -> str | None:
     """The release of the Slurm installed on this host ('24.11.5'), from `slurmctld -V`."""
     try:

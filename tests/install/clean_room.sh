@@ -95,9 +95,15 @@ in_namespace() {
   }
   trap umount_all EXIT
   mount -t proc -o nosuid,nodev,noexec proc "$C/proc"
-  # /sys with its submounts: slurmd 22.05 will not start without a cgroup filesystem on
-  # /sys/fs/cgroup (even with proctrack/linuxproc), which every booted Debian 12 has.
-  mount --rbind /sys "$C/sys"
+  # slurmd 22.05 will not start without a cgroup filesystem on /sys/fs/cgroup (even with
+  # proctrack/linuxproc), which every booted Debian 12 has: /sys with its submounts there. Newer
+  # Slurm gets a /sys without cgroups, so the lab's own cgroup.conf (slurm/releases.py) is what
+  # lets slurmd start.
+  if [ "${CLEAN_ROOM_SUITE:-bookworm}" = bookworm ]; then
+    mount --rbind /sys "$C/sys"
+  else
+    mount -t sysfs -o nosuid,nodev,noexec sysfs "$C/sys"
+  fi
   mount --bind /dev "$C/dev"
   mount --bind /dev/pts "$C/dev/pts"
   mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$C/dev/shm"

@@ -27,3 +27,11 @@ def test_release_differences_live_in_one_table():
     assert releases.release("24.11.5") == "24.11"
     assert (releases.tres_prefix("22.05.8"), releases.tres_prefix("23.11.1"), releases.tres_prefix("24.11.5")) == \
         ("gres:", "gres/", "gres/")
+
+
+def test_the_lab_disables_the_cgroup_plugin_only_where_slurm_knows_the_value():
+    from slurm_ipu.slurm import releases
+
+    assert releases.cgroup_conf("22.05.8") is None and releases.cgroup_conf("23.11.4") is None
+    assert "CgroupPlugin=disabled" in releases.cgroup_conf("24.05.1")
+    assert "CgroupPlugin=disabled" in releases.cgroup_conf("26.05.5")
