@@ -32,23 +32,11 @@ class Row:
     orphan: bool
 
 
-def _number(value):
-    """squeue --json numbers: plain in 22.05, {"set": .., "number": ..} from 23.02."""
-    if isinstance(value, dict):
-        return value.get("number") if value.get("set", True) else None
-    return value
-
-
 def parse_jobs(text: str) -> dict[int, dict]:
-    doc = json.loads(text)
-    out = {}
-    for job in doc.get("jobs", []):
-        state = job.get("job_state")
-        if isinstance(state, list):
-            state = state[0] if state else "UNKNOWN"
-        out[int(_number(job["job_id"]))] = {"state": str(state), "user": job.get("user_name"),
-                                            "nodes": job.get("nodes") or None, "start": _number(job.get("start_time"))}
-    return out
+    from ..slurm.commands import parse_squeue
+
+    return {job_id: {"state": job.state, "user": job.user, "nodes": job.nodes, "start": job.start}
+            for job_id, job in parse_squeue(text).items()}
 
 
 def parse_licenses(text: str) -> dict[str, int]:
@@ -83,7 +71,10 @@ def gather(site: Site, runner=None) -> dict:
     except SlurmIpuError as exc:
         partitions, errors["vipu"] = None, str(exc)
     text = slurm("squeue", "--json")
-    jobs = parse_jobs(text) if text else {}
+    try:
+        jobs = parse_jobs(text) if text else {}
+    except SlurmIpuError as exc:
+        jobs, errors["squeue"] = {}, str(exc)
     lic = parse_licenses(slurm("scontrol", "show", "licenses", "ipu", "--oneliner") or "")
     ledger = Ledger(site["state_dir"])
     created = {p.name: (ledger.get(p.name) or {}).get("time") for p in partitions or []}

@@ -2,9 +2,10 @@
 
 Safe from cron or a systemd timer: one V-IPU listing, one Slurm query, a lock so runs never
 overlap, a deadline, and --dry-run. A partition is ours if its name is prefix + digits; it is
-an orphan unless its job is live: RUNNING (CONFIGURING is a flag on it), SUSPENDED, STOPPED
-or RESIZING. A job that is gone, finished (squeue --json still lists finished jobs, with
-COMPLETING only as a flag), or back to PENDING after a requeue (its epilog ran) owns nothing;
+an orphan unless its job is live: its base state is RUNNING (with any flag: CONFIGURING,
+SIGNALING, STOPPED, RESIZING; the parser recovers the base state where 22.05 and 23.02 print only
+the flag) or SUSPENDED. A job that is gone, finished (squeue --json still lists finished jobs,
+with COMPLETING only as a flag), or back to PENDING after a requeue (its epilog ran) owns nothing;
 removing a partition its epilog is removing too is harmless, both are idempotent.
 """
 
@@ -19,7 +20,7 @@ from ..locks import try_lock
 from .journal import Journal
 from .ledger import Ledger
 
-LIVE_STATES = ("RUNNING", "CONFIGURING", "SUSPENDED", "STOPPED", "RESIZING")
+LIVE_STATES = ("RUNNING", "SUSPENDED")
 
 
 def _settle_records(ledger: Ledger, before: float, existing: set[str], jobs: dict[int, str], kept: set[str]) -> None:

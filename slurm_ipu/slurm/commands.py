@@ -20,20 +20,57 @@ class SlurmBackend(Protocol):
     def cancel(self, job_id: int, text: str) -> None: ...
 
 
-def parse_squeue_json(text: str) -> dict[int, str]:
-    """{job_id: state} from `squeue --json` (22.05: job_state is a string; newer: a list)."""
+# Up to data_parser v0.0.39 (23.02) job_state is one word, and a flag hides the base state
+# (job_state_string() in src/common/slurm_protocol_defs.c): these flags are set only on a job
+# whose base state is RUNNING. From v0.0.40 it is a list, base state first, then the flags.
+_RUNNING_FLAGS = frozenset({"CONFIGURING", "SIGNALING", "RESIZING", "STOPPED"})
+
+
+@dataclass(frozen=True)
+class SqueueJob:
+    job_id: int
+    state: str           # the base state: PENDING, RUNNING, SUSPENDED, COMPLETED, ...
+    flags: tuple[str, ...]
+    user: str | None
+    nodes: str | None
+    start: int | None    # epoch seconds, None when unset
+
+
+def _number(value):
+    """A number: plain up to v0.0.39, {"set": .., "infinite": .., "number": ..} from v0.0.40."""
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) and not value.get("infinite") else None
+    return value
+
+
+def _state(value) -> tuple[str, tuple[str, ...]]:
+    if isinstance(value, list):
+        words = [str(w) for w in value]
+        return (words[0], tuple(words[1:])) if words else ("UNKNOWN", ())
+    word = str(value or "UNKNOWN")
+    return ("RUNNING", (word,)) if word in _RUNNING_FLAGS else (word, ())
+
+
+def parse_squeue(text: str) -> dict[int, SqueueJob]:
+    """`squeue --json` of every release from 22.05 (data_parser v0.0.39 to v0.0.45 and 22.05's
+    own format; samples of each in tests/unit/fixtures/squeue)."""
     try:
-        doc = json.loads(text)
-        jobs = doc["jobs"]
+        jobs = json.loads(text)["jobs"]
+        out = {}
+        for job in jobs:
+            job_id = int(_number(job["job_id"]))
+            state, flags = _state(job.get("job_state"))
+            start = _number(job.get("start_time"))
+            out[job_id] = SqueueJob(job_id, state, flags, job.get("user_name") or None, job.get("nodes") or None,
+                                    int(start) if start else None)
+        return out
     except (ValueError, KeyError, TypeError):
         raise SlurmError(f"`squeue --json` printed something unexpected: {text[:120]!r}") from None
-    out = {}
-    for job in jobs:
-        state = job.get("job_state")
-        if isinstance(state, list):
-            state = state[0] if state else "UNKNOWN"
-        out[int(job["job_id"])] = str(state)
-    return out
+
+
+def parse_squeue_json(text: str) -> dict[int, str]:
+    """{job_id: base state}."""
+    return {job_id: job.state for job_id, job in parse_squeue(text).items()}
 
 
 @dataclass

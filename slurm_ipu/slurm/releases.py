@@ -41,6 +41,21 @@ def has_or_licences(version: str) -> bool:
     return _at_least(version, "25.05")
 
 
+# The data_parser plugins each release ships (src/plugins/data_parser/ at its tag); the last is
+# what a plain `squeue --json` prints. 22.05 has none: its --json is the openapi plugin's v0.0.38.
+_DATA_PARSERS = {
+    "23.02": ("v0.0.39",), "23.11": ("v0.0.39", "v0.0.40"), "24.05": ("v0.0.39", "v0.0.40", "v0.0.41"),
+    "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"), "25.05": ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43"),
+    "25.11": ("v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44"), "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+}
+
+
+def data_parsers(version: str) -> tuple[str, ...]:
+    """The `squeue --json=<version>` formats this release can print (never pinned by slurm-ipu:
+    the parser reads them all)."""
+    return _DATA_PARSERS.get(release(version), ())
+
+
 def cgroup_conf(version: str) -> str | None:
     """The lab's cgroup.conf, or None for none. From 24.05 slurmd will not start without a cgroup
     filesystem unless cgroup.conf says `CgroupPlugin=disabled`, a value 22.05 refuses; the lab

@@ -33,6 +33,11 @@ SLURM_VERSION = releases.installed(labmod.SBIN) or "0.0"
 GRES = releases.tres_prefix(SLURM_VERSION)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--squeue-samples", default=None, metavar="DIR",
+                     help="keep each `squeue --json` text the lab prints in DIR (tests/unit/fixtures/squeue)")
+
+
 def _free_block(count: int, tries: int = 50) -> int:
     rng = random.Random(os.getpid())
     for _ in range(tries):

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from .conftest import wait_for, wait_gone
+from .conftest import SLURM_VERSION, wait_for, wait_gone
 
 pytestmark = pytest.mark.usefixtures("users")
 VICTIM = "slurmipu-a"
@@ -56,14 +58,40 @@ def test_a_forged_licence_count_in_the_task_environment_sizes_nothing(clean_lab)
     assert created and all(", 4 IPUs," in line for line in created), created
 
 
-def test_our_parser_reads_this_slurm_s_squeue_json(clean_lab):
-    """The one read-only query the hooks make (reap, doctor, status): on each release in CI."""
-    from slurm_ipu.slurm.commands import parse_squeue_json
+def test_our_parser_reads_every_squeue_json_this_slurm_prints(clean_lab, request):
+    """The one read-only query of reap, doctor and status, in each data_parser this release ships
+    (22.05: its own format): a running IPU job, a held one and a finished one, read as
+    `scontrol` shows them; the running job's partition is no orphan. --squeue-samples=DIR keeps
+    each text (how tests/unit/fixtures/squeue was made)."""
+    from slurm_ipu.hooks.reap import orphans
+    from slurm_ipu.slurm import releases
+    from slurm_ipu.slurm.commands import SqueueJob, parse_squeue
+    from slurm_ipu.vipu.types import Partition
 
     lab = clean_lab
-    job = lab.sbatch("--hold", "-o", "/dev/null", "--wrap", "true")
+    done = lab.sbatch("-o", "/dev/null", "--wrap", "true")
+    wait_for("the short job finished", lambda: lab.state(done) == "COMPLETED", 60)
+    running = lab.sbatch("--gres=ipu:2", "-N", "2", "-o", "/dev/null", "--wrap", "sleep 120")
+    held = lab.sbatch("--hold", "--gres=ipu:1", "-o", "/dev/null", "--wrap", "true")
     try:
-        jobs = parse_squeue_json(lab.run("squeue", "--json", check=True).stdout)
-        assert jobs.get(job) == "PENDING", jobs
+        wait_for("the IPU job running", lambda: lab.state(running) == "RUNNING", 60)
+        info = lab.job(running)
+        keep = request.config.getoption("--squeue-samples")
+        for fmt in releases.data_parsers(SLURM_VERSION) or ("",):
+            text = lab.run("squeue", f"--json={fmt}" if fmt else "--json", check=True).stdout
+            if keep:
+                Path(keep).mkdir(parents=True, exist_ok=True)
+                Path(keep, f"{fmt or 'slurm-' + releases.release(SLURM_VERSION)}.json").write_text(text)
+            jobs = parse_squeue(text)
+            job = jobs[running]
+            assert (job.state, job.user, job.nodes) == ("RUNNING", "root", info["NodeList"]), (fmt, job)
+            assert job.start and abs(job.start - int(lab.run("date", "-d", info["StartTime"], "+%s").stdout)) <= 1
+            assert (jobs[held].state, jobs[held].nodes) == ("PENDING", None), (fmt, jobs[held])
+            # 22.05 lists finished jobs for MinJobAge; 24.11 and later leave them out
+            assert jobs.get(done, SqueueJob(done, "COMPLETED", (), None, None, None)).state == "COMPLETED", fmt
+            parts = [Partition(name=name, size=4) for name in lab.partitions()]
+            assert [p.name for p in parts] == [f"slurm_{running}"]
+            assert orphans(parts, {i: j.state for i, j in jobs.items()}, "slurm_") == [], fmt
     finally:
-        lab.run("scancel", str(job), check=True)
+        lab.run("scancel", str(running), str(held), check=True)
+        wait_gone(lab, running)

@@ -178,7 +178,7 @@ def _parts(*names):
 
 @pytest.mark.parametrize("jobs,expected", [
     ({}, ["slurm_1", "slurm_2"]),
-    ({1: "RUNNING", 2: "CONFIGURING"}, []),
+    ({1: "RUNNING", 2: "RUNNING"}, []),
     ({1: "PENDING", 2: "SUSPENDED"}, ["slurm_1"]),
     ({1: "COMPLETED", 2: "CANCELLED"}, ["slurm_1", "slurm_2"]),
 ])

@@ -1,9 +1,11 @@
 """Hostlists and squeue --json, malformed input included."""
 
+from pathlib import Path
+
 import pytest
 
 from slurm_ipu.errors import ConfigError, SlurmError
-from slurm_ipu.slurm.commands import parse_squeue_json
+from slurm_ipu.slurm.commands import parse_squeue, parse_squeue_json
 from slurm_ipu.slurm.hostlist import expand
 
 
@@ -34,12 +36,43 @@ def test_expand_rejects(expr, words):
     ('{"jobs": [{"job_id": 7, "job_state": "RUNNING"}, {"job_id": 8, "job_state": "PENDING"}]}',
      {7: "RUNNING", 8: "PENDING"}),
     ('{"jobs": [{"job_id": 7, "job_state": ["RUNNING", "CONFIGURING"]}]}', {7: "RUNNING"}),
+    # up to 23.02 a flag hides the base state; these flags are set only on running jobs
+    ('{"jobs": [{"job_id": 7, "job_state": "SIGNALING"}, {"job_id": 8, "job_state": "CONFIGURING"}]}',
+     {7: "RUNNING", 8: "RUNNING"}),
+    ('{"jobs": [{"job_id": 7, "job_state": "COMPLETING"}, {"job_id": 8, "job_state": ["COMPLETED", "COMPLETING"]}]}',
+     {7: "COMPLETING", 8: "COMPLETED"}),
+    ('{"jobs": [{"job_id": {"set": true, "infinite": false, "number": 9}, "job_state": []}]}', {9: "UNKNOWN"}),
 ])
 def test_squeue_json(text, jobs):
     assert parse_squeue_json(text) == jobs
 
 
-@pytest.mark.parametrize("text", ["", "[]", '{"nojobs": 1}', "not json"])
+@pytest.mark.parametrize("text", ["", "[]", '{"nojobs": 1}', "not json", '{"jobs": [{"job_state": "RUNNING"}]}',
+                                  '{"jobs": [{"job_id": "x"}]}', '{"jobs": 3}'])
 def test_squeue_json_malformed(text):
     with pytest.raises(SlurmError, match="unexpected"):
         parse_squeue_json(text)
+
+
+SAMPLES = Path(__file__).parent / "fixtures" / "squeue"
+
+
+@pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.glob("*.json")))
+def test_squeue_json_of_every_release(sample):
+    """What each release prints for the lab test's three jobs (tests/slurm/test_trust.py, run with
+    --squeue-samples): a finished job, a 2-node IPU job running since `start`, a held one."""
+    jobs = sorted(parse_squeue((SAMPLES / sample).read_text()).values(), key=lambda j: j.state)
+    finished = ["COMPLETED"] if sample == "slurm-22.05.json" else []  # later releases list no finished job
+    assert [j.state for j in jobs] == [*finished, "PENDING", "RUNNING"]
+    held, running = jobs[-2:]
+    assert (running.user, running.nodes) == ("root", "node[1-2]")
+    assert running.start and running.start > 1_700_000_000
+    assert (held.nodes, held.user) == (None, "root")
+
+
+def test_every_data_parser_has_a_sample():
+    from slurm_ipu.slurm import releases
+
+    formats = {p.stem.split("-")[-1] for p in SAMPLES.glob("*.json")}
+    wanted = {v for r in releases.SUPPORTED for v in releases.data_parsers(r)} | {"22.05"}
+    assert wanted <= formats, sorted(wanted - formats)
