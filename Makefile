@@ -7,9 +7,12 @@ PY := $(VENV)/bin/python
 # lua5.1 (the Lua Slurm embeds) to unit-test the rendered job_submit.lua, and the system Python
 # with venv: `make install` puts the package in a venv on /usr/bin/python3 for every user.
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1 python3 python3-venv
+# The real-Slurm tier's lab also runs accounting as sites do (`slurm-ipu lab up --accounting`):
+# slurmdbd on a MariaDB of the lab's own. The server and client cores only: no service is set up.
+ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt spank clean lint install uninstall install-check clean-room
+.PHONY: test unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install uninstall install-check clean-room
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -35,8 +38,9 @@ spank: apt
 	@$(MAKE) -s -C spank
 
 # Installs only what is missing; a machine that has everything makes no apt call at all.
-apt:
-	@missing=$$(for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+apt apt-accounting: PKGS = $(if $(filter apt-accounting,$@),$(ACCOUNTING_PKGS),$(SYSTEM_PKGS))
+apt apt-accounting:
+	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$(echo $$missing)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -46,7 +50,7 @@ apt:
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check slurm_ipu tests
 
-test: deps lint
+test: deps apt-accounting lint
 	$(PY) -m pytest -q tests/unit tests/emulator tests/slurm $(PYTEST_ARGS)
 	@$(MAKE) -s install-check
 	@$(MAKE) -s clean-room
@@ -77,7 +81,7 @@ unit: deps
 emulator: deps
 	$(PY) -m pytest -q tests/emulator $(PYTEST_ARGS)
 
-slurm: deps
+slurm: deps apt-accounting
 	$(PY) -m pytest -q tests/slurm $(PYTEST_ARGS)
 
 bench: deps

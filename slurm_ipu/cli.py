@@ -10,6 +10,18 @@ from . import __version__
 from .cli_common import run_main
 
 
+def _days(text: str) -> float:
+    import argparse
+
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not 0 < days <= 3660:
+        raise argparse.ArgumentTypeError(f"--days {text!r}: use a number of days above 0, at most 3660")
+    return days
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="slurm-ipu", description="Graphcore IPU Pods on stock Slurm")
     top.add_argument("--version", action="version", version=f"slurm-ipu {__version__}")
@@ -46,6 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="the IPU view of the cluster: capacity, partitions and their jobs")
     st.add_argument("--site", help=site_help)
     st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
+    st.add_argument("--days", type=_days, default=7.0,
+                    help="with accounting: IPU-hours per user over this many days (default 7)")
 
     lab = sub.add_parser("lab", help="a real Slurm cluster on this machine, with the V-IPU emulator")
     lab.add_argument("action", choices=("up", "down", "status", "site"),
@@ -56,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--ctld-port", type=int, default=16817)
     lab.add_argument("--node-port", type=int, default=17001, help="first slurmd port (one per node)")
     lab.add_argument("--vipu-port", type=int, default=8090)
+    lab.add_argument("--accounting", action="store_true",
+                     help="add MariaDB and slurmdbd (Debian's packages): sacct and sreport show IPUs")
+    lab.add_argument("--dbd-port", type=int, default=16819, help="slurmdbd's port (with --accounting)")
+    lab.add_argument("--db-port", type=int, default=16820, help="MariaDB's port (with --accounting)")
     lab.add_argument("--prefix", help="run on slurm-ipu as `make install PREFIX=... SITE=<lab site>` installed it, "
                                       "instead of installing its own copy")
     return top
@@ -139,7 +157,7 @@ def cmd_doctor(args) -> int:
 def cmd_status(args) -> int:
     from .deploy import status
 
-    return status.main(_site_path(args), as_json=args.json)
+    return status.main(_site_path(args), as_json=args.json, days=args.days)
 
 
 def cmd_render(args) -> int:
@@ -160,7 +178,8 @@ def cmd_lab(args) -> int:
 
     spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.DEFAULT_DIR, nodes=args.nodes,
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
-                       vipu_port=args.vipu_port, prefix=args.prefix)
+                       vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
+                       dbd_port=args.dbd_port, db_port=args.db_port)
     if args.action == "site":
         print(lab.site_description(spec), end="")
         return 0

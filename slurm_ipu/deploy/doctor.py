@@ -44,6 +44,7 @@ class Facts:
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
     jobs: dict[int, str] | None = None
     partitions: list | None = None
+    clusters: list[str] | None = None  # what slurmdbd knows (accounting only)
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -95,7 +96,8 @@ def gather(site: Site, runner=None) -> Facts:
             facts.errors[name] = f"`{tool} {' '.join(args)}`: {exc}"
             return None
         if proc.returncode != 0:
-            facts.errors[name] = f"`{tool} {' '.join(args)}`: {(proc.stderr or proc.stdout).strip()[:200]}"
+            said = (proc.stderr or proc.stdout).strip().splitlines() or ["no message"]
+            facts.errors[name] = f"`{tool} {' '.join(args)}`: {said[0][:200]}"  # doctor prints one line per item
             return None
         return proc.stdout
 
@@ -108,6 +110,9 @@ def gather(site: Site, runner=None) -> Facts:
         facts.jobs = parse_squeue_json(text) if text is not None else None
     except SlurmIpuError as exc:
         facts.errors["jobs"] = str(exc)
+    if site["accounting.slurmdbd_host"]:
+        text = slurm("slurmdbd", "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
+        facts.clusters = text.split() if text is not None else None
     try:
         cfg = load(site.path("config"), required=True)
         facts.partitions = cfg.vipu_client().list_partitions(deadline=time.monotonic() + 20)
@@ -367,6 +372,31 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
     return Finding("orphans", True, "every partition under the prefix belongs to a live job")
 
 
+def check_accounting(site: Site, facts: Facts) -> Finding:
+    host = site["accounting.slurmdbd_host"]
+    if not host:
+        return Finding("accounting", True, "no slurmdbd in the site description: sacct shows no IPUs")
+    kind = facts.config.get("AccountingStorageType", "")
+    tracked = [t.strip() for t in facts.config.get("AccountingStorageTRES", "").split(",")]
+    missing = [t for t in ("gres/ipu", "license/ipu") if t not in tracked]
+    if kind != "accounting_storage/slurmdbd":
+        return Finding("accounting", False, f"the site has slurmdbd on {host}, slurmctld runs "
+                       f"AccountingStorageType={kind or '(none)'}",
+                       "set AccountingStorageType=accounting_storage/slurmdbd and restart slurmctld")
+    if missing:
+        return Finding("accounting", False, f"AccountingStorageTRES lacks {', '.join(missing)}: sacct and sreport "
+                       "show no IPUs", "Include the rendered slurm.conf fragment "
+                       "(AccountingStorageTRES=gres/ipu,license/ipu), then restart slurmctld")
+    if facts.clusters is None:
+        return Finding("accounting", False, f"slurmdbd does not answer ({facts.errors.get('slurmdbd')})",
+                       f"start slurmdbd on {host} (systemctl start slurmdbd)")
+    if site["cluster"] not in facts.clusters:
+        return Finding("accounting", False, f"slurmdbd knows no cluster {site['cluster']} "
+                       f"({', '.join(facts.clusters) or 'none'})",
+                       f"check ClusterName in slurm.conf, or sacctmgr add cluster {site['cluster']}")
+    return Finding("accounting", True, f"slurmdbd has cluster {site['cluster']}, tracking gres/ipu and license/ipu")
+
+
 def check_service(site: Site, facts: Facts) -> Finding:
     from ..hooks.removal import service_lock
     from ..locks import is_held
@@ -379,7 +409,8 @@ def check_service(site: Site, facts: Facts) -> Finding:
 
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
-          check_plugstack, check_vipu, check_state_dir, check_journal, check_orphans, check_service)
+          check_plugstack, check_vipu, check_state_dir, check_journal, check_orphans, check_service,
+          check_accounting)
 
 
 def diagnose(site: Site, facts: Facts) -> list[Finding]:

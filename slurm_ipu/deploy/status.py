@@ -3,7 +3,8 @@
 The Pod's capacity, what V-IPU has in partitions and what Slurm's ipu licence says is in use
 (and whether they disagree), each partition with its job, user, nodes, size, GCDs and age,
 orphans (a partition under our prefix whose job is gone) and removals waiting in the journal.
-Three reads: `vipu list partitions`, `squeue --json`, `scontrol show licenses`.
+Three reads: `vipu list partitions`, `squeue --json`, `scontrol show licenses`; with accounting in
+the site description a fourth, `sacct`, for the IPU-hours each user's jobs held in the last days.
 """
 
 from __future__ import annotations
@@ -45,7 +46,27 @@ def parse_licenses(text: str) -> dict[str, int]:
     return {k.lower(): int(words[k]) for k in ("Total", "Used") if words.get(k, "").isdigit()}
 
 
-def gather(site: Site, runner=None) -> dict:
+def parse_usage(text: str, since: float, now: float) -> dict[str, float]:
+    """IPU-hours per user from `sacct -a -X -n -P -o User,AllocTRES,Start,End` with
+    SLURM_TIME_FORMAT=%s: each job's gres/ipu count times its time inside [since, now] (a running
+    job's End is Unknown: it counts to now)."""
+    hours: dict[str, float] = {}
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) < 4:
+            continue
+        user, tres, start, end = fields[:4]
+        ipus = next((int(v) for k, _, v in (t.partition("=") for t in tres.split(",")) if k == "gres/ipu"
+                     and v.isdigit()), 0)
+        if not ipus or not start.isdigit():
+            continue
+        span = min(int(end) if end.isdigit() else now, now) - max(int(start), since)
+        if span > 0:
+            hours[user] = hours.get(user, 0.0) + ipus * span / 3600
+    return {user: round(h, 4) for user, h in sorted(hours.items())}
+
+
+def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None) -> dict:
     from ..config import load
     from ..hooks.journal import Journal
     from ..hooks.ledger import Ledger
@@ -54,10 +75,10 @@ def gather(site: Site, runner=None) -> dict:
     env = {"SLURM_CONF": f"{site['slurm.conf_dir']}/slurm.conf", "PATH": f"{site['slurm.bin_dir']}:/usr/bin:/bin"}
     errors = {}
 
-    def slurm(tool: str, *args: str) -> str | None:
+    def slurm(tool: str, *args: str, extra: dict | None = None) -> str | None:
         try:
-            proc = run([str(Path(site["slurm.bin_dir"]) / tool), *args], env=env, capture_output=True, text=True,
-                       timeout=15, stdin=subprocess.DEVNULL)
+            proc = run([str(Path(site["slurm.bin_dir"]) / tool), *args], env={**env, **(extra or {})},
+                       capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as exc:
             errors[tool] = str(exc)
             return None
@@ -76,11 +97,18 @@ def gather(site: Site, runner=None) -> dict:
     except SlurmIpuError as exc:
         jobs, errors["squeue"] = {}, str(exc)
     lic = parse_licenses(slurm("scontrol", "show", "licenses", "ipu", "--oneliner") or "")
+    usage = None
+    if site["accounting.slurmdbd_host"]:
+        now = time.time() if now is None else now
+        since = now - days * 86400
+        text = slurm("sacct", "-a", "-X", "-n", "-P", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
+                     "-E", "now", "-o", "User,AllocTRES,Start,End", extra={"SLURM_TIME_FORMAT": "%s"})
+        usage = None if text is None else {"days": days, "ipu_hours": parse_usage(text, since, now)}
     ledger = Ledger(site["state_dir"])
     created = {p.name: (ledger.get(p.name) or {}).get("time") for p in partitions or []}
     queued = Journal(site["state_dir"]).entries()
     return {"partitions": partitions, "jobs": jobs, "licenses": lic, "created": created, "queued": queued,
-            "errors": errors}
+            "usage": usage, "errors": errors}
 
 
 def build(site: Site, facts: dict, now: float | None = None) -> dict:
@@ -111,6 +139,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
         "partitions": [asdict(r) for r in rows],
         "orphans": [r.partition for r in rows if r.orphan],
         "queued_removals": [q.get("partition") for q in facts["queued"]],
+        "usage": facts.get("usage"),
         "errors": facts["errors"],
     }
 
@@ -142,14 +171,20 @@ def table(view: dict) -> list[str]:
         lines.append("(no partitions)")
     lines.append(f"orphans: {', '.join(view['orphans']) or 'none'}")
     lines.append(f"queued removals: {', '.join(view['queued_removals']) or 'none'}")
+    usage = view.get("usage")
+    if usage is not None:
+        users = ", ".join(f"{u} {h:.2f}" for u, h in usage["ipu_hours"].items()) or "none"
+        lines.append(f"IPU-hours by user, last {usage['days']:g} days (accounting): {users}")
+    elif "sacct" in view["errors"]:
+        lines.append(f"IPU-hours: accounting unreachable ({view['errors']['sacct']})")
     return lines
 
 
-def main(site_path: str, as_json: bool = False, out=print) -> int:
+def main(site_path: str, as_json: bool = False, out=print, days: float = 7.0) -> int:
     from .site import load
 
     site = load(site_path)
-    view = build(site, gather(site))
+    view = build(site, gather(site, days=days))
     if as_json:
         out(json.dumps(view, indent=1))
     else:

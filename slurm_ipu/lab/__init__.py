@@ -44,6 +44,10 @@ class LabSpec:
     ctld_port: int = 16817
     node_port: int = 17001       # nodeK listens on node_port + K - 1
     vipu_port: int = 8090
+    # --accounting: MariaDB and slurmdbd of the lab's own (lab/accounting.py)
+    accounting: bool = False
+    dbd_port: int = 16819
+    db_port: int = 16820
     prolog_deadline: float = 30.0
     epilog_deadline: float = 20.0
     # Installed mode: the product as `make install PREFIX=... SITE=<lab site>` put it (wrapper,
@@ -106,6 +110,11 @@ def context(spec: LabSpec) -> dict:
         # requeue drills should not.
         "cred_expire": 30,
     }
+    ctx["accounting"] = None
+    if spec.accounting:
+        from . import accounting
+
+        ctx["accounting"] = accounting.context(spec)
     ctx.update(render.pod_values(spec.pod_ipus))
     return ctx
 
@@ -124,6 +133,7 @@ def site_description(spec: LabSpec) -> str:
         "prolog": {"deadline": spec.prolog_deadline},
         "epilog": {"deadline": spec.epilog_deadline},
         "reap": {"interval": REAP_INTERVAL},
+        "accounting": {"slurmdbd_host": "127.0.0.1" if spec.accounting else None},
         "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "state_dir": str(spec.path("state")),
         "slurm": {"version": _slurm_release(), "user": "root", "conf_dir": str(spec.path("etc")),
@@ -214,6 +224,8 @@ def write_files(spec: LabSpec) -> None:
     ctx = context(spec)
     for name in ("slurm.conf", "vipu-emu.yaml"):
         atomic_write(spec.path("etc", name), render.render(name, ctx))
+    if spec.accounting:
+        atomic_write(spec.path("etc", "slurmdbd.conf"), render.render("slurmdbd.conf", ctx), 0o600)
     cgroup = releases.cgroup_conf(releases.installed(SBIN) or "0.0")
     if cgroup:
         atomic_write(spec.path("etc", "cgroup.conf"), cgroup)
@@ -425,7 +437,7 @@ def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
     resumed = False
     while time.monotonic() < deadline:
         for key, rec in pids.items():
-            if key.startswith(("slurm", "vipu")) and not _running(rec):
+            if key.startswith(("slurm", "vipu", "mariadb")) and not _running(rec):
                 pid = _pid(rec)
                 log = spec.path("log", "slurmctld.log" if key == "slurmctld" else f"{key}.log")
                 raise LabError(f"{key} (pid {pid}) exited during start: {_log_tail(log)}")
@@ -472,6 +484,10 @@ def up(spec: LabSpec) -> None:
         if not (SBIN / tool).exists():
             raise LabError(f"{SBIN / tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), "
                            "or run `make demo`")
+    if spec.accounting:
+        from . import accounting
+
+        accounting.check_installed()
     if not spec.prefix:
         install_spank(spec)  # installed mode: make install built and placed it
     pids = load_pids(spec)
@@ -485,6 +501,11 @@ def up(spec: LabSpec) -> None:
         try:
             start_munge(spec, pids)
             start_emulator(spec, pids)
+            if spec.accounting:
+                from . import accounting
+
+                accounting.start_mariadb(spec, pids)
+                accounting.start_slurmdbd(spec, pids)
             start_slurm(spec, pids)
             start_reaper(spec, pids)
         finally:
@@ -496,7 +517,8 @@ def up(spec: LabSpec) -> None:
         _stop_all(pids, started)
         save_pids(spec, pids)
         raise
-    say(f"up: {spec.nodes} nodes x ipu:{spec.ipus_per_node}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}")
+    say(f"up: {spec.nodes} nodes x ipu:{spec.ipus_per_node}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}"
+        + (f", slurmdbd on 127.0.0.1:{spec.dbd_port}" if spec.accounting else ""))
     print_exports(spec)
 
 
@@ -542,7 +564,8 @@ def down(spec: LabSpec, cancel: bool = True) -> None:
 
 def _stop_all(pids: dict, keys: list[str]) -> None:
     """Stop the recorded processes named in keys, slurmd first, munged last."""
-    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "reaper", "vipu-emu", "munged"]
+    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadb", "reaper", "vipu-emu",
+                                                             "munged"]
     for key in order:
         rec = pids.get(key)
         if key in keys and _running(rec):

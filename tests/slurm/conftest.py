@@ -1,4 +1,4 @@
-"""The real lab: Slurm 22.05 (slurmctld + 4 slurmd) and the V-IPU emulator, on free loopback
+"""The real lab: Slurm (slurmctld + 4 slurmd, slurmdbd on a MariaDB) and the V-IPU emulator, on free loopback
 ports in a directory of its own, up once per session and stopped by recorded pid.
 
 Every wait is a poll with a deadline. When a test fails, the job's `scontrol show job` and the
@@ -158,12 +158,14 @@ def lab():
     missing = [t for t in ("slurmctld", "slurmd", "munged") if not (labmod.SBIN / t).exists()]
     if missing:
         pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run `make test`, which installs it")
-    base = _free_block(8)
+    base = _free_block(10)
     # Not under pytest's tmp (root-only): the lab's users must reach slurm.conf and its munge socket.
     root = Path(tempfile.mkdtemp(prefix="slurm-ipu-lab-", dir="/tmp"))
     root.chmod(0o755)
     # A lab directory that does not exist yet, as for `make demo` on a fresh machine.
-    spec = labmod.LabSpec(dir=root / "lab", ctld_port=base, node_port=base + 1, vipu_port=base + 7)
+    # With accounting, as a site runs it: MariaDB and slurmdbd of the lab's own (issue 10).
+    spec = labmod.LabSpec(dir=root / "lab", ctld_port=base, node_port=base + 1, vipu_port=base + 7, accounting=True,
+                          dbd_port=base + 8, db_port=base + 9)
     try:
         labmod.up(spec)
     except Exception:
@@ -174,8 +176,11 @@ def lab():
     shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
     handle = Lab(spec)
     yield handle
+    recorded = labmod.load_pids(spec)
     labmod.down(spec)
+    left = [key for key, rec in recorded.items() if key != "spec" and labmod._running(rec)]
     shutil.rmtree(root, ignore_errors=True)
+    assert not left, f"lab down left {left} running"
 
 
 USERS = ("slurmipu-a", "slurmipu-b")

@@ -29,7 +29,7 @@ def test_doctor_all_ok_and_status_shows_the_running_job(clean_lab):
     lab = clean_lab
     proc, problems = doctor(lab)
     assert proc.returncode == 0 and not problems, proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "all 12 checks ok"
+    assert proc.stdout.strip().splitlines()[-1] == "all 13 checks ok"
     job = lab.sbatch("-N2", "--gres=ipu:4", "--wrap", "sleep 300")
     wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
     view = json.loads(lab.run("slurm-ipu", "status", "--json", check=True).stdout)
@@ -123,6 +123,19 @@ def _service_stopped(lab):
         labmod.restart_reaper(lab.spec)
 
 
+@contextlib.contextmanager
+def _slurmdbd_stopped(lab):
+    from slurm_ipu.lab import accounting
+
+    pids = labmod.load_pids(lab.spec)
+    labmod._stop_pid(pids["slurmdbd"]["pid"], "slurmdbd")
+    try:
+        yield None
+    finally:
+        accounting.start_slurmdbd(lab.spec, pids)
+        labmod.save_pids(lab.spec, pids)
+
+
 def _breakers(lab, tmp_path):
     etc = lab.spec.path("etc")
     return {
@@ -141,11 +154,12 @@ def _breakers(lab, tmp_path):
         "journal": lambda: _stale_removal(lab),
         "orphans": lambda: _orphan(lab),
         "service": lambda: _service_stopped(lab),
+        "accounting": lambda: _slurmdbd_stopped(lab),
     }
 
 
 ITEMS = ("slurm", "hooks", "timeout", "job_submit", "licenses", "nodes", "plugstack", "vipu", "state_dir",
-         "journal", "orphans", "service")
+         "journal", "orphans", "service", "accounting")
 
 
 @pytest.mark.parametrize("item", ITEMS)

@@ -164,3 +164,48 @@ def test_status_and_doctor_cli_on_a_missing_site_say_so_in_one_line(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", cmd,
                                "--site", str(tmp_path / "none.yaml")], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "none.yaml" in proc.stderr
+
+
+def test_ipu_hours_per_user_count_only_ipu_jobs_inside_the_window():
+    since, now = 10_000, 20_000
+    text = ("alice|billing=2,cpu=2,gres/ipu=4,license/ipu=4,node=2|10000|13600\n"   # 4 IPUs x 1 h
+            "alice|cpu=1,node=1|10000|19000\n"                                    # no IPUs
+            "bob|gres/ipu=2,license/ipu=2|8200|11800\n"                          # half before the window
+            "bob|gres/ipu=1|18200|Unknown\n"                                     # still running: counts to now
+            "carol|gres/ipu=8|5000|9000\n"                                       # ended before the window
+            "junk line\n")
+    assert status.parse_usage(text, since, now) == {"alice": 4.0, "bob": 1.5}
+
+
+def test_status_shows_ipu_hours_when_accounting_is_there(here):
+    desc, _ = here
+    facts = {"partitions": [], "jobs": {}, "licenses": {"total": 64, "used": 0}, "created": {}, "queued": [],
+             "usage": {"days": 7.0, "ipu_hours": {"alice": 4.0, "bob": 1.5}}, "errors": {}}
+    lines = status.table(status.build(desc, facts))
+    assert lines[-1] == "IPU-hours by user, last 7 days (accounting): alice 4.00, bob 1.50"
+    facts.update(usage=None, errors={"sacct": "sacct: error: Problem talking to the database"})
+    assert status.table(status.build(desc, facts))[-1].startswith("IPU-hours: accounting unreachable (sacct: error")
+
+
+def test_accounting_is_checked_only_when_the_site_has_slurmdbd(here, tmp_path):
+    desc, facts = here
+    assert doctor.check_accounting(desc, facts).ok  # no slurmdbd_host: nothing to check
+    text = (tmp_path / "site.yaml").read_text() + "accounting: {slurmdbd_host: dbd.example.org}\n"
+    (tmp_path / "acct.yaml").write_text(text)
+    acct = site.load(tmp_path / "acct.yaml")
+    good = {"AccountingStorageType": "accounting_storage/slurmdbd",
+            "AccountingStorageTRES": "cpu,mem,energy,node,billing,fs/disk,vmem,pages,gres/ipu,license/ipu"}
+    facts.config.update(good)
+    facts.clusters = ["t"]
+    assert doctor.check_accounting(acct, facts).ok
+    cases = [
+        ({"AccountingStorageType": "accounting_storage/none"}, ["t"], "AccountingStorageType=accounting_storage/none"),
+        ({"AccountingStorageTRES": "cpu,mem,gres/ipu"}, ["t"], "AccountingStorageTRES lacks license/ipu"),
+        ({}, None, "slurmdbd does not answer"),
+        ({}, ["other"], "slurmdbd knows no cluster t (other)"),
+    ]
+    for change, clusters, words in cases:
+        facts.config.update(good | change)
+        facts.clusters = clusters
+        found = doctor.check_accounting(acct, facts)
+        assert not found.ok and words in found.detail and found.fix, (change, found)

@@ -35,3 +35,29 @@ def test_the_lab_disables_the_cgroup_plugin_only_where_slurm_knows_the_value():
     assert releases.cgroup_conf("22.05.8") is None and releases.cgroup_conf("23.11.4") is None
     assert "CgroupPlugin=disabled" in releases.cgroup_conf("24.05.1")
     assert "CgroupPlugin=disabled" in releases.cgroup_conf("26.05.5")
+
+
+def test_accounting_points_slurm_and_slurmdbd_at_the_labs_own_database(tmp_path):
+    from slurm_ipu.deploy import render
+
+    plain = render.render("slurm.conf", lab.context(lab.LabSpec(dir=tmp_path / "plain")))
+    assert "AccountingStorageType=accounting_storage/none" in plain and "slurmdbd" not in plain
+    spec = lab.LabSpec(dir=tmp_path / "acct", accounting=True, dbd_port=20008, db_port=20009)
+    spec.path("etc").mkdir(parents=True)
+    ctx = lab.context(spec)
+    conf = render.render("slurm.conf", ctx)
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+    assert "AccountingStoragePort=20008" in conf and f"AccountingStoragePass={spec.path('run', 'munge.socket')}" in conf
+    dbd = render.render("slurmdbd.conf", ctx)
+    word = spec.path("etc", "db-password").read_text().strip()
+    assert len(word) == 32 and spec.path("etc", "db-password").stat().st_mode & 0o777 == 0o600
+    assert f"StoragePass={word}\n" in dbd and "StoragePort=20009\n" in dbd and "DbdPort=20008\n" in dbd
+    assert lab.context(spec)["accounting"]["db_password"] == word  # made once per lab
+
+
+def test_accounting_without_its_packages_names_them(monkeypatch, tmp_path):
+    from slurm_ipu.lab import accounting
+
+    monkeypatch.setitem(accounting.TOOLS, "mariadbd", str(tmp_path / "no-mariadbd"))
+    with pytest.raises(LabError, match="--accounting needs mariadbd: apt-get install slurmdbd mariadb-server-core"):
+        accounting.check_installed()
