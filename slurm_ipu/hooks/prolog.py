@@ -162,8 +162,19 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
         act = "admin_comment"
     report(cfg["state_dir"], why)  # first: a slow or failing scontrol never hides the cause
     if slurm is not None:
+        _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU partition {name} ({ctx.ipus} IPUs) not "
+                                   f"created: {exc} (the reason stays in `scontrol show job {ctx.job_id}`)")
         _tell(cfg, getattr(slurm, act), ctx.job_id, f"slurm-ipu: {why}")
     return 1
+
+
+def _notify(slurm, job_id: int, text: str) -> None:
+    """Before the job ends (a cancel ends it): srun and salloc print it. A batch job has no
+    listener yet; its user reads the AdminComment, so a refused notify is not worth a log line."""
+    try:
+        slurm.notify(job_id, text)
+    except SlurmIpuError:
+        pass
 
 
 def _tell(cfg, action, job_id: int, text: str) -> None:

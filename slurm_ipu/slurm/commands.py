@@ -18,6 +18,7 @@ class SlurmBackend(Protocol):
     def admin_comment(self, job_id: int, text: str) -> None: ...
     def hold(self, job_id: int, text: str) -> None: ...
     def cancel(self, job_id: int, text: str) -> None: ...
+    def notify(self, job_id: int, text: str) -> None: ...
 
 
 # Up to data_parser v0.0.39 (23.02) job_state is one word, and a flag hides the base state
@@ -104,6 +105,11 @@ class SlurmCli:
     def hold(self, job_id: int, text: str) -> None:
         self.admin_comment(job_id, text)
         self._run("scontrol", "hold", str(job_id))
+
+    def notify(self, job_id: int, text: str) -> None:
+        """A line on the stderr of the job's srun or salloc (SRUN_USER_MSG), which otherwise
+        prints only "Nodes ... are still not ready" when PrologSlurmctld fails."""
+        self._run("scontrol", "notify", str(job_id), text[:400])
 
     def cancel(self, job_id: int, text: str) -> None:
         """The reason first: slurmctld kills the prolog that cancels its own job."""

@@ -167,6 +167,25 @@ def test_a_request_vipu_refuses_ends_the_job_at_once(clean_lab):
     assert lab.partitions() == {}
 
 
+@pytest.mark.parametrize("tool", ["srun", "salloc"])
+def test_srun_and_salloc_users_see_why_their_ipu_job_ended(clean_lab, tool):
+    """Slurm alone prints "Nodes node1 are still not ready" (srun) or "Job allocation N has been
+    revoked" (salloc): the prolog's notice names the job, the reason and where it stays."""
+    lab = clean_lab
+    lab.admin().faults(fail={"count": 1, "code": "INVALID_ARGUMENT", "op": "create"})
+    proc = lab.run(tool, "--gres=ipu:4", "true", timeout=90)
+    assert proc.returncode != 0
+    notice = [line for line in proc.stderr.splitlines() if f"{tool}: slurm-ipu: job " in line]
+    assert len(notice) == 1, proc.stderr
+    job = int(notice[0].split("slurm-ipu: job ")[1].split(":")[0])
+    assert f"V-IPU partition slurm_{job} (4 IPUs) not created: injected fault: create failed with " \
+           f"INVALID_ARGUMENT (the reason stays in `scontrol show job {job}`)" in notice[0], notice
+    shown = lab.run("scontrol", "show", "job", str(job)).stdout
+    assert "the request cannot be met" in shown, shown
+    wait_for("nodes idle", lambda: all_idle(lab), 60)
+    assert lab.partitions() == {}
+
+
 @pytest.fixture
 def without_service(clean_lab):
     """The lab with its removal service stopped (by pid), as on a site that has not enabled it:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from slurm_ipu import config
-from slurm_ipu.errors import ConfigError
+from slurm_ipu.errors import ConfigError, SlurmError
 from slurm_ipu.hooks import epilog, jobenv, prolog, reap
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
@@ -24,19 +24,25 @@ class FakeSlurm:
         self.held: set[int] = set()
         self.cancelled: set[int] = set()
         self.broken = broken  # scontrol fails (slurmctld busy)
+        self.told: list[tuple[int, str, bool]] = []
 
     def active_jobs(self):
         return dict(self.jobs)
 
     def admin_comment(self, job_id, text):
         if self.broken:
-            from slurm_ipu.errors import SlurmError
             raise SlurmError("`scontrol update` timed out after 10s")
         self.comments[job_id] = text
 
     def hold(self, job_id, text):
         self.admin_comment(job_id, text)
         self.held.add(job_id)
+
+    def notify(self, job_id, text):
+        if self.broken:
+            raise SlurmError("`scontrol notify` timed out after 10s")
+        # what srun prints, in order with what happens to the job
+        self.told.append((job_id, text, job_id in self.cancelled))
 
     def cancel(self, job_id, text):
         self.admin_comment(job_id, text)
@@ -134,6 +140,22 @@ def test_prolog_refuses_a_bad_shape_before_calling_vipu(fake, cfg):
     assert fake.calls == []  # no create, and no removal of a partition that is not ours
     # It cannot heal: the job ends at once instead of going round the requeue loop.
     assert slurm.cancelled == {42} and "the job is cancelled: the request cannot be met" in slurm.comments[42]
+    # srun/salloc print the notice: the job id, the reason, where it stays; sent before the cancel
+    (job, text, after_cancel), = slurm.told
+    assert job == 42 and not after_cancel
+    assert text.startswith("slurm-ipu: job 42: V-IPU partition slurm_42 (16 IPUs) not created: ")
+    assert "--num-gcds 32" in text and text.endswith("(the reason stays in `scontrol show job 42`)")
+
+
+def test_a_notice_slurm_refuses_is_no_reason_to_lose_the_comment(fake, cfg):
+    class RefusesNotices(FakeSlurm):
+        def notify(self, job_id, text):
+            raise SlurmError("`scontrol notify 42` failed: Job not running")
+
+    slurm = RefusesNotices()
+    assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 1
+    assert slurm.cancelled == {42} and "--num-gcds 32" in slurm.comments[42]
+    assert "could not record" not in hooks_log(cfg)
 
 
 def test_prolog_deadline_bounds_a_slow_partition(fake, tmp_path):

@@ -1,0 +1,89 @@
+"""A storm with everything going wrong at once (issue 11, item 7): 200 jobs of mixed sizes, with
+cancels while pending, while the prolog waits on a slow create and while running, jobs that fail,
+jobs that hit their time limit, V-IPU refusing creates, and a V-IPU outage in the middle.
+Afterwards, and after one `slurm-ipu reap`: no partition, no drained node, no journal entry and
+no job left in the queue."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from .conftest import all_idle, wait_for
+
+SHAPES = [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (1, 16), (4, 4), (2, 1), (1, 0), (2, 0)]  # (nodes, ipus/node)
+
+
+def queue(lab, *states: str) -> list[int]:
+    argv = ["squeue", "-h", "-o", "%A"] + (["-t", ",".join(states)] if states else [])
+    return [int(j) for j in lab.run(*argv, check=True).stdout.split()]
+
+
+def submit(lab, rng: random.Random, *extra: str, script: str | None = None) -> int:
+    nodes, per = rng.choice(SHAPES)
+    gres = [f"--gres=ipu:{per}"] if per else []
+    body = script or f"sleep {rng.uniform(0, 2):.1f}"
+    return lab.sbatch("-N", str(nodes), *gres, "-o", "/dev/null", *extra, "--wrap", body)
+
+
+def cancel_some(lab, rng: random.Random, states: tuple[str, ...], count: int, timeout: float,
+                spare: tuple[int, ...] = ()) -> int:
+    """Cancel up to `count` jobs seen in `states` (never those in `spare`), looking until `timeout`
+    runs out."""
+    done: set[int] = set(spare)
+    deadline = time.monotonic() + timeout
+    while len(done) - len(spare) < count and time.monotonic() < deadline:
+        seen = [j for j in queue(lab, *states) if j not in done]
+        for job in rng.sample(seen, min(len(seen), count - len(done) + len(spare))):
+            lab.run("scancel", str(job))
+            done.add(job)
+        time.sleep(0.2)
+    return len(done) - len(spare)
+
+
+def test_two_hundred_jobs_through_cancels_failures_timeouts_and_an_outage_leave_nothing(clean_lab):
+    lab = clean_lab
+    admin = lab.admin()
+    rng = random.Random(11)
+    jobs = []
+    # jobs that run into their one-minute limit (slurmctld ends them within its check interval)
+    jobs += [submit(lab, rng, "--time=1", script="sleep 600") for _ in range(3)]
+    # jobs whose script fails
+    jobs += [submit(lab, rng, script="exit 3") for _ in range(8)]
+    # held, then cancelled while pending
+    held = [submit(lab, rng, "--hold") for _ in range(10)]
+    for job in held:
+        lab.run("scancel", str(job), check=True)
+    jobs += held
+    # creates that take 2 s: cancel jobs while their prolog waits on the PENDING partition
+    admin.faults(create_delay=2)
+    jobs += [submit(lab, rng) for _ in range(50)]
+    cancelled_in_prolog = cancel_some(lab, rng, ("CF",), 6, 30, spare=tuple(jobs[:3]))
+    admin.faults(create_delay=0)
+    # V-IPU refuses: a shape it calls invalid (the job is cancelled) and a short unavailability
+    # (the job is requeued and runs on its next attempt)
+    admin.faults(fail={"count": 1, "code": "INVALID_ARGUMENT", "op": "create"})
+    jobs += [submit(lab, rng) for _ in range(40)]
+    admin.faults(fail={"count": 2, "code": "UNAVAILABLE", "op": "create"})
+    jobs += [submit(lab, rng) for _ in range(40)]
+    # V-IPU down for 5 s in the middle of it all; running jobs cancelled meanwhile
+    admin.down(seconds=5)
+    jobs += [submit(lab, rng) for _ in range(49)]
+    cancelled_running = cancel_some(lab, rng, ("R",), 10, 30, spare=tuple(jobs[:3]))
+    assert len(jobs) == 200
+    assert cancelled_in_prolog >= 1 and cancelled_running >= 1, (cancelled_in_prolog, cancelled_running)
+
+    wait_for("every job out of the queue (a requeued one waits 30 s to start again)", lambda: not queue(lab), 420,
+             interval=1.0)
+    admin.up()
+    admin.clear_faults()
+    lab.run("slurm-ipu", "reap", "--config", lab.config, check=True)
+    wait_for("no partition left", lambda: lab.partitions() == {}, 30)
+    journal = lab.spec.path("state", "pending-removal")
+    wait_for("nothing queued for removal", lambda: not list(journal.glob("*.json")) if journal.exists() else True,
+             30)
+    states = lab.node_states()
+    assert not [n for n, s in states.items() if s.startswith(("drain", "down", "fail"))], states
+    wait_for("every node idle", lambda: all_idle(lab), 60)
+    ends = lab.run("sacct", "-X", "-n", "-P", "-o", "State", "-j", ",".join(map(str, jobs[:3])), check=True)
+    assert ends.stdout.split() == ["TIMEOUT"] * 3, ends.stdout
