@@ -105,6 +105,7 @@ def cmd_hook(args) -> int:
     import os
 
     from . import config
+    from .errors import SlurmIpuError
     from .hooks import jobenv
 
     which = args.cmd
@@ -117,7 +118,15 @@ def cmd_hook(args) -> int:
             raise ConfigError(f"SLURM_SCRIPT_CONTEXT={os.environ.get('SLURM_SCRIPT_CONTEXT', '')!r}: "
                               "use `slurm-ipu hook` as PrologSlurmctld/EpilogSlurmctld, or call prolog/epilog")
     cfg = config.load(args.config, required=True)
-    ctx = jobenv.from_env(dict(os.environ))
+    try:
+        ctx = jobenv.from_env(dict(os.environ))
+    except SlurmIpuError as exc:
+        # slurmctld keeps only the exit status: the reason goes where the admin looks for ours
+        from .hooks.hooklog import report
+
+        report(cfg["state_dir"], f"job {os.environ.get('SLURM_JOB_ID') or '?'}: {which} refused its "
+                                 f"environment: {exc}", echo=False)
+        raise
     if which == "prolog":
         from .hooks import prolog
         from .slurm.commands import SlurmCli

@@ -19,6 +19,16 @@ def _server_args(p: argparse.ArgumentParser) -> None:
                    "API is served there only, to the server's owner and root; it works while the API is down)")
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"--port {text!r}: use 0 (a free port) to 65535")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="vipu-emu", description="V-IPU controller emulator")
     top.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -26,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="run the emulated controller on loopback")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8090, help="0 picks a free port (see STATE/server.json)")
+    s.add_argument("--port", type=_port, default=8090, help="0 picks a free port (see STATE/server.json)")
     s.add_argument("--state-dir", default=os.path.expanduser("~/.local/state/vipu-emu"))
     s.add_argument("--cluster", default="pod64", help="preset (pod16, pod64, pod256) or YAML path")
     s.add_argument("-v", "--verbose", action="store_true")
@@ -55,7 +65,7 @@ def _api(args):
     from .api import Api
 
     if not args.state_dir:
-        raise ConfigError(f"vipu-emu {args.cmd}: give --state-dir DIR of the server (its admin API is served on "
+        raise ConfigError(f"{args.cmd}: give --state-dir DIR of the server (its admin API is served on "
                           "DIR/admin.sock only)")
     return Api(admin_socket=os.path.join(args.state_dir, "admin.sock"))
 
@@ -137,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             return main_serve(args)
         return {"attach": cmd_attach, "fault": cmd_fault, "check": cmd_check}[args.cmd](args)
 
-    return run_main(dispatch, debug=args.debug)
+    return run_main(dispatch, debug=args.debug, program="vipu-emu")
 
 
 if __name__ == "__main__":

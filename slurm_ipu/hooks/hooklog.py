@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 
-def report(state_dir: str, line: str) -> None:
+def report(state_dir: str, line: str, echo: bool = True) -> None:
+    """echo=False: the caller prints the line itself (a command's one-line error)."""
     text = f"slurm-ipu: {line}"
-    print(text, file=sys.stderr, flush=True)
+    if echo:
+        print(text, file=sys.stderr, flush=True)
     try:
         path = Path(state_dir)
         path.mkdir(parents=True, exist_ok=True)

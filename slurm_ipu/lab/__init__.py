@@ -82,6 +82,18 @@ def say(msg: str) -> None:
 def check_spec(spec: LabSpec) -> None:
     if spec.nodes < 1 or spec.ipus_per_node < 1:
         raise LabError(f"--nodes {spec.nodes} and --ipus-per-node {spec.ipus_per_node} must be positive")
+    ports = {"--ctld-port": spec.ctld_port, "--node-port": spec.node_port, "--vipu-port": spec.vipu_port}
+    if spec.accounting:
+        ports.update({"--dbd-port": spec.dbd_port, "--db-port": spec.db_port})
+    for option, port in ports.items():
+        last = port + spec.nodes - 1 if option == "--node-port" else port
+        if not 1024 <= port <= last <= 65535:
+            raise LabError(f"{option} {port}{f' (to {last}, one per node)' if last != port else ''} is not a port the "
+                           "lab can use; use 1024 to 65535")
+    taken = sorted(ports.values()) + list(range(spec.node_port + 1, spec.node_port + spec.nodes))
+    if len(set(taken)) != len(taken):
+        raise LabError(f"the lab's ports overlap ({', '.join(f'{k} {v}' for k, v in ports.items())}, and "
+                       f"{spec.nodes} slurmd ports from --node-port); give each its own")
     total = spec.pod_ipus
     if not rules.is_valid_allocation(total):
         raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: use 4, 8, 16, 32, "

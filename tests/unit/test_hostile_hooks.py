@@ -1,0 +1,65 @@
+"""Hostile and broken input to the controller hooks' entry point, `slurm-ipu hook` as slurmctld
+runs it (an empty environment, SLURM_* and SPANK_* variables, the config file): each case is one
+line on stderr naming the value and the fix, exit code 2, no traceback, and, once the config is
+read, the same line in hooks.log (slurmctld keeps only the exit status). Issue 11, item 7."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+JOB = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "5", "SLURM_JOB_UID": "0",
+       "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_LICENSES": "ipu:4"}
+
+
+def hook(env: dict, config: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "hook"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "SLURM_IPU_CONFIG": config, **env})
+
+
+@pytest.fixture
+def conf(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(f"version: 1\nvipu: {{host: 127.0.0.1, port: 8090}}\nstate_dir: {tmp_path / 'state'}\n")
+    return path
+
+
+@pytest.mark.parametrize("change,line", [
+    ({"SLURM_SCRIPT_CONTEXT": "prolog"}, "slurm-ipu: SLURM_SCRIPT_CONTEXT='prolog': use `slurm-ipu hook` as "
+     "PrologSlurmctld/EpilogSlurmctld, or call prolog/epilog"),
+    ({"SLURM_JOB_ID": None}, "slurm-ipu: SLURM_JOB_ID is not set; run this from PrologSlurmctld/EpilogSlurmctld"),
+    ({"SLURM_JOB_ID": "5; rm -rf /"}, "slurm-ipu: SLURM_JOB_ID='5; rm -rf /' is not a number"),
+    ({"SLURM_JOB_UID": "root"}, "slurm-ipu: SLURM_JOB_UID='root' is not a number"),
+    ({"SLURM_JOB_NODELIST": "n[1-"}, "slurm-ipu: hostlist 'n[1-': unbalanced '['"),
+    ({"SLURM_JOB_NODELIST": "n[1-99999999]"}, "slurm-ipu: hostlist 'n[1-99999999]': range '1-99999999' runs "
+     "backwards or is too large"),
+    ({"SLURM_JOB_LICENSES": "ipu:lots"}, "slurm-ipu: SLURM_JOB_LICENSES entry 'ipu:lots' is not name:count"),
+    ({"SPANK_IPU_GCDS": "two"}, "slurm-ipu: --ipu-gcds='two' is not a positive number; use e.g. --ipu-gcds=2"),
+    ({"SPANK_IPU_ILDS": "0"}, "slurm-ipu: --ipu-ilds='0' is not a positive number; use e.g. --ipu-ilds=2"),
+])
+def test_a_hostile_job_environment(conf, tmp_path, change, line):
+    env = {k: v for k, v in {**JOB, **change}.items() if v is not None}
+    proc = hook(env, str(conf))
+    assert (proc.returncode, proc.stderr.strip()) == (2, line)
+    log = tmp_path / "state" / "hooks.log"
+    if "SCRIPT_CONTEXT" not in line:  # the context is checked before the config is read
+        assert line.removeprefix("slurm-ipu: ") in log.read_text()
+
+
+@pytest.mark.parametrize("text,line", [
+    (None, "slurm-ipu: config file {path} not found; create it from etc/slurm-ipu.yaml"),
+    ("vipu: {port: 8090}\n", "slurm-ipu: {path}: version None is not supported; start the file with 'version: 1'"),
+    ("version: 1\nvipu: {port: 99999}\n", "slurm-ipu: {path}: vipu.port=99999 is out of range; use from 1 to 65535"),
+    ("version: 1\nprolog: {deadline: -5}\n", "slurm-ipu: {path}: prolog.deadline=-5 is out of range; use a positive "
+     "number of seconds"),
+    ("version: 1\nvipu: {port: [\n", "slurm-ipu: {path} is not valid YAML at line 3, column 1: expected the node "
+     "content, but found '<stream end>'"),
+])
+def test_a_broken_config_file(tmp_path, text, line):
+    path = tmp_path / "config.yaml"
+    if text is not None:
+        path.write_text(text)
+    proc = hook(JOB, str(path))
+    assert (proc.returncode, proc.stderr.strip()) == (2, line.format(path=path))

@@ -1,0 +1,62 @@
+"""Hostile and careless input to the admin's command, `slurm-ipu` (render, rules, status, doctor,
+reap, lab): one line naming the value and the fix, exit code 2, no traceback, nothing started or
+written. Issue 11, item 7 (the hooks' entry point: test_hostile_hooks.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+SITES = {
+    "pod96.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 96, hosts: 'n[1-6]', ipus_per_host: 16}\n",
+    "nohost.yaml": "version: 1\ncluster: x\npod: {ipus: 64}\n",
+    "broken.yaml": "version: 1\ncluster: x\n  pod: [\n",
+}
+
+
+@pytest.fixture
+def here(tmp_path):
+    for name, text in SITES.items():
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["rules", "--ipus", "96"], "slurm-ipu: --ipus 96: 96 IPUs is not a Pod size; use 4, 8, 16, 32, 64 or a multiple "
+     "of 64 (whole IPU-Machines: IPU-POD16, POD64, POD128, POD256)"),
+    (["rules", "--ipus", "x"], "slurm-ipu rules: error: argument --ipus: invalid int value: 'x'"),
+    (["render", "{d}/pod96.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/pod96.yaml:4: pod.ipus=96 is out of range; "
+     "use a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 (128, 192, 256, ...)"),
+    (["render", "{d}/nohost.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/nohost.yaml:1: vipu.host must be set (the "
+     "V-IPU controller's address (vipu --api-host))"),
+    (["render", "{d}/broken.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/broken.yaml:3: not valid YAML: mapping "
+     "values are not allowed here"),
+    (["render", "{d}/none.yaml", "--out", "{d}/out"], "slurm-ipu: site description {d}/none.yaml: No such file or "
+     "directory; start from etc/site-pod128.yaml"),
+    (["status", "--site", "{d}/broken.yaml"], "slurm-ipu: {d}/broken.yaml:3: not valid YAML: mapping values are not "
+     "allowed here"),
+    (["status", "--days", "0", "--site", "{d}/pod96.yaml"], "slurm-ipu status: error: argument --days: --days '0': "
+     "use a number of days above 0, at most 3660"),
+    (["doctor", "--site", "{d}/none.yaml"], "slurm-ipu: site description {d}/none.yaml: No such file or directory; "
+     "start from etc/site-pod128.yaml"),
+    (["reap", "--config", "{d}/none.yaml"], "slurm-ipu: config file {d}/none.yaml not found; create it from "
+     "etc/slurm-ipu.yaml"),
+    (["lab", "up", "--dir", "{d}/lab", "--nodes", "3"], "slurm-ipu lab: 3 nodes x 16 IPUs = 48 IPUs is not a Pod: "
+     "use 4, 8, 16, 32, 64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)"),
+    (["lab", "up", "--dir", "{d}/lab", "--ctld-port", "99999"], "slurm-ipu lab: --ctld-port 99999 is not a port the "
+     "lab can use; use 1024 to 65535"),
+    (["lab", "up", "--dir", "{d}/lab", "--ctld-port", "17002"], "slurm-ipu lab: the lab's ports overlap "
+     "(--ctld-port 17002, --node-port 17001, --vipu-port 8090, and 4 slurmd ports from --node-port); give each its "
+     "own"),
+    (["lab", "up", "--dir", "{d}/lab", "--accounting", "--db-port", "80"], "slurm-ipu lab: --db-port 80 is not a "
+     "port the lab can use; use 1024 to 65535"),
+])
+def test_one_line_exit_2_nothing_written(here, argv, line):
+    argv = [a.format(d=here) for a in argv]
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", *argv], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, line.format(d=here))
+    assert "Traceback" not in proc.stderr
+    assert not (here / "out").exists() and not (here / "lab").exists()

@@ -1,0 +1,48 @@
+"""Hostile and careless input to `vipu-emu` (the emulator's server, fault injection, invariant
+check and attach probe; its vipu-compatible `cli` answers as `vipu` does, tests/emulator): one
+line each, exit code 2, no traceback. Issue 11, item 7."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+EMU = [sys.executable, "-m", "slurm_ipu.emulator.main"]
+
+
+def emu(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*EMU, *argv], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", **(env or {})})
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["serve", "--port", "99999"], "vipu-emu serve: error: argument --port: --port '99999': use 0 (a free port) "
+     "to 65535"),
+    (["serve", "--port", "http"], "vipu-emu serve: error: argument --port: --port 'http': use 0 (a free port) to "
+     "65535"),
+    (["fault", "latency"], "vipu-emu: fault: give --state-dir DIR of the server (its admin API is served on "
+     "DIR/admin.sock only)"),
+    (["check"], "vipu-emu: check: give --state-dir DIR of the server (its admin API is served on DIR/admin.sock "
+     "only)"),
+    (["fault", "latency", "soon", "--state-dir", "/nonexistent"], "vipu-emu fault: error: argument value: invalid "
+     "float value: 'soon'"),
+    (["attach"], "ipuof: IPUOF_VIPU_API_HOST, IPUOF_VIPU_API_PARTITION_ID not set; run inside an IPU job or "
+     "export them"),
+])
+def test_one_line_exit_2(argv, line):
+    proc = emu(*argv)
+    assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, line)
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_port_in_use_is_one_line(tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = emu("serve", "--port", str(port), "--state-dir", str(tmp_path / "state"))
+    assert (proc.returncode, proc.stderr.strip()) == \
+        (2, f"vipu-emu: cannot listen on 127.0.0.1:{port}: Address already in use; choose another --port")
