@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -243,14 +244,38 @@ def write_files(spec: LabSpec) -> None:
         atomic_write(spec.path("etc", "cgroup.conf"), cgroup)
     install_site(spec)
     py = sys.executable
+    address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
+               f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")
+    _script(spec.path("bin", "vipu-py"),
+            f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n"
+            f"{address} exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
+    # The lab's `vipu`: create and remove in C, as cheap as a native vipu; the rest in Python.
+    fast = build_vipu_fast(spec)
     _script(spec.path("bin", "vipu"),
-            f"#!/bin/sh\n# The lab's V-IPU CLI: the emulator's vipu-compatible command line.\n"
-            f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
-            f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}} "
-            f"exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
+            "#!/bin/sh\n# The lab's V-IPU CLI: the emulator's vipu-compatible command line.\n" +
+            (f"{address} VIPU_FAST_FALLBACK={spec.path('bin', 'vipu-py')} exec {fast} \"$@\"\n" if fast else
+             f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n"))
     # The product's own commands on the lab's PATH, run by the interpreter that has the package.
     for name, module in LAB_COMMANDS.items():
         _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
+
+
+def build_vipu_fast(spec: LabSpec) -> Path | None:
+    """bin/vipu-fast from the emulator's vipu_fast.c (gcc, a fraction of a second, once); None
+    without gcc: the Python CLI does every call then, only slower."""
+    source = Path(__file__).resolve().parents[1] / "emulator" / "vipu_fast.c"
+    target = spec.path("bin", "vipu-fast")
+    if target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+        return target
+    gcc = shutil.which("gcc")
+    if not gcc or not source.exists():
+        return None
+    tmp = target.with_name(".vipu-fast.tmp")
+    proc = subprocess.run([gcc, "-O2", "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise LabError(f"building {source} failed: {proc.stderr.strip()[-300:]}")
+    os.replace(tmp, target)
+    return target
 
 
 # --- processes ---------------------------------------------------------------------------

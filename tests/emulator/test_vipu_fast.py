@@ -1,0 +1,82 @@
+"""The lab's C `vipu` (slurm_ipu/emulator/vipu_fast.c) answers create and remove exactly as the
+Python CLI does, and hands every other call to it: same requests, replies, errors, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from slurm_ipu import lab
+from slurm_ipu.vipu import VipuClient
+
+from .conftest import VIPU
+
+SEQUENCE = [
+    ["create", "partition", "p1", "--size", "4"],
+    ["create", "partition", "p1", "--size", "4"],                       # ALREADY_EXISTS
+    ["create", "partition", "px", "--size", "3"],                       # INVALID_ARGUMENT, the valid sizes
+    ["create", "partition", "px", "--size", "8", "--num-gcds", "3"],
+    ["create", "partition", "p3", "--size", "0004", "--num-gcds=02"],   # numbers as int() reads them
+    ["create", "partition", "p2", "--size=8", "--num-gcds", "2", "--hosts", "n1,n2", "--owner-uid", "0",
+     "--reconfigurable", "--showjson"],
+    ["list", "partitions"],                                             # handed to the Python CLI
+    ["get", "partition", "p2", "--showjson"],                           # likewise
+    ["remove", "partition", "p1"],
+    ["delete", "partition", "p1"],                                      # NOT_FOUND
+    ["create", "partition", "bad name", "--size", "4"],                 # a name C does not pass on
+    ["remove", "partition", "p2"],
+    ["remove", "partition", "p3"],
+]
+
+
+@pytest.fixture
+def fast(tmp_path):
+    spec = lab.LabSpec(dir=tmp_path / "lab")
+    spec.path("bin").mkdir(parents=True)
+    built = lab.build_vipu_fast(spec)
+    assert built is not None, "gcc is missing (make test installs it)"
+    fallback = spec.path("bin", "vipu-py")
+    fallback.write_text(f"#!/bin/sh\nexec {' '.join(VIPU)} \"$@\"\n")
+    fallback.chmod(0o755)
+    return [str(built)], {"VIPU_FAST_FALLBACK": str(fallback)}
+
+
+def replies(command: list[str], port: int, env: dict | None = None) -> list[tuple]:
+    out = []
+    for argv in SEQUENCE:
+        proc = subprocess.run([*command, "--api-host", "127.0.0.1", "--api-port", str(port), *argv],
+                              capture_output=True, text=True, timeout=30, env={**os.environ, **(env or {})})
+        text = proc.stdout
+        if "--showjson" in argv and proc.returncode == 0:
+            doc = json.loads(text)
+            doc["partition"]["status"].pop("created_at", None)
+            text = doc
+        out.append((argv, proc.returncode, text, proc.stderr))
+    return out
+
+
+def test_the_c_vipu_answers_as_the_python_one(emu, fast):
+    command, env = fast
+    python = replies(VIPU, emu.port)
+    c = replies(command, emu.port, env)
+    for a, b in zip(python, c, strict=True):
+        assert a == b
+    assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0]
+
+
+def test_unreachable_and_the_client_on_top(emu, fast, monkeypatch):
+    command, env = fast
+    down = subprocess.run([*command, "--api-host", "127.0.0.1", "--api-port", "1", "remove", "partition", "p"],
+                          capture_output=True, text=True, timeout=30, env={**os.environ, **env})
+    assert (down.returncode, down.stderr) == \
+        (1, "unable to connect to VIRM/V-IPU Controller at 127.0.0.1:1: context deadline exceeded\n")
+    monkeypatch.setenv("VIPU_FAST_FALLBACK", env["VIPU_FAST_FALLBACK"])
+    client = VipuClient(command=command, host="127.0.0.1", port=emu.port, timeout=10, retries=1, backoff=0.05,
+                        emulator_flags=True)
+    part = client.ensure_partition("slurm_7", 8, time.monotonic() + 20, num_gcds=2, hosts=["n1"], owner_uid=0)
+    assert (part.name, part.size, part.num_gcds, part.state) == ("slurm_7", 8, 2, "ACTIVE")
+    assert client.remove_partition("slurm_7") and not client.remove_partition("slurm_7", missing_ok=True)
