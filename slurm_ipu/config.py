@@ -8,7 +8,6 @@ The file starts with `version: 1`; an unknown key is an error that suggests the 
 
 from __future__ import annotations
 
-import difflib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,6 +173,8 @@ def read_file(path: str, explicit: bool, required: bool = False) -> dict[str, An
     flat = flatten(doc, BY_KEY)
     for key in flat:
         if key not in BY_KEY:
+            import difflib  # only for a mistake: every hook reads this file
+
             near = difflib.get_close_matches(key, BY_KEY, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(BY_KEY)}"
             raise ConfigError(f"{path}: unknown key {key!r}{hint}")

@@ -9,7 +9,6 @@ The tool's output reaches the log only when a call fails.
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +25,12 @@ from ..errors import (
 from .parse import classify_error, parse_partitions, partition_from_json
 from .types import Partition
 
-log = logging.getLogger("slurm_ipu.vipu")
+
+def _log():
+    """Only failures log: the prolog's common path never pays for importing logging."""
+    import logging
+
+    return logging.getLogger("slurm_ipu.vipu")
 
 
 @dataclass
@@ -61,10 +65,10 @@ class VipuClient:
                 f"V-IPU command {argv[0]!r} not found; install vipu or set vipu.command in the slurm-ipu config"
             ) from None
         except subprocess.TimeoutExpired:
-            log.error("vipu call timed out after %.1fs: %s", timeout, " ".join(argv))
+            _log().error("vipu call timed out after %.1fs: %s", timeout, " ".join(argv))
             raise VipuUnavailable(f"`{' '.join(args[:2])}` timed out after {timeout:g}s") from None
         if proc.returncode != 0:
-            log.error("vipu call failed (exit %s): %s\n%s", proc.returncode, " ".join(argv),
+            _log().error("vipu call failed (exit %s): %s\n%s", proc.returncode, " ".join(argv),
                       _indent(proc.stdout + proc.stderr))
             raise classify_error(proc.stderr or proc.stdout, proc.returncode)
         return proc.stdout
@@ -83,7 +87,7 @@ class VipuClient:
                 if not exc.transient or attempt >= self.retries or out_of_time:
                     raise
                 attempt += 1
-                log.warning("V-IPU transient failure (%s); retry %d/%d in %.2fs", exc, attempt, self.retries, pause)
+                _log().warning("V-IPU transient failure (%s); retry %d/%d in %.2fs", exc, attempt, self.retries, pause)
                 self.sleep(pause)
                 pause *= 2
 
