@@ -4,6 +4,7 @@ them); standard library only, so the hooks' start-up stays lean."""
 
 from __future__ import annotations
 
+import _thread
 import os
 import time
 from pathlib import Path
@@ -11,10 +12,11 @@ from pathlib import Path
 
 def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable: bool = False) -> None:
     """Readers see the old file or the new one, never half of one: write a temporary file in the
-    same directory (one per process, so concurrent writers do not share it) and rename it over.
+    same directory (one per process and thread, so concurrent writers, the removal service's
+    threads among them, do not share it) and rename it over.
     durable: fsync before the rename (state that must survive a crash: records, the journal)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{_thread.get_ident()}.tmp")
     if isinstance(data, str):
         data = data.encode()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from ..fsutil import atomic_write
+from ..hooks import handoff
 from ..hooks.journal import Journal
 from ..hooks.removal import service_lock
 from . import render
@@ -27,15 +28,28 @@ FILES = {
 EXECUTABLE = {"slurm-ipu-hook"}
 
 
+def hook_paths(state_dir: str) -> dict:
+    """What the hook wrapper's fast paths touch (templates/slurm-ipu-hook.j2)."""
+    return {"journal_dir": str(Journal(state_dir).dir), "service_lock": str(service_lock(state_dir)),
+            "request_fifo": str(handoff.request_fifo(state_dir)), "spool_dir": str(handoff.spool_dir(state_dir)),
+            "hooks_log": str(Path(state_dir) / "hooks.log")}
+
+
+def prolog_wait(deadline: float, slurm_timeout: int) -> int:
+    """How long the wrapper waits for a handed-over prolog: past the prolog's own deadline (its
+    failure path still tells Slurm why), before Slurm's PrologEpilogTimeout kills the wrapper."""
+    return max(int(deadline) + 1, int((deadline + slurm_timeout) / 2))
+
+
 def context(site: Site) -> dict:
     cfg = hook_config(site)
     return {
         "site": site.values, "source": Path(site.source).name,
         "wrapper": site.path("wrapper"), "config": site.path("config"), "plugin": site.path("plugin"),
         "python": site.python, "ipuof_host": cfg["ipuof"]["host"], "ipuof_port": cfg["ipuof"]["port"],
-        "hook": {"config": site.path("config"), "python": site.python, "prefix": site["partition.prefix"],
-                 "journal_dir": str(Journal(site["state_dir"]).dir),
-                 "service_lock": str(service_lock(site["state_dir"]))},
+        "hook": hook_paths(site["state_dir"]) | {
+            "config": site.path("config"), "python": site.python, "prefix": site["partition.prefix"],
+            "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
     }
 

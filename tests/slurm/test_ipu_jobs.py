@@ -227,10 +227,41 @@ def test_vipu_down_at_job_end_keeps_nodes_idle_and_the_service_removes_it_later(
     wait_for("the service removed it", lambda: lab.partitions() == {} and not _queued(lab), 90)
 
 
+def _served(lab, job: int) -> bool:
+    """The removal service ran this job's prolog: its log (the service's stderr) has the line
+    the Python prolog would have written to slurmctld's."""
+    return f"job {job}: partition slurm_{job} ACTIVE" in lab.spec.path("log", "reaper.log").read_text()
+
+
+def test_the_running_service_creates_the_partition_without_a_python_prolog(clean_lab):
+    lab = clean_lab
+    job = lab.sbatch("-N", "2", "--gres=ipu:2", "--wrap", "sleep 300")
+    wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
+    assert lab.partitions()[f"slurm_{job}"]["spec"]["size"] == 4 and _served(lab, job)
+    assert not list(lab.spec.path("state", "prolog-requests").iterdir())  # the wrapper cleaned up
+    cancel_and_expect_clean(lab, job)
+
+
+def test_restarting_the_service_while_a_prolog_waits_on_it_fails_no_job(clean_lab):
+    """An upgrade restarts the service (SIGTERM): prologs it is running finish and answer first."""
+    lab = clean_lab
+    lab.admin().faults(create_delay=3)
+    job = lab.sbatch("--gres=ipu:4", "--wrap", "sleep 300")
+    wait_for("partition PENDING while the service runs the prolog",
+             lambda: lab.partitions().get(f"slurm_{job}", {}).get("status", {}).get("state") == "PS_PENDING", 30)
+    labmod.stop_reaper(lab.spec)
+    labmod.restart_reaper(lab.spec)
+    wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
+    assert lab.job(job).get("Restarts", "0") == "0" and _served(lab, job)
+    cancel_and_expect_clean(lab, job)
+
+
 def test_without_the_service_the_epilog_removes_it_and_reap_is_the_backstop(without_service):
     lab = without_service
     job = lab.sbatch("--gres=ipu:4", "--wrap", "true")
     wait_gone(lab, job)
+    assert f"job {job}: partition slurm_{job} ACTIVE" in lab.spec.path("state", "hooks.log").read_text()
+    assert not _served(lab, job)  # the wrapper ran the Python prolog itself
     wait_for("partition removed by the epilog itself", lambda: lab.partitions() == {}, 30)
     assert not _queued(lab)
     job, admin = _cancel_while_vipu_is_down(lab)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ipu import config
-from slurm_ipu.deploy import render
+from slurm_ipu.deploy import fragments, render
 from slurm_ipu.hooks import prolog, reap
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
@@ -130,9 +130,9 @@ def wrapper(tmp_path):
     python.write_text(f"#!/bin/sh\necho \"$SLURM_SCRIPT_CONTEXT $*\" >> {tmp_path}/python-ran\n")
     python.chmod(0o755)
     script = tmp_path / "slurm-ipu-hook"
-    script.write_text(render.render("slurm-ipu-hook", {"hook": {
+    script.write_text(render.render("slurm-ipu-hook", {"hook": fragments.hook_paths(str(state)) | {
         "config": str(tmp_path / "it's config.yaml"), "python": str(python), "prefix": "slurm_",
-        "journal_dir": str(Journal(state).dir), "service_lock": str(service_lock(state))}}))
+        "prolog_wait": 2}}))
     script.chmod(0o755)
     return tmp_path, state, script
 
