@@ -107,9 +107,11 @@ def serve_prolog(cfg, client, slurm, token: str) -> int:
     spool = spool_dir(cfg["state_dir"])
     job = token.partition(".")[0]
     env_path = spool / f"{token}.env"
-    fd = _open_reply(spool / f"{token}.reply")
-    if fd is None:
+    reply = spool / f"{token}.reply"
+    fd = _open_reply(reply)
+    if fd is None:  # Slurm killed the wrapper (its trap never ran): its files are ours to remove
         env_path.unlink(missing_ok=True)
+        reply.unlink(missing_ok=True)
         report(cfg["state_dir"], f"job {job}: the prolog's wrapper was gone before the removal service "
                                  "got to it; nothing done")
         return 1
@@ -119,6 +121,7 @@ def serve_prolog(cfg, client, slurm, token: str) -> int:
         report(cfg["state_dir"], f"job {job}: prolog failed in the removal service: {exc!r}")
         code = 1
     if not _answer(fd, code):
+        reply.unlink(missing_ok=True)
         report(cfg["state_dir"], f"job {job}: the prolog's wrapper stopped waiting before the answer (exit {code})")
         if code == 0:
             _give_back(cfg, int(job))

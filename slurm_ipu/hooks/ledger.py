@@ -14,12 +14,30 @@ import json
 import time
 from pathlib import Path
 
+from .. import locks
 from ..fsutil import atomic_write
+
+LOCK_STRIPES = 64  # partitions share this many lock files (never removed: flock needs them to stay)
 
 
 class Ledger:
     def __init__(self, state_dir: str | Path):
         self.dir = Path(state_dir) / "created"
+        self.locks = Path(state_dir) / "name-locks"
+
+    def lock(self, partition: str, deadline: float):
+        """Held by the prolog while it makes `partition`, and taken by whoever removes it: a
+        removal queued for a job cancelled mid-prolog (the removal service keeps a handed-over
+        prolog running after Slurm killed its wrapper) must not run between the record and
+        the create, or the create lands after the removal and nothing remembers it."""
+        return locks.hold(self._lock_path(partition), deadline)
+
+    def busy(self, partition: str) -> bool:
+        """A prolog is making it now: what a listing shows of it may be out of date."""
+        return locks.is_held(self._lock_path(partition))
+
+    def _lock_path(self, partition: str) -> Path:
+        return self.locks / str(sum(partition.encode()) % LOCK_STRIPES)
 
     def _path(self, partition: str) -> Path:
         return self.dir / f"{partition}.json"

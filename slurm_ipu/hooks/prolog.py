@@ -42,9 +42,13 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
         pod = cfg["pod.ipus"]
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ctx.ilds, cluster_ilds=max(1, pod // rules.IPUS_PER_ILD))
         _claim_name(cfg, name, deadline)
-        part = _ensure_with_room(ctx, shape, cfg, client, name, deadline, clock, sleep)
+        with Ledger(cfg["state_dir"]).lock(name, deadline):  # a removal of this name waits for us
+            try:
+                part = _ensure_with_room(ctx, shape, cfg, client, name, deadline, clock, sleep)
+            except SlurmIpuError:
+                _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
+                raise
     except SlurmIpuError as exc:
-        _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
         return _fail(ctx, cfg, slurm, name, exc)
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
                              f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")

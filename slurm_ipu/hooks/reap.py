@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ..errors import SlurmIpuError
-from ..locks import try_lock
+from ..locks import LockTimeout, try_lock
 from .journal import Journal
 from .ledger import Ledger
 
@@ -33,7 +33,8 @@ def _settle_records(ledger: Ledger, before: float, existing: set[str], jobs: dic
         job = record.get("job_id")
         if record.get("time", 0) >= before:
             continue
-        if path.stem not in existing and path.stem not in kept and jobs.get(job, "GONE") not in LIVE_STATES:
+        if path.stem not in existing and path.stem not in kept and jobs.get(job, "GONE") not in LIVE_STATES \
+                and not ledger.busy(path.stem):  # its prolog may be creating it after the listing
             ledger.drop(path.stem)
 
 
@@ -86,10 +87,13 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
                 out(f"reap: would remove {name} (job {job} {state.lower()})")
                 continue
             try:
-                client.remove_partition(name, missing_ok=True, deadline=deadline)
-                out(f"reap: removed {name} (job {job} {state.lower()})")
-                journal.drop(name)
-                ledger.drop(name)
+                with ledger.lock(name, time.monotonic()):  # held: its prolog is still making it
+                    client.remove_partition(name, missing_ok=True, deadline=deadline)
+                    out(f"reap: removed {name} (job {job} {state.lower()})")
+                    journal.drop(name)
+                    ledger.drop(name)
+            except LockTimeout:
+                out(f"reap: left {name} for now (job {job} {state.lower()}): its prolog is still running")
             except SlurmIpuError as exc:
                 failed += 1
                 out(f"reap: could not remove {name}: {exc}")
@@ -99,7 +103,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
         if not dry_run:
             with journal.lock(deadline):
                 for name in queued:
-                    if name not in left:
+                    if name not in left and not ledger.busy(name):
                         journal.drop(name)
         if not dry_run:
             _settle_records(ledger, before, {p.name for p in parts}, jobs, left)

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from ..errors import SlurmIpuError
+from ..locks import LockTimeout
 from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
@@ -37,14 +38,18 @@ def service_lock(state_dir: str) -> Path:
     return Path(state_dir) / "reaper.lock"
 
 
-def remove_recorded(cfg, client, name: str, job_id, deadline: float) -> str:
+def remove_recorded(cfg, client, name: str, job_id, deadline: float, wait: bool = True) -> str:
     """'removed', 'already gone', or 'not ours' (no creation record for this job: left alone).
-    V-IPU failures raise; the record stays so the partition is retried."""
+    V-IPU failures raise; the record stays so the partition is retried. A prolog still making
+    the partition holds its name: wait for it (until the deadline), or with wait=False raise
+    LockTimeout at once (a caller holding the journal lock must never wait on a prolog that
+    may want that lock)."""
     ledger = Ledger(cfg["state_dir"])
-    if not ledger.owns(name, job_id):
-        return "not ours"
-    removed = client.remove_partition(name, missing_ok=True, deadline=deadline)
-    ledger.drop(name)
+    with ledger.lock(name, deadline if wait else time.monotonic()):
+        if not ledger.owns(name, job_id):
+            return "not ours"
+        removed = client.remove_partition(name, missing_ok=True, deadline=deadline)
+        ledger.drop(name)
     return "removed" if removed else "already gone"
 
 
@@ -69,7 +74,9 @@ def work_off(cfg, client, names: list[str], deadline: float,
                 continue
             job = entry.get("job_id")
             try:
-                outcome = remove_recorded(cfg, client, name, job, deadline)
+                outcome = remove_recorded(cfg, client, name, job, deadline, wait=False)
+            except LockTimeout:  # its prolog is still making it: the next pass
+                continue
             except SlurmIpuError as exc:
                 journal.add(name, job, str(exc))
                 return done, exc

@@ -142,7 +142,7 @@ def test_a_wrapper_gone_before_its_turn_is_not_served(fake, cfg, hook):
     os.close(_request(cfg, "42.7"))  # Slurm killed it (the job was cancelled): no reader left
     assert handoff.serve_prolog(cfg, cfg.vipu_client(), FakeSlurm(), "42.7") == 1
     assert fake.calls == [] and "was gone before the removal service got to it" in hooks_log(cfg)
-    assert spool(cfg) == ["42.7.reply"]  # the wrapper's trap removes its FIFO; sweep, if it was killed
+    assert spool(cfg) == []  # a killed wrapper's trap never ran: the service removes its files
 
 
 def test_a_partition_made_for_a_wrapper_that_went_meanwhile_is_removed(fake, cfg, hook):
@@ -158,7 +158,7 @@ def test_a_partition_made_for_a_wrapper_that_went_meanwhile_is_removed(fake, cfg
 
     fake._handle = killed_during_create
     assert handoff.serve_prolog(cfg, cfg.vipu_client(), FakeSlurm(), "42.8") == 0
-    assert Journal(cfg["state_dir"]).names() == ["slurm_42"]
+    assert Journal(cfg["state_dir"]).names() == ["slurm_42"] and spool(cfg) == []
     Service(cfg, cfg.vipu_client(), FakeSlurm()).step()
     assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_42") is None
 
@@ -184,3 +184,32 @@ def test_sweep_removes_only_what_killed_wrappers_left_long_ago(cfg, hook):
     os.utime(old, (time.time() - 7200, time.time() - 7200))
     assert handoff.sweep(cfg["state_dir"], older_than=3600, now=time.time()) == 1
     assert spool(cfg) == ["3.4.env"]
+
+
+def test_a_job_cancelled_during_its_create_leaves_no_partition_behind(fake, cfg, hook):
+    """The race seen in the lab's storm: Slurm kills the wrapper and runs the epilog (which queues
+    the removal) while the service's prolog thread is between its record and its create. The
+    removal must wait for the prolog, or the create lands after it and nothing remembers it."""
+    wrapper_end = _request(cfg, "42.9")
+    service = Service(cfg, cfg.vipu_client(), FakeSlurm())
+    handle = fake._handle
+
+    def cancelled_mid_create(args):
+        if args[0] == "create":
+            os.close(wrapper_end)                      # Slurm kills the wrapper...
+            queue_removal(cfg, 42)                     # ...its epilog queues the removal...
+            service.step()                             # ...and the removal service gets to it first
+        return handle(args)
+
+    fake._handle = cancelled_mid_create
+    handoff.serve_prolog(cfg, cfg.vipu_client(), FakeSlurm(), "42.9")
+    service.step()
+    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+    assert Ledger(cfg["state_dir"]).get("slurm_42") is None
+
+
+def queue_removal(cfg, job: int) -> None:
+    from .test_removal import queue
+
+    queue(cfg, job)
+
