@@ -148,10 +148,19 @@ static int opt_reconf(int val, const char *optarg, int remote)
     return 0;
 }
 
+static int opt_instance(int val, const char *optarg, int remote)
+{
+    (void)val; (void)optarg; (void)remote;
+    ipu_opts.instance = 1;
+    return 0;
+}
+
 static struct spank_option options[] = {
     {"ipu-gcds", "N", "Split the job's V-IPU partition into N graph compilation domains (power of two)", 1, 0, opt_gcds},
     {"ipu-ilds", "N", "Spread the job's V-IPU partition over N IPU-Link domains (power of two)", 1, 0, opt_ilds},
     {"ipu-reconfigurable", NULL, "Make the job's V-IPU partition reconfigurable", 0, 0, opt_reconf},
+    {"ipu-instance", NULL, "(set by ipurun) each task sets up its PopDist instance: environment, cache, binding",
+     0, 0, opt_instance},
     SPANK_OPTIONS_TABLE_END
 };
 

@@ -11,6 +11,8 @@
  *     not exist, so an attach fails with "not found"; no task ever names another job's.
  *     The partition's shape is not passed on: ipurun reads it from V-IPU, since salloc's shell
  *     is no task and a partition can be recreated during the job (ipurun --update-partition).
+ *     In steps ipurun launches (--ipu-instance), each task then sets up its PopDist instance:
+ *     environment, executable cache, CPU and memory binding (instance.c, placement.c).
  *   job_script (job_epilog): removes ipurun's per-job files on the node (cache.c).
  *   slurmd: logs the plugin and Slurm versions at load.
  */
@@ -91,7 +93,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     if (ipu_conf.debug)
         slurm_info("spank_ipu: job %u task: IPUOF_VIPU_API_PARTITION_ID=%s at %s:%s", job_id, partition,
                    ipu_conf.vipu_host, ipu_conf.vipu_port);
-    return 0;
+    return ipu_opts.instance ? ipu_instance_task(sp) : 0; /* after the above: ipurun's choices win */
 }
 
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)

@@ -21,6 +21,7 @@ struct ipu_opts {
     char gcds[IPU_COUNT_MAX];
     char ilds[IPU_COUNT_MAX];
     int reconfigurable;
+    int instance;   /* --ipu-instance: ipurun's step; each task does its instance's setup */
 };
 
 extern struct ipu_conf ipu_conf;
@@ -32,5 +33,6 @@ int ipu_valid_count(const char *text, long max);
 long ipu_parse_count(const char *text, long max);
 int ipu_opt_count(const char *name, const char *optarg, char *slot, long max);
 int ipu_job_epilog_cleanup(spank_t sp);
+int ipu_instance_task(spank_t sp);
 
 #endif

@@ -5,6 +5,8 @@
  *   vipu [--api-host H] [--api-port P] [--api-timeout S] create partition NAME --size N
  *        [--num-gcds N] [--num-ilds N] [--hosts A,B] [--owner-uid U] [--reconfigurable] [--showjson]
  *   vipu [--api-host H] [--api-port P] [--api-timeout S] remove|delete partition NAME
+ *   vipu [--api-host H] [--api-port P] [--api-timeout S] list partitions --showjson
+ *        (the read every ipurun launch makes)
  *
  * Same requests, replies and exit codes as the Python CLI (slurm_ipu/emulator/vipucli.py), except
  * that --showjson prints the server's JSON as sent (compact). Anything else (another verb, an
@@ -115,16 +117,26 @@ static void parse(int argc, char **argv, struct req *r)
 		}
 		fallback();
 	}
-	if (nwords != 3 || strcmp(words[1], "partition"))
+	if (nwords == 2 && !strcmp(words[0], "list") && !strcmp(words[1], "partitions") && r->showjson) {
+		r->verb = words[0];
+		r->name = "";
+	} else if (nwords != 3 || strcmp(words[1], "partition")) {
 		fallback();
-	r->verb = words[0];
-	r->name = words[2];
+	} else {
+		r->verb = words[0];
+		r->name = words[2];
+	}
 	if (!r->host)
 		r->host = getenv("VIPU_CLI_API_HOST");
 	if (!r->port)
 		r->port = getenv("VIPU_CLI_API_PORT");
 	if (!word_ok(r->host, ".-:") || !digits(r->port) || atoi(r->port) > 65535)
 		fallback(); /* the address from a config file, or a bad one: the Python CLI says which */
+	if (!strcmp(r->verb, "list")) {
+		if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable)
+			fallback();
+		return;
+	}
 	if (!isalnum((unsigned char)r->name[0]) || strlen(r->name) > 64 || !word_ok(r->name, "_.-"))
 		fallback();
 	if (!strcmp(r->verb, "create")) {
@@ -212,7 +224,7 @@ int main(int argc, char **argv)
 
 	g_argv = argv;
 	parse(argc, argv, &r);
-	snprintf(path, sizeof(path), "/v1/partitions%s%s", r.verb[0] == 'c' ? "" : "/",
+	snprintf(path, sizeof(path), "/v1/partitions%s%s", r.name[0] && r.verb[0] != 'c' ? "/" : "",
 		 r.verb[0] == 'c' ? "" : r.name);
 	if (r.verb[0] == 'c') {
 		if (r.hosts) {
@@ -241,7 +253,7 @@ int main(int argc, char **argv)
 	len = snprintf(msg, sizeof(msg),
 		       "%s %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
 		       "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-		       r.verb[0] == 'c' ? "POST" : "DELETE", path, r.host, r.port, len, body);
+		       r.verb[0] == 'c' ? "POST" : r.verb[0] == 'l' ? "GET" : "DELETE", path, r.host, r.port, len, body);
 	fd = dial(&r);
 	for (int off = 0; off < len; off += (int)k)
 		if ((k = write(fd, msg + off, (size_t)(len - off))) <= 0)
@@ -266,7 +278,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "error: %s [%s]\n", text, code);
 		return 1;
 	}
-	if (r.verb[0] == 'c' && r.showjson)
+	if (r.verb[0] == 'l') { /* {"partitions": [...]}: the CLI prints the array */
+		char *open = strchr(sep + 4, '['), *close = strrchr(sep + 4, ']');
+
+		if (!open || !close || close < open) {
+			fprintf(stderr, "error: V-IPU server at %s:%s sent a reply that is not JSON [UNAVAILABLE]\n",
+				r.host, r.port);
+			return 1;
+		}
+		printf("%.*s\n", (int)(close - open + 1), open);
+	} else if (r.verb[0] == 'c' && r.showjson)
 		printf("%s\n", sep + 4);
 	else
 		printf("%s partition (%s): success.\n", r.verb, r.name);

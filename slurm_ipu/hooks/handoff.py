@@ -21,8 +21,10 @@ creation record lets the epilog or `reap` remove whatever was half made).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import select
 from pathlib import Path
 
 from ..errors import SlurmIpuError
@@ -115,8 +117,9 @@ def serve_prolog(cfg, client, slurm, token: str) -> int:
         report(cfg["state_dir"], f"job {job}: the prolog's wrapper was gone before the removal service "
                                  "got to it; nothing done")
         return 1
+    watched = dataclasses.replace(client, sleep=_watching(fd, client.sleep))
     try:
-        code = _run(cfg, client, slurm, env_path, job)
+        code = _run(cfg, watched, slurm, env_path, job)
     except Exception as exc:  # noqa: BLE001 - a bug must still answer the wrapper, not hang it
         report(cfg["state_dir"], f"job {job}: prolog failed in the removal service: {exc!r}")
         code = 1
@@ -147,7 +150,28 @@ def _run(cfg, client, slurm, env_path: Path, job: str) -> int:
         report(cfg["state_dir"], f"job {job}: prolog request for job {ctx.job_id} in context "
                                  f"{ctx.script_context!r} refused")
         return 2
-    return prolog.run(ctx, cfg, client, slurm)
+    return prolog.run(ctx, cfg, client, slurm, sleep=client.sleep)
+
+
+def _watching(fd: int, sleep):
+    """The prolog's and the V-IPU client's pause, which also ends the prolog once nobody waits
+    for it (Slurm killed the wrapper: the job was cancelled): its waits for a slow partition
+    would otherwise run on to the deadline. The prolog then removes what it made."""
+    from .prolog import Abandoned
+
+    def pause(seconds: float) -> None:
+        if _gone(fd):
+            raise Abandoned("the job ended while its partition was being made")
+        sleep(seconds)
+
+    return pause
+
+
+def _gone(fd: int) -> bool:
+    """The reply FIFO's reader is gone: poll reports POLLERR on a pipe's write end then."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def _open_reply(path: Path) -> int | None:

@@ -32,6 +32,11 @@ class ForeignPartition(SlurmIpuError):
     """A partition under the job's name that slurm-ipu did not create for this job."""
 
 
+class Abandoned(SlurmIpuError):
+    """Nobody waits for this prolog any more (the removal service ran it; Slurm killed the
+    wrapper because the job was cancelled)."""
+
+
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
@@ -151,6 +156,9 @@ def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:
 def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
     why = f"job {ctx.job_id}: V-IPU partition {name} ({ctx.ipus} IPUs) not created: {exc}"
     attempts, limit = ctx.restart_count + 1, cfg["prolog.max_attempts"]
+    if isinstance(exc, Abandoned):
+        report(cfg["state_dir"], why + "; nothing left behind")
+        return 1  # the job is gone: nothing to tell Slurm
     if isinstance(exc, InvalidPartition):
         why += "; the job is cancelled: the request cannot be met, fix it and submit again"
         act = "cancel"

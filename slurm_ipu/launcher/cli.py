@@ -171,11 +171,19 @@ def instance_constants(opts: Options, plan: Plan, cache: str | None, mpi) -> dic
         env["POPLAR_TARGET_OPTIONS"] = target_options(opts.offline_target, plan.total_ipus)
     if mpi is not None:
         env.update(mpi.env)
-        import json
-
         for k, extra in mpi.instance_env.items():
-            env[f"IPURUN_INSTANCE_ENV_{k}"] = json.dumps(extra)
+            env[f"IPURUN_INSTANCE_ENV_{k}"] = encode_instance_env(extra)
     return env
+
+
+def encode_instance_env(extra: dict[str, str]) -> str:
+    """-x for one instance, as the task side reads it (C in the SPANK plugin): K=V entries
+    separated by the ASCII unit separator, which no variable may then contain."""
+    for key, value in extra.items():
+        if "\x1f" in key + value or "=" in key:
+            raise ConfigError(f"-x {key}=...: a variable name without '=' and values without the "
+                              "control character \\x1f, please")
+    return "\x1f".join(f"{key}={value}" for key, value in extra.items())
 
 
 def srun_line(opts: Options, plan: Plan, inside: bool, subset: bool, env: dict, extra: list[str]) -> list[str]:
@@ -190,7 +198,10 @@ def srun_line(opts: Options, plan: Plan, inside: bool, subset: bool, env: dict, 
         argv.append("--overlap")  # already inside a step: share its resources instead of waiting for them
     if not inside and not opts.offline_mode:
         argv.append(f"--gres=ipu:{plan.total_ipus // len(plan.hosts)}")
-    return argv + extra + [sys.executable, "-S", "-I", TASK, "--"]
+    # Each task sets up its own instance in the SPANK plugin (spank/instance.c): no process of
+    # ours per instance, and no Python needed on the nodes. An srun without the plugin refuses
+    # the option, rather than starting instances with no PopDist environment.
+    return argv + extra + ["--ipu-instance"]
 
 
 def run(launch: Launch) -> int:

@@ -1,4 +1,6 @@
-"""What srun starts for each ipurun instance: `python -S -I task.py -- COMMAND ARGS...`.
+"""The per-instance setup in Python: what ipurun's local backend (no Slurm) starts for each
+instance, `python -S -I task.py -- COMMAND ARGS...`, and what --dry-run shows. Under Slurm the
+SPANK plugin does the same in each task (spank/instance.c); tests hold the two equal.
 
 It reads the plan's constants (IPURUN_*) and its place (SLURM_PROCID, SLURM_LOCALID), sets
 PopDist's per-instance environment, binds CPUs (and memory, for spreadnuma) on the node where
@@ -83,9 +85,7 @@ def instance_env(env: dict, k: int, local: int) -> dict:
         out["POPDIST_AUTOREPORT_DIRECTORY"] = env["IPURUN_AUTOREPORT_DIR"]  # PopDist adds one sub-directory each
     own = env.get(f"IPURUN_INSTANCE_ENV_{k}")
     if own:  # -x VAR=value given for this instance alone (--instance-mpi-local-args 'K:-x ...')
-        import json
-
-        out.update(json.loads(own))
+        out.update(entry.split("=", 1) for entry in own.split("\x1f") if "=" in entry[1:])
     cache = env.get("IPURUN_CACHE_DIR")
     if not cache and env.get("IPURUN_OWN_CACHE") == "1":
         cache = os.path.join(CACHE_ROOT, f"ipurun-cache-{env.get('SLURM_JOB_ID', '<jobid>')}")

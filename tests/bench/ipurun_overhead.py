@@ -17,19 +17,22 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from slurm_ipu.launcher.plan import make_plan  # noqa: E402
-from slurm_ipu.launcher.task import TASK  # noqa: E402
 from tests.bench.common import temporary_lab  # noqa: E402
 
 # Interleaved, so load and caches hit every row alike. "launch" is ipurun's own cost (per-job
-# executable cache on, no partition reset); "reset" adds PopRun's default reset between runs of a
-# job (a V-IPU call, here the emulator's Python CLI).
+# executable cache on, no partition reset), at 8 and at 32 instances; "reset" adds PopRun's
+# default reset between runs of a job (a V-IPU call, here the emulator's Python CLI). Each task's
+# setup (PopDist's environment, binding) is the SPANK plugin's: no process of ours per instance.
 STEP = """#!/bin/bash
 t() { local s=$(date +%s%N); "$@" >/dev/null; echo $(( $(date +%s%N) - s )); }
-IPURUN="{ipurun} --num-instances 8 --num-replicas 16"
+IPURUN8="{ipurun} --num-instances 8 --num-replicas 16"
+IPURUN32="{ipurun} --num-instances 32 --num-replicas 32"
 for i in $(seq {runs}); do
-  echo "srun $(t srun --ntasks=8 --ntasks-per-node=2 --distribution=block true)"
-  echo "launch $(t $IPURUN --reset-partition=no true)"
-  echo "reset $(t $IPURUN true)"
+  echo "srun8 $(t srun --ntasks=8 --ntasks-per-node=2 --distribution=block true)"
+  echo "launch8 $(t $IPURUN8 --reset-partition=no true)"
+  echo "srun32 $(t srun --overcommit --ntasks=32 --ntasks-per-node=8 --distribution=block true)"
+  echo "launch32 $(t $IPURUN32 --reset-partition=no true)"
+  echo "reset8 $(t $IPURUN8 true)"
 done
 """
 
@@ -55,15 +58,17 @@ def main() -> int:
         ipurun = installed_ipurun(spec.path("venv"))
         script.write_text(STEP.replace("{runs}", str(args.runs)).replace("{ipurun}", ipurun))
         out = spec.path("bench.out")
-        subprocess.run(["sbatch", "-W", "-N", "4", "--ntasks-per-node=2", "--gres=ipu:4", "-o", str(out),
-                        str(script)], env=spec.env(), check=True, capture_output=True, timeout=600)
+        subprocess.run(["sbatch", "-W", "-N", "4", "--ntasks-per-node=2", "--gres=ipu:8", "-o", str(out),
+                        str(script)], env=spec.env(), check=True, capture_output=True, timeout=900)
         rows = [line.split() for line in out.read_text().splitlines() if len(line.split()) == 2]
-    median = {key: statistics.median(int(v) / 1e6 for k, v in rows if k == key) for key in ("srun", "launch", "reset")}
-    print(f"8 tasks on 4 lab nodes, median of {args.runs} interleaved runs inside one allocation:")
-    print(f"  bare srun                     {median['srun']:8.1f} ms")
-    print(f"  ipurun (plan, bind, env)      {median['launch']:8.1f} ms   ratio {median['launch'] / median['srun']:.2f}")
-    print(f"  ipurun + reset between runs   {median['reset']:8.1f} ms   ratio {median['reset'] / median['srun']:.2f}")
-    print(f"  per-task wrapper alone        {wrapper_ms():8.1f} ms   (python -S -I floor {floor_ms():.1f} ms)")
+    keys = ("srun8", "launch8", "srun32", "launch32", "reset8")
+    median = {key: statistics.median(int(v) / 1e6 for k, v in rows if k == key) for key in keys}
+    print(f"on 4 lab nodes, median of {args.runs} interleaved runs inside one allocation:")
+    for n in (8, 32):
+        srun, launch = median[f"srun{n}"], median[f"launch{n}"]
+        print(f"  {n:>2} tasks: bare srun {srun:7.1f} ms, ipurun {launch:7.1f} ms   ratio {launch / srun:.2f}")
+    print(f"   8 tasks, ipurun + reset between runs {median['reset8']:7.1f} ms   "
+          f"ratio {median['reset8'] / median['srun8']:.2f}")
     return 0
 
 
@@ -91,26 +96,6 @@ if __name__ == '__main__':
     sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
     sys.exit(main())
 """
-
-
-def _best_ms(argv: list[str], env: dict | None = None, runs: int = 20) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        t = time.perf_counter()
-        subprocess.run(argv, env=env, check=True, timeout=30)
-        best = min(best, time.perf_counter() - t)
-    return best * 1000
-
-
-def wrapper_ms() -> float:
-    env = {"PATH": "/usr/bin:/bin", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "IPURUN_NUM_INSTANCES": "8",
-           "IPURUN_NUM_REPLICAS": "16", "IPURUN_IPUS_PER_REPLICA": "1", "IPURUN_INSTANCES_PER_HOST": "2",
-           "IPURUN_PLACEMENT": "spreadnuma"}
-    return _best_ms([sys.executable, "-S", "-I", TASK, "--", "true"], env)
-
-
-def floor_ms() -> float:
-    return _best_ms([sys.executable, "-S", "-I", "-c", "pass"])
 
 
 if __name__ == "__main__":

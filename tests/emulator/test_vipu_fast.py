@@ -1,4 +1,4 @@
-"""The lab's C `vipu` (slurm_ipu/emulator/vipu_fast.c) answers create and remove exactly as the
+"""The lab's C `vipu` (slurm_ipu/emulator/vipu_fast.c) answers create, remove and the JSON list as the
 Python CLI does, and hands every other call to it: same requests, replies, errors, exit codes."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ SEQUENCE = [
     ["create", "partition", "p2", "--size=8", "--num-gcds", "2", "--hosts", "n1,n2", "--owner-uid", "0",
      "--reconfigurable", "--showjson"],
     ["list", "partitions"],                                             # handed to the Python CLI
+    ["list", "partitions", "--showjson"],                               # ipurun's read: C
     ["get", "partition", "p2", "--showjson"],                           # likewise
     ["remove", "partition", "p1"],
     ["delete", "partition", "p1"],                                      # NOT_FOUND
@@ -53,7 +54,8 @@ def replies(command: list[str], port: int, env: dict | None = None) -> list[tupl
         text = proc.stdout
         if "--showjson" in argv and proc.returncode == 0:
             doc = json.loads(text)
-            doc["partition"]["status"].pop("created_at", None)
+            for part in doc if isinstance(doc, list) else [doc]:
+                part["partition"]["status"].pop("created_at", None)
             text = doc
         out.append((argv, proc.returncode, text, proc.stderr))
     return out
@@ -65,7 +67,7 @@ def test_the_c_vipu_answers_as_the_python_one(emu, fast):
     c = replies(command, emu.port, env)
     for a, b in zip(python, c, strict=True):
         assert a == b
-    assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 0, 0]
+    assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0]
 
 
 def test_unreachable_and_the_client_on_top(emu, fast, monkeypatch):

@@ -6,6 +6,8 @@ import re
 import sys
 from pathlib import Path
 
+from slurm_ipu.launcher.numa import STRATEGIES
+
 from .conftest import wait_for, wait_gone
 
 PROBE = ('echo "INST $POPDIST_INSTANCE_INDEX $SLURMD_NODENAME $POPDIST_REPLICA_INDEX_OFFSET '
@@ -34,6 +36,39 @@ def test_eight_instances_over_four_nodes_match_the_plan(clean_lab, tmp_path):
         cpus_by_node.setdefault(node, []).append(cpus)
     for node, cpus in cpus_by_node.items():
         assert len(set(cpus)) == 2, f"instances on {node} share CPUs: {cpus}"
+
+
+BOUND = ('echo "BOUND $POPDIST_INSTANCE_INDEX $(grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status | '
+         'cut -f2 | tr "\\n" " ")"')
+
+
+def test_every_strategy_binds_each_instance_where_the_dry_run_says(clean_lab, tmp_path):
+    """The SPANK plugin binds each task (spank/placement.c); --dry-run prints the reference
+    (launcher/numa.py). What each instance really has, from its own /proc/self/status, must be
+    what the dry run printed, for every strategy, on the lab's real topology (one NUMA node:
+    the unit tier covers multi-NUMA machines)."""
+    lab = clean_lab
+    ipurun = f"{sys.executable} -m slurm_ipu.launcher.cli --num-instances 4 --num-replicas 4"
+    script = "#!/bin/bash\n" + "".join(
+        f"echo STRATEGY {s}\n{ipurun} --process-placement {s} --dry-run -- true\n"
+        f"{ipurun} --process-placement {s} -- bash -c '{BOUND}' || echo FAILED {s}\n" for s in STRATEGIES)
+    out = tmp_path / "bind.out"
+    job = lab.sbatch("-N", "2", "--ntasks-per-node=2", "--gres=ipu:2", "-o", str(out), script=script)
+    wait_gone(lab, job, timeout=180)
+    text = out.read_text()
+    assert "FAILED" not in text, text
+    for block in text.split("STRATEGY ")[1:]:
+        strategy = block.split()[0]
+        planned = {int(m.group(1)): (m.group(2), m.group(3))
+                   for m in re.finditer(r"instance (\d+): host \S+ numa (\S*) cpus (\S+)", block)}
+        bound = {int(f[1]): (f[3], f[2]) for f in (line.split() for line in block.splitlines())
+                 if f and f[0].endswith("BOUND")}
+        assert sorted(planned) == sorted(bound) == [0, 1, 2, 3], block
+        for k, (numa, cpus) in planned.items():
+            if strategy == "disabled":
+                assert cpus == "unbound", block
+                continue
+            assert bound[k] == (numa, cpus), f"{strategy} instance {k}: dry run {numa} {cpus}, task {bound[k]}"
 
 
 ATTACH = f"{sys.executable} -m slurm_ipu.emulator.main attach"

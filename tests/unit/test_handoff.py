@@ -213,3 +213,23 @@ def queue_removal(cfg, job: int) -> None:
 
     queue(cfg, job)
 
+
+
+def test_a_prolog_nobody_waits_for_stops_waiting_for_v_ipu_and_removes_its_partition(fake, cfg, hook):
+    """Cancelled while the partition was still PENDING: the prolog does not wait on to its
+    deadline for a job that is gone; it removes what it made at once."""
+    wrapper_ends = [_request(cfg, "42.10")]
+    fake.pending_polls = 1000                      # V-IPU would take until the deadline
+    handle = fake._handle
+
+    def cancelled_while_pending(args):
+        if args[0] == "list" and wrapper_ends:
+            os.close(wrapper_ends.pop())           # Slurm kills the wrapper at the first poll
+        return handle(args)
+
+    fake._handle = cancelled_while_pending
+    started = time.monotonic()
+    assert handoff.serve_prolog(cfg, cfg.vipu_client(), FakeSlurm(), "42.10") == 1
+    assert time.monotonic() - started < 3          # not the deadline (5 s here)
+    assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert "the job ended while its partition was being made; nothing left behind" in hooks_log(cfg)
