@@ -87,7 +87,8 @@ slurm: deps apt-accounting
 bench: deps
 	$(PY) tests/bench/ipurun_overhead.py
 	$(PY) tests/bench/submit_latency.py
-	$(PY) tests/bench/storm.py
+	$(PY) tests/bench/storm.py --rounds 2
+	$(PY) tests/bench/memory.py
 
 demo: deps
 	$(VENV)/bin/slurm-ipu demo

@@ -21,7 +21,6 @@ creation record lets the epilog or `reap` remove whatever was half made).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import select
@@ -117,7 +116,7 @@ def serve_prolog(cfg, client, slurm, token: str) -> int:
         report(cfg["state_dir"], f"job {job}: the prolog's wrapper was gone before the removal service "
                                  "got to it; nothing done")
         return 1
-    watched = dataclasses.replace(client, sleep=_watching(fd, client.sleep))
+    watched = client.with_sleep(_watching(fd, client.sleep))
     try:
         code = _run(cfg, watched, slurm, env_path, job)
     except Exception as exc:  # noqa: BLE001 - a bug must still answer the wrapper, not hang it

@@ -12,7 +12,6 @@ import json
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from ..errors import (
     ConfigError,
@@ -33,18 +32,27 @@ def _log():
     return logging.getLogger("slurm_ipu.vipu")
 
 
-@dataclass
 class VipuClient:
-    command: Sequence[str] = ("vipu",)
-    host: str | None = None
-    port: int | None = None
-    timeout: float = 10.0          # seconds, per call
-    retries: int = 2               # extra attempts for transient failures
-    backoff: float = 0.2           # first pause; doubles each retry
-    emulator_flags: bool = False   # pass --hosts/--owner-uid (the emulator's extensions)
-    runner: Callable[..., subprocess.CompletedProcess] | None = None  # default: subprocess.run
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
+    """A plain class, not a dataclass: ipurun builds one on every launch (see types.py)."""
+
+    def __init__(self, command: Sequence[str] = ("vipu",), host: str | None = None, port: int | None = None,
+                 timeout: float = 10.0,          # seconds, per call
+                 retries: int = 2,               # extra attempts for transient failures
+                 backoff: float = 0.2,           # first pause; doubles each retry
+                 emulator_flags: bool = False,   # pass --hosts/--owner-uid (the emulator's extensions)
+                 runner: Callable[..., subprocess.CompletedProcess] | None = None,  # default: subprocess.run
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+        self.command, self.host, self.port, self.timeout = command, host, port, timeout
+        self.retries, self.backoff, self.emulator_flags = retries, backoff, emulator_flags
+        self.runner, self.sleep, self.clock = runner, sleep, clock
+
+    def with_sleep(self, sleep: Callable[[float], None]) -> VipuClient:
+        """The same client pausing through `sleep` (the removal service watches its prologs)."""
+        return VipuClient(self.command, self.host, self.port, self.timeout, self.retries, self.backoff,
+                          self.emulator_flags, self.runner, sleep, self.clock)
+
+    def __repr__(self) -> str:
+        return f"VipuClient(command={self.command!r}, host={self.host!r}, port={self.port!r})"
 
     # --- plumbing -----------------------------------------------------------------------
     def _argv(self, args: Sequence[str]) -> list[str]:

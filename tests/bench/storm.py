@@ -1,7 +1,8 @@
 """Benchmark (not a test): a storm of short jobs of mixed sizes, with IPUs and without, on a
-lab of its own; jobs per minute each way and their ratio, then a leak check.
+lab of its own; jobs per minute each way and their ratio, the CPU time slurmctld and our hooks
+spent in each, then a leak check.
 
-    .venv/bin/python tests/bench/storm.py [--jobs 300] [--rounds 1]
+    .venv/bin/python tests/bench/storm.py [--jobs 500] [--rounds 1]
 
 The plain storm is the same jobs without --gres=ipu. Afterwards no partition, journal entry or
 creation record may be left, and every node must be idle.
@@ -10,6 +11,7 @@ creation record may be left, and every node must be idle.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -41,6 +43,46 @@ def storm(spec: lab.LabSpec, shapes: list[tuple[int, int]], ipus: bool, deadline
     raise SystemExit(f"storm: jobs still queued after {deadline_s:.0f}s")
 
 
+def _ticks(pid: int) -> tuple[int, int]:
+    """(own CPU, reaped children's CPU) in clock ticks: utime+stime, cutime+cstime."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12]), int(fields[13]) + int(fields[14])
+
+
+def _scriptd(ctld: int) -> int | None:
+    """slurmctld's script runner (Slurm 21.08+): it forks PrologSlurmctld/EpilogSlurmctld and
+    reaps them, so their CPU time shows in its children's account."""
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as fh:
+                    text = fh.read()
+            except OSError:
+                continue
+            if "(slurmscriptd)" in text and int(text.rsplit(")", 1)[1].split()[1]) == ctld:
+                return int(entry.name)
+    return None
+
+
+class CpuMeter:
+    """slurmctld's CPU (itself and slurmscriptd) and our hooks' (the wrapper scripts slurmscriptd
+    reaps, and the removal service with its `vipu` calls) over one storm."""
+
+    def __init__(self, spec: lab.LabSpec):
+        pids = lab.load_pids(spec)
+        self.ctld = pids["slurmctld"]["pid"]
+        self.scriptd = _scriptd(self.ctld)
+        self.service = pids["reaper"]["pid"]
+
+    def sample(self) -> tuple[float, float]:
+        ctld, _ = _ticks(self.ctld)
+        scriptd, scripts = _ticks(self.scriptd) if self.scriptd else (0, 0)
+        own, children = _ticks(self.service)
+        hz = os.sysconf("SC_CLK_TCK")
+        return (ctld + scriptd) / hz, (scripts + own + children) / hz
+
+
 def leaks(spec: lab.LabSpec) -> list[str]:
     from slurm_ipu.emulator.api import Api
 
@@ -62,21 +104,30 @@ def leaks(spec: lab.LabSpec) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=1, help="plain and IPU storms, alternated")
     args = parser.parse_args()
     shapes = [random.Random(7).choice(SHAPES) for _ in range(args.jobs)]
     plain, ipu = [], []
+    cpu = {False: [0.0, 0.0], True: [0.0, 0.0]}  # ipus -> [slurmctld s, hooks s]
     with temporary_lab() as spec:
+        meter = CpuMeter(spec)
         for _ in range(args.rounds):
-            plain.append(storm(spec, shapes, ipus=False))
-            ipu.append(storm(spec, shapes, ipus=True))
+            for ipus, times in ((False, plain), (True, ipu)):
+                before = meter.sample()
+                times.append(storm(spec, shapes, ipus=ipus))
+                after = meter.sample()
+                cpu[ipus] = [total + a - b for total, a, b in zip(cpu[ipus], after, before, strict=True)]
         left = leaks(spec)
     per_min = lambda secs: args.jobs * 60 / (sum(secs) / len(secs))  # noqa: E731
     print(f"storm of {args.jobs} short jobs of mixed sizes, {args.rounds} round(s), 4-node lab:")
     print(f"  without IPUs    {per_min(plain):7.1f} jobs/min")
     print(f"  with IPUs       {per_min(ipu):7.1f} jobs/min")
     print(f"  ratio ipu/plain {per_min(ipu) / per_min(plain):7.2f}  (target >= 0.8)")
+    for ipus, name in ((False, "without IPUs"), (True, "with IPUs")):
+        ctld, hooks = cpu[ipus]
+        print(f"  CPU {name:<13} slurmctld {ctld:6.2f} s, our hooks {hooks:6.2f} s "
+              f"({100 * hooks / max(ctld + hooks, 1e-9):4.1f}% of the two)")
     print(f"  left behind     {', '.join(left) if left else 'nothing'}")
     return 1 if left else 0
 

@@ -56,3 +56,23 @@ def test_imports_go_one_way(package):
 def test_the_checker_sees_relative_imports():
     sample = PKG / "hooks" / "prolog.py"
     assert {"errors", "rules", "hooks"} <= imported(sample)
+
+
+# What ipurun imports to plan and launch, and what it must never pull in: each of these costs
+# milliseconds of start-up on every launch (dataclasses alone, with inspect and ast, ~15 ms).
+LAUNCH_PATH = ("slurm_ipu.launcher.cli", "slurm_ipu.launcher.partition", "slurm_ipu.launcher.output",
+               "slurm_ipu.vipu.client")
+NOT_ON_THE_LAUNCH_PATH = ("dataclasses", "typing", "argparse", "yaml", "logging", "inspect", "copy", "pathlib",
+                          "slurm_ipu.config", "slurm_ipu.emulator")
+
+
+def test_ipurun_s_launch_path_imports_nothing_heavy():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    code = (f"import sys; sys.path.insert(0, {str(root)!r}); " + "; ".join(f"import {m}" for m in LAUNCH_PATH) +
+            f"; print(' '.join(m for m in {NOT_ON_THE_LAUNCH_PATH!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []
