@@ -87,6 +87,7 @@ slurm: deps apt-accounting
 bench: deps
 	$(PY) tests/bench/ipurun_overhead.py
 	$(PY) tests/bench/submit_latency.py
+	$(PY) tests/bench/prolog.py
 	$(PY) tests/bench/storm.py --rounds 2
 	$(PY) tests/bench/memory.py
 
