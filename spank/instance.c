@@ -30,7 +30,7 @@
 
 #define CACHE_ROOT "/tmp" /* cache.c removes CACHE_ROOT/ipurun-cache-<jobid> in the job epilog */
 #define MPOL_BIND 2
-#define VALUE_MAX 4096
+#define VALUE_MAX 16384
 
 static struct ipu_topo topo; /* large: static, one task per process */
 
@@ -48,10 +48,16 @@ static int fail(const char *fmt, ...)
     return -1;
 }
 
+static char too_long[64]; /* a variable that did not fit its buffer: the task fails, never drops it */
+
 /* The task's variable, or "" when unset. */
 static const char *get(spank_t sp, const char *name, char *buf, size_t size)
 {
-    if (spank_getenv(sp, name, buf, (int)size) != ESPANK_SUCCESS)
+    spank_err_t rc = spank_getenv(sp, name, buf, (int)size);
+
+    if (rc == ESPANK_NOSPACE && !too_long[0])
+        snprintf(too_long, sizeof(too_long), "%s", name); /* a copy: callers' names live on their stacks */
+    if (rc != ESPANK_SUCCESS)
         buf[0] = '\0';
     return buf;
 }
@@ -242,6 +248,9 @@ int ipu_instance_task(spank_t sp)
         for (const char *const *key = (const char *const[]){"IPUOF_VIPU_API_HOST", "IPUOF_VIPU_API_PORT",
              "IPUOF_VIPU_API_PARTITION_ID", "IPUOF_VIPU_API_GCD_ID", NULL}; *key; key++)
             spank_unsetenv(sp, *key);
+    if (too_long[0])
+        return fail("instance %ld: %s is longer than this task can read (%d characters); shorten it", p.k,
+                    too_long, VALUE_MAX - 1);
     if (cache(sp, p.k) || bind_task(sp, p.k, p.local, p.per_host, host) || only_output(sp, p.k))
         return -1;
     return 0;

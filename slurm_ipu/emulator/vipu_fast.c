@@ -7,6 +7,8 @@
  *   vipu [--api-host H] [--api-port P] [--api-timeout S] remove|delete partition NAME
  *   vipu [--api-host H] [--api-port P] [--api-timeout S] list partitions --showjson
  *        (the read every ipurun launch makes)
+ *   vipu [--api-host H] [--api-port P] [--api-timeout S] reset partition NAME [--showjson]
+ *        (PopRun's reset between runs of a job)
  *
  * Same requests, replies and exit codes as the Python CLI (slurm_ipu/emulator/vipucli.py), except
  * that --showjson prints the server's JSON as sent (compact). Anything else (another verb, an
@@ -143,7 +145,7 @@ static void parse(int argc, char **argv, struct req *r)
 		if (!digits(r->size) || (r->gcds && !digits(r->gcds)) || (r->ilds && !digits(r->ilds)) ||
 		    (r->owner && !digits(r->owner)) || (r->hosts && !word_ok(r->hosts, "_.-,")))
 			fallback();
-	} else if (strcmp(r->verb, "remove") && strcmp(r->verb, "delete")) {
+	} else if (strcmp(r->verb, "remove") && strcmp(r->verb, "delete") && strcmp(r->verb, "reset")) {
 		fallback();
 	} else if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable) {
 		fallback();
@@ -224,8 +226,8 @@ int main(int argc, char **argv)
 
 	g_argv = argv;
 	parse(argc, argv, &r);
-	snprintf(path, sizeof(path), "/v1/partitions%s%s", r.name[0] && r.verb[0] != 'c' ? "/" : "",
-		 r.verb[0] == 'c' ? "" : r.name);
+	snprintf(path, sizeof(path), "/v1/partitions%s%s%s", r.name[0] && r.verb[0] != 'c' ? "/" : "",
+		 r.verb[0] == 'c' ? "" : r.name, !strcmp(r.verb, "reset") ? "/reset" : "");
 	if (r.verb[0] == 'c') {
 		if (r.hosts) {
 			char copy[1024], *save = NULL;
@@ -253,7 +255,8 @@ int main(int argc, char **argv)
 	len = snprintf(msg, sizeof(msg),
 		       "%s %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
 		       "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-		       r.verb[0] == 'c' ? "POST" : r.verb[0] == 'l' ? "GET" : "DELETE", path, r.host, r.port, len, body);
+		       r.verb[0] == 'c' || !strcmp(r.verb, "reset") ? "POST" : r.verb[0] == 'l' ? "GET" : "DELETE", path,
+		       r.host, r.port, len, body);
 	fd = dial(&r);
 	for (int off = 0; off < len; off += (int)k)
 		if ((k = write(fd, msg + off, (size_t)(len - off))) <= 0)
@@ -287,7 +290,7 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("%.*s\n", (int)(close - open + 1), open);
-	} else if (r.verb[0] == 'c' && r.showjson)
+	} else if ((r.verb[0] == 'c' || !strcmp(r.verb, "reset")) && r.showjson)
 		printf("%s\n", sep + 4);
 	else
 		printf("%s partition (%s): success.\n", r.verb, r.name);

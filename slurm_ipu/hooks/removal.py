@@ -146,11 +146,12 @@ class Service:
                 self.serve(requests, POLL_S)
         finally:
             self.stopping = True
+            os.close(lock)  # from here on wrappers run the Python hooks themselves...
+            self.serve(requests, 0)  # ...and requests already written are served, not left to time out
             self.wake.set()
             removals.join(self.cfg["epilog.deadline"] + 5)
             self._finish_prologs()
             os.close(requests.fd)
-            os.close(lock)  # the wrapper runs the Python hooks itself from now on
             report(self.cfg["state_dir"], "removal service: stopped")
         return 0
 

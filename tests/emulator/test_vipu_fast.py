@@ -1,4 +1,4 @@
-"""The lab's C `vipu` (slurm_ipu/emulator/vipu_fast.c) answers create, remove and the JSON list as the
+"""The lab's C `vipu` (slurm_ipu/emulator/vipu_fast.c) answers create, remove, reset and the JSON list as the
 Python CLI does, and hands every other call to it: same requests, replies, errors, exit codes."""
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ SEQUENCE = [
     ["list", "partitions"],                                             # handed to the Python CLI
     ["list", "partitions", "--showjson"],                               # ipurun's read: C
     ["get", "partition", "p2", "--showjson"],                           # likewise
+    ["reset", "partition", "p2", "--showjson"],                         # PopRun's reset between runs: C
+    ["reset", "partition", "p2"],
+    ["reset", "partition", "nope"],                                     # NOT_FOUND
     ["remove", "partition", "p1"],
     ["delete", "partition", "p1"],                                      # NOT_FOUND
     ["create", "partition", "bad name", "--size", "4"],                 # a name C does not pass on
@@ -67,7 +70,7 @@ def test_the_c_vipu_answers_as_the_python_one(emu, fast):
     c = replies(command, emu.port, env)
     for a, b in zip(python, c, strict=True):
         assert a == b
-    assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0]
+    assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0]
 
 
 def test_unreachable_and_the_client_on_top(emu, fast, monkeypatch):

@@ -98,3 +98,10 @@ def test_a_placement_that_cannot_be_made_is_refused_as_in_python(driver):
     c_rc, _, c_err = in_c(driver, env, 3, 1)
     py_rc, _, py_err = in_python(env, 3, 1)
     assert (c_rc, c_err) == (py_rc, py_err) == (-1, c_err) and "64 instances share" in c_err
+
+
+def test_a_value_too_long_for_the_task_fails_it_instead_of_being_dropped(driver):
+    env = dict(PLAN, IPURUN_INSTANCE_ENV_3="BIG=" + "x" * 20000)
+    rc, _, err = in_c(driver, env, 3, 1)
+    assert rc == -1 and err == ("ipurun: instance 3: IPURUN_INSTANCE_ENV_3 is longer than this task can read "
+                                "(16383 characters); shorten it\n")
