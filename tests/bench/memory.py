@@ -20,7 +20,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -28,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from slurm_ipu import lab  # noqa: E402
 from tests.bench.common import temporary_lab  # noqa: E402
 from tests.slurm.conftest import _free_block  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 
 def vm_hwm_mb(pid: int) -> float:
@@ -66,12 +66,8 @@ def service(spec: lab.LabSpec, jobs: int = 40) -> float:
     for i in range(jobs):
         subprocess.run(["sbatch", "--parsable", f"--gres=ipu:{1 << (i % 4)}", "-o", "/dev/null", "--wrap", "true"],
                        env=env, check=True, capture_output=True, timeout=60, cwd=spec.dir)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        queued = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True, timeout=60).stdout
-        if not queued.strip():
-            break
-        time.sleep(0.2)  # a benchmark's own poll, bounded by the deadline
+    wait_for("the jobs to finish", lambda: not subprocess.run(["squeue", "-h"], env=env, capture_output=True,
+                                                              text=True, timeout=60).stdout.strip(), 300)
     rec = lab.load_pids(spec)["reaper"]
     return vm_hwm_mb(rec["pid"] if isinstance(rec, dict) else rec)
 
@@ -107,6 +103,14 @@ def ipurun(spec: lab.LabSpec) -> float:
     return int(fields[1]) / 1024
 
 
+def _answers(api) -> bool:
+    try:
+        api.version()
+        return True
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
 def emulator(partitions: int) -> float:
     from slurm_ipu.emulator.api import Api
 
@@ -119,15 +123,7 @@ def emulator(partitions: int) -> float:
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             api = Api(port=port, timeout=30)
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    api.version()
-                    break
-                except Exception:  # noqa: BLE001 - not up yet
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+            wait_for("the emulator to answer", lambda: _answers(api), 30, 0.05)
             for i in range(partitions):
                 api.create_partition(name=f"p{i}", size=1, num_gcds=None, num_ilds=None, allocation=None,
                                      reconfigurable=False, total_replicas=None, owner_uid=None, hosts=[])
