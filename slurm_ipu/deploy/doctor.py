@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -398,14 +399,27 @@ def check_accounting(site: Site, facts: Facts) -> Finding:
 
 
 def check_service(site: Site, facts: Facts) -> Finding:
+    from ..hooks.handoff import request_fifo
     from ..hooks.removal import service_lock
     from ..locks import is_held
 
-    if is_held(service_lock(site["state_dir"])):
-        return Finding("service", True, "the removal service runs (slurm-ipu reap --watch)")
-    return Finding("service", False, "the removal service is not running: every IPU job's epilog removes its "
-                   "partition itself and orphans wait for a manual reap",
-                   "systemctl enable --now slurm-ipu-reaper")
+    if not is_held(service_lock(site["state_dir"])):
+        return Finding("service", False, "the removal service is not running: every IPU job's prolog and epilog "
+                       "start Python (slower job turnover) and orphans wait for a manual reap",
+                       "systemctl enable --now slurm-ipu-reaper")
+    if not stat.S_ISFIFO(_lstat_mode(request_fifo(site["state_dir"]))):
+        return Finding("service", False, "the removal service runs, but without its request FIFO (a slurm-ipu "
+                       "older than the hook wrapper?): every IPU job's prolog starts Python",
+                       "systemctl restart slurm-ipu-reaper")
+    return Finding("service", True, "the removal service runs (slurm-ipu reap --watch) and takes IPU jobs' "
+                   "prologs and epilogs")
+
+
+def _lstat_mode(path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,

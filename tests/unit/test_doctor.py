@@ -209,3 +209,29 @@ def test_accounting_is_checked_only_when_the_site_has_slurmdbd(here, tmp_path):
         facts.clusters = clusters
         found = doctor.check_accounting(acct, facts)
         assert not found.ok and words in found.detail and found.fix, (change, found)
+
+
+def test_the_service_item_says_whether_prologs_are_handed_over(here):
+    """Running with its request FIFO: ok. Running without (an older service left after an
+    upgrade): a problem with the restart. Not running: a problem with the enable."""
+    import fcntl
+    import os
+
+    from slurm_ipu.hooks import handoff
+    from slurm_ipu.hooks.removal import service_lock
+
+    desc, facts = here
+    state = desc["state_dir"]
+    os.makedirs(state, exist_ok=True)
+    assert not items(doctor.diagnose(desc, facts))["service"].ok
+    lock = os.open(service_lock(state), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        older = items(doctor.diagnose(desc, facts))["service"]
+        assert not older.ok and "without its request FIFO" in older.line()
+        assert "systemctl restart slurm-ipu-reaper" in older.line()
+        os.close(handoff.open_requests(state))
+        now = items(doctor.diagnose(desc, facts))["service"]
+        assert now.ok and "takes IPU jobs' prologs and epilogs" in now.line()
+    finally:
+        os.close(lock)
