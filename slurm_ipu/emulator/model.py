@@ -1,7 +1,18 @@
-"""The emulated hardware: IPU-Link domains of IPU-Machines (agents), and allocations.
+"""The emulated hardware: IPU-Link domains of IPU-Machines (agents), allocations, and which
+host servers are cabled to which ILD.
 
 IPUs are numbered globally: IPU i sits on agent i // 4, and agent a in ILD a // agents_per_ild.
 Agents are named ag0, ag1, ... in that order.
+
+Allocations may nest (a Pod's allocation inside the whole cluster's, as a multi-Pod site's
+topology tree has them) but never partly overlap: an IPU is then in one chain of allocations,
+and a partition's IPUs are free or not whatever allocation it was created in.
+
+Cabling (docs/vipu.md, "Hosts and ILDs"): each ILD lists the hosts cabled to its IPU-Machines
+(one Pod's hosts sit with that Pod's IPU-Machines). A host attaching to IPUs of an ILD it is not
+cabled to is refused (`remote_attach: refuse`, the default), or served after
+`remote_attach_delay` seconds (`remote_attach: slow`, a fabric that routes between Pods).
+Without cabling every host reaches every ILD, as on a single Pod.
 """
 
 from __future__ import annotations
@@ -14,7 +25,9 @@ from .. import rules
 from ..errors import ConfigError, InsufficientIpus
 
 PRESETS_DIR = Path(__file__).with_name("clusters")
-_KEYS = ("version", "name", "ilds", "agents_per_ild", "allocations")
+_KEYS = ("version", "name", "ilds", "agents_per_ild", "allocations", "cabling", "remote_attach",
+         "remote_attach_delay")
+REMOTE_ATTACH = ("refuse", "slow")
 
 
 @dataclass(frozen=True)
@@ -23,6 +36,9 @@ class Cluster:
     ilds: int
     agents_per_ild: int
     allocations: dict[str, frozenset[int]]  # allocation name -> agent indices
+    cabling: dict[int, frozenset[str]] = None  # ILD -> hosts cabled to it; None: every host, every ILD
+    remote_attach: str = "refuse"
+    remote_attach_delay: float = 0.0
 
     @property
     def ipus_per_ild(self) -> int:
@@ -40,6 +56,15 @@ class Cluster:
         agents = self.allocations[allocation]
         per = rules.IPUS_PER_AGENT
         return {a * per + k for a in agents for k in range(per)}
+
+    def ild_of(self, ipu: int) -> int:
+        return ipu // self.ipus_per_ild
+
+    def remote_ilds(self, host: str, ipus) -> list[int]:
+        """The ILDs among `ipus` that `host` is not cabled to (none without cabling)."""
+        if not self.cabling:
+            return []
+        return sorted({self.ild_of(i) for i in ipus if host not in self.cabling.get(self.ild_of(i), ())})
 
     def describe_ipu(self, ipu: int) -> dict:
         agent = ipu // rules.IPUS_PER_AGENT
@@ -95,20 +120,48 @@ def cluster_from_dict(data: object, where: str = "cluster") -> Cluster:
     if not rules.is_power_of_two(per_ild):
         raise ConfigError(f"{where}: agents_per_ild must be a power of two, got {per_ild}")
     allocations = _allocations(data.get("allocations") or {"default": "all"}, ilds * per_ild, where)
-    return Cluster(str(data.get("name", "cluster")), ilds, per_ild, allocations)
+    remote = data.get("remote_attach", "refuse")
+    if remote not in REMOTE_ATTACH:
+        raise ConfigError(f"{where}: remote_attach {remote!r} is not one of {', '.join(REMOTE_ATTACH)}")
+    delay = data.get("remote_attach_delay", 0.0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 60:
+        raise ConfigError(f"{where}: remote_attach_delay must be 0 to 60 seconds, got {delay!r}")
+    return Cluster(str(data.get("name", "cluster")), ilds, per_ild, allocations,
+                   _cabling(data.get("cabling"), ilds, where), remote, float(delay))
+
+
+def _cabling(raw: object, ilds: int, where: str) -> dict[int, frozenset[str]] | None:
+    """{ILD: hostlist or [hosts]}: a host is cabled to one ILD's IPU-Machines, or to several
+    (a Pod of several ILDs); an ILD left out has no host of its own."""
+    if raw in (None, {}):
+        return None
+    from ..slurm.hostlist import expand
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: cabling must map an ILD number to its hosts (e.g. 0: node[1-4])")
+    out: dict[int, frozenset[str]] = {}
+    for ild, hosts in raw.items():
+        if isinstance(ild, bool) or not isinstance(ild, int) or not 0 <= ild < ilds:
+            raise ConfigError(f"{where}: cabling names ILD {ild!r}; this cluster has ILDs 0..{ilds - 1}")
+        try:
+            names = expand(hosts) if isinstance(hosts, str) else [str(h) for h in hosts or []]
+        except Exception as exc:  # the hostlist parser's message says what is wrong
+            raise ConfigError(f"{where}: cabling of ILD {ild}: {exc}") from None
+        out[ild] = frozenset(names)
+    return out
 
 
 def _allocations(raw: object, num_agents: int, where: str) -> dict[str, frozenset[int]]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: allocations must map a name to 'all' or agent names")
     out: dict[str, frozenset[int]] = {}
-    taken: set[int] = set()
     for name, agents in raw.items():
         idx = range(num_agents) if agents == "all" else [_agent_index(a, num_agents, where) for a in agents or []]
         chosen = frozenset(idx)
-        if chosen & taken:
-            raise ConfigError(f"{where}: allocation {name!r} shares agents with another allocation")
-        taken |= chosen
+        for other, theirs in out.items():
+            if chosen & theirs and (chosen == theirs or not (chosen <= theirs or theirs <= chosen)):
+                raise ConfigError(f"{where}: allocation {name!r} shares agents with allocation {other!r} without "
+                                  "one holding the other; allocations nest or stay apart")
         out[str(name)] = chosen
     return out
 

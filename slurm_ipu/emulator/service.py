@@ -240,8 +240,22 @@ class Service:
             raise PermissionDenied(
                 f"host {host} may not attach to partition {name} (allowed: {', '.join(rec['hosts'])})"
             )
-        return {"partition": name, "gcd": gcd, "host": host, "uid": uid,
+        remote = self._reach(name, gcd, host, ipus)
+        return {"partition": name, "gcd": gcd, "host": host, "uid": uid, "remote_ilds": remote,
                 "ipus": [self.cluster.describe_ipu(i) for i in ipus]}
+
+    def _reach(self, name: str, gcd: int, host: str, ipus: list[int]) -> list[int]:
+        """The cabling: a host reaches the IPU-Machines of its own Pod's ILDs; another Pod's are
+        refused, or slow where the site's fabric routes between Pods."""
+        remote = self.cluster.remote_ilds(host, ipus)
+        if not remote:
+            return remote
+        if self.cluster.remote_attach == "refuse":
+            raise PermissionDenied(
+                f"host {host} is not cabled to ILD {','.join(map(str, remote))}, where GCD {gcd} of partition "
+                f"{name} lies; run this instance on a host of that Pod")
+        time.sleep(self.cluster.remote_attach_delay)  # the modelled cost of crossing Pods
+        return remote
 
     def check_invariants(self) -> dict:
         """Used by tests and `vipu-emu check`: every held IPU exists and sits in its allocation."""

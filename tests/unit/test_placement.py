@@ -48,6 +48,16 @@ def test_allocation_limits_free_set():
     assert place(c, rules.Shape(64), c.allocation_ipus("b"))[0] == 128
 
 
+def test_pods_nest_their_allocations_and_cable_their_hosts():
+    c = cluster_from_dict({"ilds": 2, "allocations": {"all": "all", "a": [f"ag{i}" for i in range(16)]},
+                           "cabling": {0: "h[1-2]", 1: ["h3"]}})
+    assert c.allocation_ipus("a") < c.allocation_ipus("all")
+    assert c.remote_ilds("h1", range(60, 70)) == [1]
+    assert c.remote_ilds("h3", range(60, 70)) == [0]
+    assert c.remote_ilds("h9", [0]) == [0]  # a host cabled nowhere reaches nothing
+    assert cluster_from_dict({"ilds": 2}).remote_ilds("h9", [0, 64]) == []  # no cabling: one Pod, all reach all
+
+
 @pytest.mark.parametrize("doc,words", [
     ({"ilds": 0}, "ilds must be a positive integer"),
     ({"agents_per_ild": 12}, "power of two"),
@@ -55,6 +65,12 @@ def test_allocation_limits_free_set():
     ({"version": 2}, "unsupported version"),
     ({"allocations": {"a": ["ag99"]}}, "unknown agent 'ag99'"),
     ({"allocations": {"a": ["ag1"], "b": ["ag1"]}}, "shares agents"),
+    ({"allocations": {"a": ["ag1", "ag2"], "b": ["ag2", "ag3"]}}, "allocations nest or stay apart"),
+    ({"cabling": {1: "node1"}}, "ILDs 0..0"),
+    ({"cabling": {0: "node[1-"}}, "cabling of ILD 0"),
+    ({"cabling": ["node1"]}, "map an ILD number"),
+    ({"remote_attach": "route"}, "not one of refuse, slow"),
+    ({"remote_attach_delay": -1}, "0 to 60 seconds"),
     ([1, 2], "expected a mapping"),
 ])
 def test_bad_cluster_descriptions(doc, words):
