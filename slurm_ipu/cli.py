@@ -67,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--dir", help="lab directory (default $SLURM_IPU_LAB_DIR or /var/tmp/slurm-ipu-lab)")
     lab.add_argument("--nodes", type=int, default=4)
     lab.add_argument("--ipus-per-node", type=int, default=16)
+    lab.add_argument("--pods", type=int, default=1,
+                     help="split the nodes into this many Pods (e.g. --nodes 8 --pods 2: two POD64s)")
     lab.add_argument("--ctld-port", type=int, default=16817)
     lab.add_argument("--node-port", type=int, default=17001, help="first slurmd port (one per node)")
     lab.add_argument("--vipu-port", type=int, default=8090)
@@ -188,7 +190,7 @@ def cmd_lab(args) -> int:
     spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.DEFAULT_DIR, nodes=args.nodes,
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
-                       dbd_port=args.dbd_port, db_port=args.db_port)
+                       dbd_port=args.dbd_port, db_port=args.db_port, pods=args.pods)
     if args.action == "site":
         print(lab.site_description(spec), end="")
         return 0

@@ -34,6 +34,16 @@ def _pod(v):
     return None if is_valid_allocation(v) else "a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 (128, 192, 256, ...)"
 
 
+def _pods(v):
+    from .pods import parse
+
+    try:
+        parse(v)
+    except ConfigError as exc:
+        return str(exc).split(": ", 1)[1]
+    return None
+
+
 PREFIX_CHARS = "-_"  # what the SPANK plugin accepts in its prefix= argument (spank/args.c)
 
 
@@ -71,6 +81,8 @@ OPTIONS: tuple[Option, ...] = (
            _prefix),
     Option("partition.allocation", str, None, "V-IPU allocation to create partitions in; unset: the server's default"),
     Option("pod.ipus", int, 64, "IPUs in the Pod (the licence pool and the largest partition)", _pod),
+    Option("pod.pods", str, None, "a multi-Pod cluster: NAME:ILDS:HOSTLIST per Pod, space-separated (rendered "
+           "from the site's pods:); unset: one Pod", _pods),
     Option("prolog.deadline", float, 60.0, "seconds the prolog may take in all; keep below PrologEpilogTimeout",
            _positive),
     Option("prolog.max_attempts", int, 3, "prolog failures before the job is held instead of requeued",

@@ -12,8 +12,9 @@ Choices where the public record is silent (decided here, in one place):
 - A partition of N IPUs over L ILDs takes N/L IPUs in each of L distinct ILDs; N/L is itself a
   partition size of at most one ILD. Without --num-ilds the server picks the fewest ILDs that
   hold it (ceil(N / 64)).
-- Without --num-gcds a partition has one GCD per ILD (so no GCD spans ILDs); a single GCD in a
-  single ILD may hold any partition size up to 64 (the PopRun guide lists a 32-IPU partition).
+- Without --num-gcds a partition has one GCD per ILD (so no GCD spans ILDs), or the fewest valid
+  GCDs where an ILD's share is no GCD size; a single GCD in a single ILD may hold any partition
+  size up to 64 (the PopRun guide lists a 32-IPU partition).
 - A partition never exceeds the IPUs of the allocation it is created in.
 
 Plain classes, not dataclasses: ipurun imports this on every launch.
@@ -110,7 +111,10 @@ def default_ilds(size: int, ipus_per_ild: int = IPUS_PER_ILD) -> int:
 
 
 def default_gcds(size: int, ilds: int) -> int:
-    return ilds  # one per ILD: the fewest GCDs none of which spans ILDs
+    """One per ILD: the fewest GCDs none of which spans ILDs; where an ILD's share is no GCD size
+    (32 IPUs in each of 2 ILDs), the fewest valid ones (2 GCDs of 16 per ILD)."""
+    valid = valid_gcds(size, ilds)
+    return ilds if ilds in valid or not valid else valid[0]
 
 
 def _listing(values: list[int]) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import rules
 from ..fsutil import atomic_write
 from ..hooks import handoff
 from ..hooks.journal import Journal
@@ -24,8 +25,28 @@ FILES = {
     "config.yaml": None,
     "slurm-ipu-hook": "slurm-ipu-hook",
     "slurm-ipu-reaper.service": "site/slurm-ipu-reaper.service",
+    "topology.conf": "site/topology.conf",  # multi-Pod sites only
 }
 EXECUTABLE = {"slurm-ipu-hook"}
+
+
+
+
+def names(site: Site) -> list[str]:
+    """The files this site renders: topology.conf only where there are Pods to keep together."""
+    return [name for name in FILES if name != "topology.conf" or site.pods]
+
+
+def pod_context(site: Site) -> list[dict]:
+    """Each Pod with its ILD numbers and agents (IPU-Machines), counted in the site's order."""
+    out, ild = [], 0
+    per = rules.AGENTS_PER_ILD
+    for pod in site.pods:
+        ids = list(range(ild, ild + pod.ilds))
+        out.append({"name": pod.name, "hostlist": pod.hostlist, "hosts": list(pod.hosts), "ilds": pod.ilds,
+                    "ild_ids": ids, "agents": [f"ag{a}" for i in ids for a in range(i * per, (i + 1) * per)]})
+        ild += pod.ilds
+    return out
 
 
 def hook_paths(state_dir: str) -> dict:
@@ -51,6 +72,7 @@ def context(site: Site) -> dict:
             "config": site.path("config"), "python": site.python, "prefix": site["partition.prefix"],
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
+        "pods": pod_context(site), "top_switch": site["vipu.allocation"],
     }
 
 
@@ -63,7 +85,14 @@ def _config_yaml(site: Site) -> str:
 
 def texts(site: Site) -> dict[str, str]:
     ctx = context(site)
-    return {name: _config_yaml(site) if tpl is None else render.render(tpl, ctx) for name, tpl in FILES.items()}
+    return {name: _config_yaml(site) if FILES[name] is None else render.render(FILES[name], ctx)
+            for name in names(site)}
+
+
+def emulator_cluster(site: Site) -> str:
+    """vipu-emu's cluster file for this site (the lab, admin drills): its ILDs, each Pod's
+    allocation inside the cluster's, and each Pod's hosts cabled to its own ILDs."""
+    return render.render("vipu-emu.yaml", context(site))
 
 
 def write(site: Site, out_dir: Path) -> list[Path]:

@@ -44,6 +44,11 @@ def render(name: str, context: dict) -> str:
         raise ConfigError(f"template {name}.j2 needs a value the Pod description lacks: {exc}") from None
 
 
+# Seconds a job may wait for its Pods (job_submit.lua's --switches); slurm.conf's
+# SchedulerParameters=max_switch_wait must be at least this, or Slurm straddles Pods sooner.
+SWITCH_WAIT = 31536000
+
+
 def pod_values(pod_ipus: int) -> dict:
     """What the templates derive from the rule table: valid sizes and the emulator's shape."""
     ilds = max(1, pod_ipus // rules.IPUS_PER_ILD)
@@ -53,4 +58,4 @@ def pod_values(pod_ipus: int) -> dict:
     shapes = {s: {"default_ilds": rules.default_ilds(s),
                   "ilds": {n: rules.valid_gcds(s, n) for n in rules.valid_ilds(s, ilds)}} for s in sizes}
     return {"pod_ipus": pod_ipus, "sizes": sizes, "shapes": shapes,
-            "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}}
+            "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}, "pods": [], "switch_wait": SWITCH_WAIT}

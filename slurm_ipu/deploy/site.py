@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config import _between, _pod, _port, _positive, _prefix, flatten
 from ..errors import ConfigError
+from ..pods import Pod, format_pods
 from ..slurm import releases
 from ..slurm.hostlist import expand
 
@@ -68,11 +69,13 @@ FIELDS = [
     Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
     Field("ipuof.host", str, None, "IPUOF_VIPU_API_HOST in tasks; null: vipu.host", _host),
     Field("ipuof.port", int, None, "IPUOF_VIPU_API_PORT in tasks; null: vipu.port", _port),
-    Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD)", _pod, required=True),
-    Field("pod.hosts", str, None, "the host servers cabled to the Pod, as a Slurm hostlist (ipu-host[1-8])",
-          required=True),
+    Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD); with pods: their sum", _pod),
+    Field("pod.hosts", str, None, "the host servers cabled to the Pod, as a Slurm hostlist (ipu-host[1-8]); "
+          "with pods: theirs"),
     Field("pod.ipus_per_host", int, None, "IPUs each host's jobs may ask for (--gres=ipu:N), its Gres count",
           _between(1, 64), required=True),
+    Field("pods", list, None, "a multi-Pod cluster, instead of pod.ipus/pod.hosts: each Pod's name (its V-IPU "
+          "allocation and Slurm switch), hosts (a hostlist) and ilds (IPU-Link domains of 64 IPUs, default 1)"),
     Field("partition.prefix", str, "slurm_", "partition name = prefix + job id", _prefix),
     Field("prolog.deadline", float, 60.0, "seconds the prolog may take in all", _positive),
     Field("prolog.max_attempts", int, 3, "prolog failures before the job is held", _between(1, 100)),
@@ -111,6 +114,11 @@ class Site:
     @property
     def hosts(self) -> list[str]:
         return expand(self["pod.hosts"])
+
+    @property
+    def pods(self) -> list[Pod]:
+        """The Pods of a multi-Pod site; [] for one Pod (no cabling, no topology)."""
+        return [Pod(p["name"], p["ilds"], p["hosts"]) for p in self["pods"] or []]
 
     @property
     def python(self) -> str:
@@ -203,8 +211,67 @@ def _at(site: Site, key: str) -> str:
     return f"{site.source}:{site.lines.get(key, 1)}"
 
 
+POD_KEYS = ("name", "hosts", "ilds")
+
+
+def _pods(site: Site) -> None:
+    """pods: -> normalised entries, and pod.ipus/pod.hosts derived from them (one place each)."""
+    raw = site["pods"]
+    if raw is None:
+        for key in ("pod.ipus", "pod.hosts"):
+            if site[key] is None:
+                raise ConfigError(f"{_at(site, key)}: {key} must be set ({BY_KEY[key].help}), or describe the "
+                                  "Pods with pods:")
+        return
+    where = _at(site, "pods")
+    for key in ("pod.ipus", "pod.hosts"):
+        if key in site.lines:
+            raise ConfigError(f"{_at(site, key)}: {key} and pods: both given; pods: says it (remove {key})")
+    if len(raw) < 2:
+        raise ConfigError(f"{where}: pods: lists {len(raw)} Pod(s); a single Pod is pod.ipus and pod.hosts")
+    entries = [_pod_entry(where, k, item) for k, item in enumerate(raw)]
+    site.values["pods"] = entries
+    pods = site.pods
+    seen: dict[str, str] = {}
+    for pod in pods:
+        for host in pod.hosts:
+            if host in seen:
+                raise ConfigError(f"{where}: host {host} is in Pod {seen[host]} and Pod {pod.name}; a host is "
+                                  "cabled to one Pod")
+            seen[host] = pod.name
+    shapes = {(len(p.hosts), p.ilds) for p in pods}
+    if len(shapes) > 1 or len({p.name for p in pods}) < len(pods):
+        raise ConfigError(f"{where}: Pods must have distinct names and alike sizes (the same number of hosts and "
+                          "ILDs each): a job over several Pods takes whole Pods")
+    site.values["pod.ipus"] = sum(p.ipus for p in pods)
+    site.values["pod.hosts"] = ",".join(p.hostlist for p in pods)
+    if not site["vipu.allocation"] or site["vipu.allocation"] in seen.values():
+        raise ConfigError(f"{_at(site, 'vipu.allocation')}: vipu.allocation={site['vipu.allocation']!r}: with "
+                          "pods: name the V-IPU allocation that holds every Pod (jobs over several Pods go there), "
+                          "not one Pod's")
+
+
+def _pod_entry(where: str, k: int, item: object) -> dict:
+    if not isinstance(item, dict) or set(item) - set(POD_KEYS) or "name" not in item or "hosts" not in item:
+        raise ConfigError(f"{where}: Pod {k + 1} must be a mapping of name, hosts and (optionally) ilds, e.g. "
+                          "{name: poda, hosts: ipu-host[1-4], ilds: 1}")
+    name, hosts, ilds = item["name"], item["hosts"], item.get("ilds", 1)
+    why = _name(name) if isinstance(name, str) else "a name"
+    if why:
+        raise ConfigError(f"{where}: Pod {k + 1}: name={name!r} is out of range; use {why}")
+    if isinstance(ilds, bool) or not isinstance(ilds, int) or not 1 <= ilds <= 16:
+        raise ConfigError(f"{where}: Pod {name}: ilds={ilds!r} is out of range; use 1 to 16 (64 IPUs each)")
+    try:
+        if not isinstance(hosts, str) or not expand(hosts):
+            raise ValueError("empty")
+    except Exception as exc:  # the hostlist parser's own message says what is wrong
+        raise ConfigError(f"{where}: Pod {name}: hosts={hosts!r} is not a Slurm hostlist ({exc})") from None
+    return {"name": name, "hosts": hosts, "ilds": ilds}
+
+
 def _cross_checks(site: Site) -> None:
-    """What no single field can check: the Pod against its hosts, deadlines against Slurm's."""
+    """What no single field can check: the Pods against their hosts, deadlines against Slurm's."""
+    _pods(site)
     try:
         hosts = site.hosts
     except Exception as exc:  # the hostlist parser's own message says what is wrong
@@ -215,6 +282,11 @@ def _cross_checks(site: Site) -> None:
     if per > pod:
         raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} is more than the Pod's "
                           f"{pod} IPUs; use 1 to {pod}")
+    for one in site.pods:  # Slurm's view of a Pod's free IPUs is its hosts' GRES: never more than it has
+        if per * len(one.hosts) > one.ipus:
+            raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} on Pod {one.name}'s "
+                              f"{len(one.hosts)} hosts is {per * len(one.hosts)} IPUs, more than its {one.ipus}; use "
+                              f"at most {one.ipus // len(one.hosts)}")
     timeout = site["prolog_epilog_timeout"]
     for key in ("prolog.deadline", "epilog.deadline"):
         if site[key] >= timeout:
@@ -234,7 +306,7 @@ def hook_config(site: Site) -> dict:
         "vipu": vipu,
         "ipuof": {"host": site["ipuof.host"] or site["vipu.host"], "port": site["ipuof.port"] or site["vipu.port"]},
         "partition": {"prefix": site["partition.prefix"], "allocation": site["vipu.allocation"]},
-        "pod": {"ipus": site["pod.ipus"]},
+        "pod": {"ipus": site["pod.ipus"], **({"pods": format_pods(site.pods)} if site.pods else {})},
         "prolog": {"deadline": site["prolog.deadline"], "max_attempts": site["prolog.max_attempts"]},
         "epilog": {"deadline": site["epilog.deadline"]},
         "reap": {"interval": site["reap.interval"]},

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from .. import rules
+from .. import pods, rules
 from ..errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
 from . import removal
 from .hooklog import report
@@ -44,32 +44,51 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
     deadline = started + cfg["prolog.deadline"]
     name = ctx.partition(cfg["partition.prefix"])
     try:
-        pod = cfg["pod.ipus"]
-        shape = rules.check_shape(ctx.ipus, ctx.gcds, ctx.ilds, cluster_ilds=max(1, pod // rules.IPUS_PER_ILD))
+        allocation, ilds, room = _where(ctx, cfg)
+        shape = rules.check_shape(ctx.ipus, ctx.gcds, ilds, cluster_ilds=room)
         _claim_name(cfg, name, deadline)
         with Ledger(cfg["state_dir"]).lock(name, deadline):  # a removal of this name waits for us
             try:
-                part = _ensure_with_room(ctx, shape, cfg, client, name, deadline, clock, sleep)
+                part = _ensure_with_room(ctx, shape, allocation, cfg, client, name, deadline, clock, sleep)
             except SlurmIpuError:
                 _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
                 raise
     except SlurmIpuError as exc:
         return _fail(ctx, cfg, slurm, name, exc)
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
-                             f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
+                             f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)}"
+                             f"{f', allocation {allocation}' if allocation else ''} ({clock() - started:.2f}s)")
     if ctx.restart_count > 0 and slurm is not None:
         _tell(cfg, slurm.admin_comment, ctx.job_id, "")  # a reason from a failed earlier attempt is stale now
     return 0
 
 
-def _ensure_with_room(ctx, shape, cfg, client, name: str, deadline: float, clock, sleep=time.sleep):
+def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int]:
+    """Where the partition goes: (allocation, ILDs, ILDs the job may use). On a multi-Pod site a
+    job inside one Pod gets that Pod's allocation (its IPU-Machines sit with the job's hosts); a
+    job over several Pods (job_submit.lua gives it whole Pods) gets the cluster's allocation and
+    one partition ILD per ILD of those Pods, so each Pod holds the share its hosts' GRES count."""
+    found = pods.parse(cfg["pod.pods"])
+    if not found:
+        return cfg["partition.allocation"], ctx.ilds, max(1, cfg["pod.ipus"] // rules.IPUS_PER_ILD)
+    used = pods.spanned(found, ctx.nodes)
+    if len(used) == 1:
+        return used[0].name, ctx.ilds, used[0].ilds
+    need = sum(p.ilds for p in used)
+    if ctx.ilds not in (None, need):
+        raise InvalidPartition(f"--ipu-ilds={ctx.ilds}: the job's hosts are in Pods "
+                               f"{','.join(p.name for p in used)}, whose partition spans {need} ILD(s)")
+    return cfg["partition.allocation"], need, need
+
+
+def _ensure_with_room(ctx, shape, allocation, cfg, client, name: str, deadline: float, clock, sleep=time.sleep):
     """Slurm granted the IPUs (the licence), so V-IPU being short of them is V-IPU lagging:
     removals V-IPU refused earlier (the journal), or one still under way. Work the journal off,
     then retry until the IPUs are there or the deadline passes."""
     pause = 0.05
     while True:
         try:
-            return _ensure(ctx, shape, cfg, client, name, deadline)
+            return _ensure(ctx, shape, allocation, cfg, client, name, deadline)
         except InsufficientIpus:
             if _work_off_journal(cfg, client, name, deadline, clock):
                 continue  # freed some: try again at once (each pass settles entries, so this ends)
@@ -99,29 +118,29 @@ def _work_off_journal(cfg, client, name: str, deadline: float, clock) -> int:
     return len(freed)
 
 
-def _args(ctx: JobContext, shape, cfg) -> dict:
+def _args(ctx: JobContext, shape, allocation: str | None) -> dict:
     """The create's arguments: the shape with the rule table's defaults filled in (a partition
     over several ILDs needs a GCD per ILD, which V-IPU's own default of one GCD would break)."""
     return {"num_gcds": shape.num_gcds, "num_ilds": shape.num_ilds, "reconfigurable": ctx.reconfigurable,
-            "allocation": cfg["partition.allocation"], "hosts": list(ctx.nodes), "owner_uid": ctx.uid}
+            "allocation": allocation, "hosts": list(ctx.nodes), "owner_uid": ctx.uid}
 
 
-def _ensure(ctx: JobContext, shape, cfg, client, name: str, deadline: float):
+def _ensure(ctx: JobContext, shape, allocation, cfg, client, name: str, deadline: float):
     ledger = Ledger(cfg["state_dir"])
     ours = ledger.owns(name, ctx.job_id)  # a record left by an earlier attempt of this same job
     # Recorded before the create: a prolog killed mid-create leaves a trace for epilog and reap.
     ledger.put(name, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=shape.size, gcds=shape.num_gcds,
                ilds=shape.num_ilds)
     try:
-        created = client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, cfg))
+        created = client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, allocation))
     except PartitionExists:
-        created = _existing(ctx, shape, cfg, client, name, deadline, ours, ledger)
+        created = _existing(ctx, shape, allocation, client, name, deadline, ours, ledger)
     if created is not None and created.name == name and created.state == "ACTIVE":
         return created  # saves one `vipu list` on the prolog's path
     return client.wait_active(name, deadline)
 
 
-def _existing(ctx, shape, cfg, client, name: str, deadline: float, ours: bool, ledger: Ledger):
+def _existing(ctx, shape, allocation, client, name: str, deadline: float, ours: bool, ledger: Ledger):
     part = client.get_partition(name, deadline)
     foreign = part is not None and part.owner_uid is not None and part.owner_uid != ctx.uid
     if not ours or foreign:
@@ -132,7 +151,7 @@ def _existing(ctx, shape, cfg, client, name: str, deadline: float, ours: bool, l
         return part
     # Ours, but made for another placement or size (the job was requeued to other nodes): replace it.
     client.remove_partition(name, missing_ok=True, deadline=deadline)
-    return client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, cfg))
+    return client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, allocation))
 
 
 def _fits(part, shape, ctx: JobContext) -> bool:

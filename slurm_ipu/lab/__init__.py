@@ -50,6 +50,7 @@ class LabSpec:
     dbd_port: int = 16819
     db_port: int = 16820
     prolog_deadline: float = 30.0
+    pods: int = 1                # > 1: the nodes split into that many Pods (one ILD or more each)
     epilog_deadline: float = 20.0
     # Installed mode: the product as `make install PREFIX=... SITE=<lab site>` put it (wrapper,
     # config, SPANK plugin, venv), checked, not written; None: the lab installs its own copy.
@@ -96,6 +97,11 @@ def check_spec(spec: LabSpec) -> None:
         raise LabError(f"the lab's ports overlap ({', '.join(f'{k} {v}' for k, v in ports.items())}, and "
                        f"{spec.nodes} slurmd ports from --node-port); give each its own")
     total = spec.pod_ipus
+    if spec.pods > 1 and (spec.nodes % spec.pods or total % (spec.pods * rules.IPUS_PER_ILD)):
+        raise LabError(f"--pods {spec.pods}: {spec.nodes} nodes x {spec.ipus_per_node} IPUs do not split into "
+                       f"{spec.pods} Pods of whole ILDs (64 IPUs); e.g. --nodes 8 --ipus-per-node 16 --pods 2")
+    if spec.pods < 1:
+        raise LabError(f"--pods {spec.pods} must be at least 1")
     if not rules.is_valid_allocation(total):
         raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: use 4, 8, 16, 32, "
                        "64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")
@@ -129,6 +135,8 @@ def context(spec: LabSpec) -> dict:
 
         ctx["accounting"] = accounting.context(spec)
     ctx.update(render.pod_values(spec.pod_ipus))
+    if spec.pods > 1:  # merged into the lab's own line, as the slurm-ipu.conf fragment asks a site to
+        ctx["scheduler_parameters"] = f"sched_interval=2,max_switch_wait={render.SWITCH_WAIT}"
     return ctx
 
 
@@ -140,8 +148,7 @@ def site_description(spec: LabSpec) -> str:
         "cluster": CLUSTER,
         "vipu": {"host": "127.0.0.1", "port": spec.vipu_port, "command": str(spec.path("bin", "vipu")),
                  "timeout": 5.0, "emulator": True},
-        "pod": {"ipus": spec.pod_ipus, "hosts": f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1",
-                "ipus_per_host": spec.ipus_per_node},
+        "pod": _pod_section(spec),
         "partition": {"prefix": PREFIX},
         "prolog": {"deadline": spec.prolog_deadline},
         "epilog": {"deadline": spec.epilog_deadline},
@@ -154,9 +161,27 @@ def site_description(spec: LabSpec) -> str:
         "install": {"prefix": spec.prefix or str(spec.path("install")),
                     "config": str(spec.path("etc", "slurm-ipu.yaml")), "unit_dir": str(spec.path("systemd"))},
     }
+    if spec.pods > 1:
+        doc["pods"] = _pods(spec)
+        doc["vipu"]["allocation"] = "all"
     import yaml
 
     return "# The lab's site description (written by `slurm-ipu lab up`).\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _pod_section(spec: LabSpec) -> dict:
+    if spec.pods == 1:
+        return {"ipus": spec.pod_ipus, "hosts": f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1",
+                "ipus_per_host": spec.ipus_per_node}
+    return {"ipus_per_host": spec.ipus_per_node}
+
+
+def _pods(spec: LabSpec) -> list[dict]:
+    """Pods a, b, ... of equal consecutive node ranges (nodes 1-4 are Pod a of a 2-Pod 8-node lab)."""
+    per = spec.nodes // spec.pods
+    ilds = spec.pod_ipus // spec.pods // rules.IPUS_PER_ILD
+    return [{"name": f"pod{chr(ord('a') + k)}", "hosts": f"node[{k * per + 1}-{(k + 1) * per}]" if per > 1
+             else f"node{k + 1}", "ilds": ilds} for k in range(spec.pods)]
 
 
 def _slurm_release() -> str:
@@ -200,6 +225,10 @@ def install_site(spec: LabSpec):
     atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
     atomic_write(etc / "plugstack.conf", f"include {etc}/plugstack.conf.d/*.conf\n")
     atomic_write(etc / "job_submit.lua", texts["job_submit.lua"])
+    if "topology.conf" in texts:
+        atomic_write(etc / "topology.conf", texts["topology.conf"])
+    else:
+        (etc / "topology.conf").unlink(missing_ok=True)
     if spec.prefix:
         _check_installed(spec, desc, texts)
         return desc
@@ -235,14 +264,16 @@ def write_files(spec: LabSpec) -> None:
     for name in spec.node_names:
         spec.path("spool", name).mkdir(exist_ok=True)
     ctx = context(spec)
-    for name in ("slurm.conf", "vipu-emu.yaml"):
-        atomic_write(spec.path("etc", name), render.render(name, ctx))
+    atomic_write(spec.path("etc", "slurm.conf"), render.render("slurm.conf", ctx))
     if spec.accounting:
         atomic_write(spec.path("etc", "slurmdbd.conf"), render.render("slurmdbd.conf", ctx), 0o600)
     cgroup = releases.cgroup_conf(releases.installed(SBIN) or "0.0")
     if cgroup:
         atomic_write(spec.path("etc", "cgroup.conf"), cgroup)
-    install_site(spec)
+    desc = install_site(spec)
+    from ..deploy import fragments
+
+    atomic_write(spec.path("etc", "vipu-emu.yaml"), fragments.emulator_cluster(desc))
     py = sys.executable
     address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
                f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")

@@ -7,6 +7,7 @@ tail of the logs are attached to the report.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -153,19 +154,20 @@ def all_idle(lab: Lab) -> bool:
     return len(states) == lab.spec.nodes and all(s == "idle" for s in states.values())
 
 
-@pytest.fixture(scope="session")
-def lab():
+@contextlib.contextmanager
+def started_lab(**spec):
+    """A lab of its own on free loopback ports, down (by recorded pid) and removed afterwards."""
     missing = [t for t in ("slurmctld", "slurmd", "munged") if not (labmod.SBIN / t).exists()]
     if missing:
         pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run `make test`, which installs it")
-    base = _free_block(10)
+    nodes = spec.pop("nodes", 4)
+    base = _free_block(nodes + 6)
     # Not under pytest's tmp (root-only): the lab's users must reach slurm.conf and its munge socket.
     root = Path(tempfile.mkdtemp(prefix="slurm-ipu-lab-", dir="/tmp"))
     root.chmod(0o755)
     # A lab directory that does not exist yet, as for `make demo` on a fresh machine.
-    # With accounting, as a site runs it: MariaDB and slurmdbd of the lab's own (issue 10).
-    spec = labmod.LabSpec(dir=root / "lab", ctld_port=base, node_port=base + 1, vipu_port=base + 7, accounting=True,
-                          dbd_port=base + 8, db_port=base + 9)
+    spec = labmod.LabSpec(dir=root / "lab", nodes=nodes, ctld_port=base, node_port=base + 1,
+                          vipu_port=base + nodes + 3, dbd_port=base + nodes + 4, db_port=base + nodes + 5, **spec)
     try:
         labmod.up(spec)
     except Exception:
@@ -174,13 +176,19 @@ def lab():
     shared = spec.path("users")
     shared.mkdir()
     shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
-    handle = Lab(spec)
-    yield handle
+    yield Lab(spec)
     recorded = labmod.load_pids(spec)
     labmod.down(spec)
     left = [key for key, rec in recorded.items() if key != "spec" and labmod._running(rec)]
     shutil.rmtree(root, ignore_errors=True)
     assert not left, f"lab down left {left} running"
+
+
+@pytest.fixture(scope="session")
+def lab():
+    # With accounting, as a site runs it: MariaDB and slurmdbd of the lab's own (issue 10).
+    with started_lab(accounting=True) as handle:
+        yield handle
 
 
 USERS = ("slurmipu-a", "slurmipu-b")

@@ -164,3 +164,63 @@ def test_a_256_pod_takes_multiples_of_64_and_keeps_gcds_inside_ilds(lua_256):
     rc, _lic, _nodes, msg = run(lua_256, {"tres_per_node": "gres:ipu:64", "min_nodes": 2,
                                           "spank_job_env": ["IPU_GCDS=1"]})
     assert rc == -1 and "--ipu-gcds=1: a partition of 128 IPUs over 2 ILD(s) has 2, 8, 16, 32, 64, 128" in msg
+
+
+# --- two Pods of four hosts (one ILD each): Slurm keeps a job inside one Pod, or gives it whole Pods
+
+SWITCHES = """
+print(tostring(job.req_switch) .. "\\t" .. tostring(job.wait4switch))
+"""
+
+
+def _pods_lua(tmp_path_factory, hosts: int) -> str:
+    path = tmp_path_factory.mktemp("luapods") / "job_submit.lua"
+    pods = [{"name": n, "hosts": [f"h{k}" for k in range(1, hosts + 1)], "ilds": 1} for n in ("poda", "podb")]
+    path.write_text(render.render("job_submit.lua", render.pod_values(128) | {"pods": pods}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def lua_pods(tmp_path_factory):
+    return _pods_lua(tmp_path_factory, 4)
+
+
+def test_a_job_over_part_of_a_second_pod_is_refused(tmp_path_factory):
+    three = _pods_lua(tmp_path_factory, 3)  # Pods of 3 hosts: 4 nodes x 16 = 64 would straddle two
+    rc, _, _, msg = run_switches(three, {"tres_per_node": "gres:ipu:16", "min_nodes": 4})
+    assert rc != 0 and msg == ("slurm-ipu: -N 4 spans Pods of 3 hosts: a job over several Pods takes whole Pods; "
+                               "use -N 3 or fewer, or a multiple of 3")
+
+
+def run_switches(lua_file, job: dict) -> tuple[int, str, str, str]:
+    code = HARNESS % {"path": lua_file, "job": lua_table(job), "rec": "{}", "modify": "false"} + SWITCHES
+    proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    first, switches = proc.stdout.rstrip("\n").split("\n")
+    rc, _, _, msg = first.split("\t")
+    req, wait = switches.split("\t")
+    return int(rc), req, wait, msg
+
+
+@pytest.mark.parametrize("nodes,per,switches", [(1, 16, "1"), (2, 8, "1"), (4, 16, "1"), (8, 16, "2"), (8, 2, "2")])
+def test_a_job_gets_one_switch_per_pod_it_needs(lua_pods, nodes, per, switches):
+    rc, req, wait, msg = run_switches(lua_pods, {"tres_per_node": f"gres:ipu:{per}", "min_nodes": nodes})
+    assert (rc, req, wait, msg) == (0, switches, str(render.SWITCH_WAIT), "")
+
+
+@pytest.mark.parametrize("job,words", [
+    ({"tres_per_node": "gres:ipu:16", "min_nodes": 8, "spank_job_env": ["IPU_ILDS=1"]},
+     "--ipu-ilds=1: the job takes 2 Pods, so its partition spans 2 ILD(s)"),
+    ({"tres_per_node": "gres:ipu:16", "min_nodes": 2, "spank_job_env": ["IPU_ILDS=2"]},
+     "--ipu-ilds=2: a job on one Pod's hosts has that Pod's 1 ILD(s)"),
+    ({"tres_per_node": "gres:ipu:8", "min_nodes": 8, "spank_job_env": ["IPU_GCDS=2"]},
+     "--ipu-gcds=2: a partition of 64 IPUs over 2 ILD(s) has 4, 8, 16, 32, 64 GCD(s)"),
+])
+def test_a_job_that_cannot_sit_in_whole_pods_is_refused(lua_pods, job, words):
+    rc, _, _, msg = run_switches(lua_pods, job)
+    assert rc != 0 and msg == "slurm-ipu: " + words
+
+
+def test_one_pod_sites_leave_switches_alone(lua_file):
+    rc, req, wait, _ = run_switches(lua_file, {"tres_per_node": "gres:ipu:16", "min_nodes": 4})
+    assert (rc, req, wait) == (0, "nil", "nil")

@@ -41,7 +41,12 @@ def test_the_site_s_values_reach_every_fragment():
     assert "Licenses=ipu:128\n" in text["slurm-ipu.conf"]
     assert "AccountingStorageTRES=gres/ipu,license/ipu" in text["slurm-ipu.conf"]
     assert "AccountingStorageTRES" not in fragments.texts(site.load(SITES["pod64"]))["slurm-ipu.conf"]
-    assert "NodeName=ipu-host[1-8] Name=ipu Count=16" in text["gres-ipu.conf"]
+    assert "NodeName=ipu-host[1-4],ipu-host[5-8] Name=ipu Count=16" in text["gres-ipu.conf"]
+    assert "TopologyPlugin=topology/tree" in text["slurm-ipu.conf"]
+    switches = ("SwitchName=poda Nodes=ipu-host[1-4]\nSwitchName=podb Nodes=ipu-host[5-8]\n"
+                "SwitchName=all Switches=poda,podb")
+    assert switches in text["topology.conf"]
+    assert "topology.conf" not in fragments.texts(site.load(SITES["pod64"]))
     assert "vipu_host=vipu.ipupod128.example.org vipu_port=8090 prefix=slurm_" in text["plugstack-ipu.conf"]
     assert "local POD_IPUS = 128" in text["job_submit.lua"]
     assert "ExecStart=/opt/slurm-ipu/venv/bin/python -m slurm_ipu.cli reap --watch" in text[
@@ -54,6 +59,7 @@ def test_the_rendered_hooks_config_loads_with_the_hooks_own_schema(tmp_path):
     cfg = config.load(str(path), environ={}, required=True)
     assert (cfg["vipu.host"], cfg["pod.ipus"], cfg["reap.interval"], cfg["slurm.conf"]) == (
         "vipu.ipupod128.example.org", 128, 300.0, "/etc/slurm/slurm.conf")
+    assert cfg["pod.pods"] == "poda:1:ipu-host[1-4] podb:1:ipu-host[5-8]"
 
 
 BASE = "version: 1\ncluster: c1\nvipu:\n  host: v\npod:\n  ipus: 64\n  hosts: n[1-4]\n  ipus_per_host: 16\n"
@@ -102,7 +108,7 @@ def test_render_cli_writes_the_fragments_and_refuses_bad_input_in_one_line(tmp_p
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(SITES["pod64"]), "--out", str(out)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == sorted(fragments.FILES)
+    assert sorted(p.name for p in out.iterdir()) == sorted(set(fragments.FILES) - {"topology.conf"})
     assert os.access(out / "slurm-ipu-hook", os.X_OK)
     bad = tmp_path / "bad.yaml"
     bad.write_text(BASE + "  ipus_per_hots: 4\n")

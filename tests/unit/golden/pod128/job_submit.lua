@@ -30,6 +30,14 @@ local SHAPES = {
     text = { [2] = "2, 8, 16, 32, 64, 128", }, ilds_text = "2" },
 }
 
+-- Multi-Pod: each Pod is one leaf switch of Slurm's topology (topology.conf). A job on at most
+-- one Pod's hosts stays inside one Pod; a larger one takes whole Pods. Either way the IPUs Slurm
+-- counts on each Pod's hosts (their GRES) are the IPUs its partition takes in that Pod.
+local PODS = 2
+local POD_HOSTS = 4
+local POD_ILDS = 1
+local SWITCH_WAIT = 31536000  -- seconds; SchedulerParameters=max_switch_wait caps it
+
 local function reject(fmt, ...)
   slurm.log_user("slurm-ipu: " .. string.format(fmt, ...))
   return slurm.ERROR
@@ -108,12 +116,45 @@ local function spank_count(job_desc, key)
   return nil
 end
 
+-- How many Pods the job takes, or nil and the refusal when it cannot sit in whole Pods. Slurm is
+-- told with --switches: at most that many leaf switches, waited for as long as max_switch_wait
+-- allows.
+local function pods_of(job_desc, nodes, refuse)
+  if PODS < 2 then return 1, nil end
+  local spans = 1
+  if nodes > POD_HOSTS then
+    if nodes % POD_HOSTS ~= 0 then
+      return nil, refuse("-N %d spans Pods of %d hosts: a job over several Pods takes whole Pods; use -N %d or fewer, " ..
+                         "or a multiple of %d", nodes, POD_HOSTS, POD_HOSTS, POD_HOSTS)
+    end
+    spans = nodes / POD_HOSTS
+  end
+  job_desc.req_switch = spans
+  job_desc.wait4switch = SWITCH_WAIT
+  return spans, nil
+end
+
 -- --ipu-gcds / --ipu-ilds that no partition of `total` IPUs can have: refused now, not by the
--- prolog after the job has waited for its nodes.
-local function check_shape(job_desc, total, refuse)
+-- prolog after the job has waited for its nodes. `spans` Pods: a partition over several Pods has
+-- one Pod's ILDs in each; within one Pod, at most that Pod's.
+local function check_shape(job_desc, total, spans, refuse)
   local shape = SHAPES[total]
   local gcds, ilds = spank_count(job_desc, "IPU_GCDS"), spank_count(job_desc, "IPU_ILDS")
-  if shape == nil or (gcds == nil and ilds == nil) then return nil end
+  if shape == nil then return nil end
+  if spans > 1 then
+    local need = spans * POD_ILDS
+    if shape.ilds[need] == nil then
+      return refuse("%d IPUs over %d Pods cannot be split into %d ILDs of equal size; ask for fewer IPUs per node",
+                    total, spans, need)
+    end
+    if ilds ~= nil and ilds ~= need then
+      return refuse("--ipu-ilds=%d: the job takes %d Pods, so its partition spans %d ILD(s)", ilds, spans, need)
+    end
+    ilds = need
+  elseif PODS > 1 and ilds ~= nil and ilds > POD_ILDS then
+    return refuse("--ipu-ilds=%d: a job on one Pod's hosts has that Pod's %d ILD(s)", ilds, POD_ILDS)
+  end
+  if gcds == nil and ilds == nil then return nil end
   if ilds ~= nil and shape.ilds[ilds] == nil then
     return refuse("--ipu-ilds=%d: a partition of %d IPUs on this Pod spans %s ILD(s)", ilds, total, shape.ilds_text)
   end
@@ -143,7 +184,9 @@ local function apply(job_desc, per, nodes, others, refuse)
     return refuse("--gres=ipu:%d on %d node(s) asks for %d IPUs, not a valid partition size; valid totals: %s",
                   per, nodes, total, VALID_TEXT)
   end
-  local bad = check_shape(job_desc, total, refuse)
+  local spans, err = pods_of(job_desc, nodes, refuse)
+  if err then return err end
+  local bad = check_shape(job_desc, total, spans, refuse)
   if bad then return bad end
   table.insert(others, "ipu:" .. total)
   job_desc.licenses = table.concat(others, ",")
@@ -231,5 +274,6 @@ slurm_ipu = { job_submit = job_submit, job_modify = job_modify }
 if slurm_job_submit == nil then slurm_job_submit = job_submit end
 if slurm_job_modify == nil then slurm_job_modify = job_modify end
 
-slurm.log_info("slurm-ipu job_submit.lua loaded: Pod of %d IPUs, valid totals %s", POD_IPUS, VALID_TEXT)
+slurm.log_info("slurm-ipu job_submit.lua loaded: %d IPUs in %d Pod(s), valid totals %s", POD_IPUS, math.max(PODS, 1),
+               VALID_TEXT)
 return slurm.SUCCESS

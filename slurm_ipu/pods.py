@@ -1,0 +1,69 @@
+"""Pods: which host servers sit with which IPU-Link domains (the multi-Pod cabling).
+
+One table, read by the site description (which writes it), the prolog (which places a job's
+partition in its Pods), job_submit.lua (rendered from it), the emulator's cluster file and
+`slurm-ipu status`. A Pod is one switch of Slurm's topology, one V-IPU allocation of its own
+(named like the Pod) and `ilds` IPU-Link domains of 64 IPUs.
+
+In the hooks' config a multi-Pod cluster is one line, `NAME:ILDS:HOSTLIST` per Pod, space
+separated (hostlists hold no spaces), so it has an environment twin like every option.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError
+from .rules import IPUS_PER_ILD
+from .slurm.hostlist import expand
+
+
+class Pod:
+    __slots__ = ("name", "ilds", "hostlist", "hosts")
+
+    def __init__(self, name: str, ilds: int, hostlist: str):
+        self.name, self.ilds, self.hostlist = name, ilds, hostlist
+        self.hosts = tuple(expand(hostlist))
+
+    @property
+    def ipus(self) -> int:
+        return self.ilds * IPUS_PER_ILD
+
+    def __repr__(self) -> str:
+        return f"Pod({self.name!r}, {self.ilds}, {self.hostlist!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Pod) and (self.name, self.ilds, self.hosts) == (other.name, other.ilds, other.hosts)
+
+
+def parse(text: str | None, where: str = "pod.pods") -> list[Pod]:
+    """'poda:1:node[1-4] podb:1:node[5-8]' -> Pods; '' or None: one Pod (no cabling)."""
+    pods = []
+    for word in (text or "").split():
+        name, _, rest = word.partition(":")
+        ilds, _, hostlist = rest.partition(":")
+        if not name or not ilds.isdigit() or int(ilds) < 1 or not hostlist:
+            raise ConfigError(f"{where}: {word!r} is not NAME:ILDS:HOSTLIST (e.g. poda:1:node[1-4])")
+        try:
+            pods.append(Pod(name, int(ilds), hostlist))
+        except Exception as exc:  # the hostlist parser's own message says what is wrong
+            raise ConfigError(f"{where}: {word!r}: {exc}") from None
+    return pods
+
+
+def format_pods(pods: list[Pod]) -> str:
+    return " ".join(f"{p.name}:{p.ilds}:{p.hostlist}" for p in pods)
+
+
+def of_host(pods: list[Pod]) -> dict[str, Pod]:
+    return {h: p for p in pods for h in p.hosts}
+
+
+def spanned(pods: list[Pod], nodes) -> list[Pod]:
+    """The Pods a job's nodes sit in, in the site's order. A node in no Pod is a site whose
+    Slurm nodes and site description disagree: the job cannot be placed."""
+    where = of_host(pods)
+    stray = [n for n in nodes if n not in where]
+    if stray:
+        raise ConfigError(f"node(s) {','.join(stray)} belong to no Pod of the site description; "
+                               "add them to a Pod's hosts and re-render, or drain them")
+    names = {where[n].name for n in nodes}
+    return [p for p in pods if p.name in names]

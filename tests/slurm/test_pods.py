@@ -1,0 +1,131 @@
+"""Two Pods in the real lab: 8 nodes, node[1-4] cabled to ILD 0 (Pod a), node[5-8] to ILD 1
+(Pod b), one switch per Pod in topology.conf, the emulator refusing a host another Pod's IPUs.
+
+What a user and an admin must see: every partition in the ILDs of its job's hosts, a job that
+fits one Pod inside one Pod, a bigger one on exactly the Pods it needs, a job whose Pod is full
+waiting in the queue (Slurm's view) instead of failing in the prolog, and nothing left over."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+
+import pytest
+
+from slurm_ipu.slurm.hostlist import expand
+
+from ..waiting import wait_for
+from .conftest import all_idle, started_lab, wait_gone
+
+POD_OF = {f"node{k}": 0 if k <= 4 else 1 for k in range(1, 9)}  # node -> ILD (the lab's cabling)
+
+# The job's own view, written while it runs: its nodes and the ILDs V-IPU put its partition in.
+REPORT = f"""#!/bin/bash
+{sys.executable} - <<'EOF'
+import json, os, subprocess
+name = os.environ["IPUOF_VIPU_API_PARTITION_ID"]
+parts = json.loads(subprocess.run(["vipu", "list", "partitions", "--showjson"], capture_output=True, text=True,
+                                  check=True).stdout)
+spec = next(p["partition"]["spec"] for p in parts if p["partition"]["id"] == name)
+print("REPORT " + json.dumps({{"nodes": os.environ["SLURM_JOB_NODELIST"], "allocation": spec["allocation"],
+                              "ilds": sorted({{i["ild"] for i in spec["ipus"]}})}}))
+EOF
+srun --ntasks-per-node=1 sleep "$1"
+"""
+
+
+@pytest.fixture(scope="module")
+def pods_lab():
+    with started_lab(nodes=8, pods=2) as lab:
+        yield lab
+
+
+@pytest.fixture
+def lab2(pods_lab):
+    lab = pods_lab
+    wait_for("no jobs left", lambda: not lab.run("squeue", "-h", "-o", "%A").stdout.split(), 90)
+    wait_for("all nodes idle", lambda: all_idle(lab), 60)
+    yield lab
+    jobs = lab.run("squeue", "-h", "-o", "%A").stdout.split()
+    if jobs:
+        lab.run("scancel", *jobs)
+
+
+def _report(lab, job: int) -> dict:
+    text = lab.spec.path("users", f"pods-{job}.out").read_text()
+    line = next((w for w in text.splitlines() if w.startswith("REPORT ")), None)
+    assert line, f"job {job} wrote no report:\n{text}"
+    return json.loads(line[len("REPORT "):])
+
+
+def _submit(lab, nodes: int, per: int, seconds: float, *extra: str) -> int:
+    script = lab.spec.path("users", "report.sh")
+    if not script.exists():
+        script.write_text(REPORT)
+        script.chmod(0o755)
+    return lab.sbatch("-N", str(nodes), f"--gres=ipu:{per}", "-o", str(lab.spec.path("users", "pods-%j.out")),
+                      *extra, str(script), f"{seconds:.1f}")
+
+
+def test_twenty_jobs_each_partition_in_the_ilds_of_its_hosts(lab2):
+    lab = lab2
+    rng = random.Random(13)
+    shapes = [(1, 16), (2, 16), (2, 8), (4, 16), (4, 8), (1, 4), (2, 2), (8, 16), (8, 8), (8, 2)]
+    jobs = {}
+    for k in range(20):
+        nodes, per = shapes[k % len(shapes)] if k < len(shapes) else rng.choice(shapes)
+        jobs[_submit(lab, nodes, per, rng.uniform(0.5, 2.5))] = nodes
+    for job in jobs:
+        wait_gone(lab, job, timeout=240)
+    for job, nodes in jobs.items():
+        report = _report(lab, job)
+        hosts = expand(report["nodes"])
+        assert len(hosts) == nodes
+        pods = sorted({POD_OF[h] for h in hosts})
+        assert report["ilds"] == pods, f"job {job} on {hosts}: partition in ILD(s) {report['ilds']}"
+        # Fits one Pod (4 hosts): inside one Pod; bigger: exactly the Pods it needs.
+        assert len(pods) == (1 if nodes <= 4 else 2), f"job {job} ({nodes} nodes) on {hosts}"
+        assert report["allocation"] == ("all" if len(pods) == 2 else f"pod{'ab'[pods[0]]}")
+    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
+    check = lab.run("vipu-emu", "check", "--state-dir", str(lab.spec.path("vipu-emu")), check=True)
+    assert json.loads(check.stdout)["ok"], check.stdout
+    wait_for("every node idle", lambda: all_idle(lab), 60)
+
+
+def test_a_two_node_job_skips_a_lone_free_node_for_a_pod_with_room(lab2):
+    lab = lab2
+    busy = [_submit(lab, 1, 16, 120, "-w", f"node{k}") for k in (1, 2, 3)]
+    for job in busy:
+        wait_for(f"job {job} running", lambda job=job: lab.state(job) == "RUNNING", 60)
+    pair = _submit(lab, 2, 8, 0.5)
+    wait_gone(lab, pair, timeout=90)
+    assert _report(lab, pair)["ilds"] == [1] and expand(_report(lab, pair)["nodes"])[0] in ("node5", "node6", "node7")
+    lab.run("scancel", *map(str, busy))
+
+
+def test_a_job_on_a_full_pods_hosts_waits_in_the_queue_not_in_the_prolog(lab2):
+    lab = lab2
+    full = [_submit(lab, 1, 16, 300, "-w", f"node{k}") for k in range(1, 5)]  # Pod a's 64 IPUs taken
+    for job in full:
+        wait_for(f"job {job} running", lambda job=job: lab.state(job) == "RUNNING", 60)
+    pinned = _submit(lab, 1, 4, 0.5, "-w", "node2")   # Slurm must place it on Pod a: it waits
+    spanning = _submit(lab, 8, 2, 0.5)                 # needs both Pods: it waits
+    elsewhere = _submit(lab, 2, 8, 0.5)                # fits Pod b: it runs there
+    wait_gone(lab, elsewhere, timeout=90)
+    assert _report(lab, elsewhere)["ilds"] == [1]
+    for job in (pinned, spanning):
+        # The scheduler has looked at it (a reason such as Resources) and left it queued.
+        wait_for(f"job {job} held back by the scheduler", lambda job=job: lab.job(job).get("Reason") not in (
+            None, "None"), 30)
+        info = lab.job(job)
+        assert info["JobState"] == "PENDING" and info.get("Restarts", "0") == "0", info
+    log = lab.spec.path("state", "hooks.log").read_text()
+    assert f"job {pinned}:" not in log and f"job {spanning}:" not in log  # no prolog ran, none failed
+    lab.run("scancel", str(full[1]))  # node2 frees: the pinned job runs, in Pod a
+    wait_gone(lab, pinned, timeout=90)
+    assert _report(lab, pinned) == {"nodes": "node2", "allocation": "poda", "ilds": [0]}
+    lab.run("scancel", *map(str, full))
+    wait_gone(lab, spanning, timeout=90)
+    assert _report(lab, spanning)["ilds"] == [0, 1]
+    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
