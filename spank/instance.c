@@ -94,6 +94,25 @@ struct plan {
     long n, replicas, per_host, gcds, k, local;
 };
 
+/* IPURUN_GCD_MAP ("0,0,1,1": a multi-Pod run, each instance's GCD in its own host's Pod),
+ * else the block rule, as task.py's gcd_of. */
+static long gcd_of(spank_t sp, const struct plan *p)
+{
+    char map[VALUE_MAX];
+    const char *at = get(sp, "IPURUN_GCD_MAP", map, sizeof(map));
+    long i = 0, g = -1;
+
+    for (; *at && i < p->k; at++)
+        i += *at == ',';
+    if (*at && i == p->k) {
+        char *end;
+        g = strtol(at, &end, 10);
+        if (end == at || (*end && *end != ',') || g < 0 || g >= p->gcds)
+            g = -1;
+    }
+    return g >= 0 ? g : p->k / (p->n / p->gcds);
+}
+
 static int popdist_env(spank_t sp, const struct plan *p)
 {
     char buf[VALUE_MAX];
@@ -107,7 +126,7 @@ static int popdist_env(spank_t sp, const struct plan *p)
         /* PopDist derives instance index and count from the MPI environment: give it one. */
         setn(sp, "OMPI_COMM_WORLD_RANK", p->k) || setn(sp, "OMPI_COMM_WORLD_SIZE", p->n) ||
         setn(sp, "OMPI_COMM_WORLD_LOCAL_RANK", p->local) || setn(sp, "OMPI_COMM_WORLD_LOCAL_SIZE", p->per_host) ||
-        setn(sp, "IPUOF_VIPU_API_GCD_ID", p->k / (p->n / p->gcds)))
+        setn(sp, "IPUOF_VIPU_API_GCD_ID", gcd_of(sp, p)))
         return -1;
     get(sp, "IPURUN_VIPU_TIMEOUT", buf, sizeof(buf));
     return set(sp, "IPUOF_VIPU_API_TIMEOUT", buf[0] ? buf : "120");

@@ -46,6 +46,7 @@ class Facts:
     jobs: dict[int, str] | None = None
     partitions: list | None = None
     clusters: list[str] | None = None  # what slurmdbd knows (accounting only)
+    topology: dict[str, str] | None = None  # multi-Pod sites: host -> leaf switch, as Slurm sees it
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -111,6 +112,11 @@ def gather(site: Site, runner=None) -> Facts:
         facts.jobs = parse_squeue_json(text) if text is not None else None
     except SlurmIpuError as exc:
         facts.errors["jobs"] = str(exc)
+    if site.pods:
+        from ..slurm.topology import leaf_switches
+
+        text = slurm("topology", "scontrol", "show", "topology")
+        facts.topology = leaf_switches(text) if text is not None else None
     if site["accounting.slurmdbd_host"]:
         text = slurm("slurmdbd", "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
         facts.clusters = text.split() if text is not None else None
@@ -422,9 +428,35 @@ def _lstat_mode(path) -> int:
         return 0
 
 
+def check_pods(site: Site, facts: Facts) -> Finding:
+    """Multi-Pod: Slurm keeps jobs inside Pods only with the tree topology, one leaf switch per
+    Pod holding exactly its hosts, and a max_switch_wait as long as job_submit.lua asks."""
+    from .render import SWITCH_WAIT
+
+    if not site.pods:
+        return Finding("pods", True, "one Pod: no topology needed")
+    fix = (f"merge topology.conf and TopologyPlugin=topology/tree from the rendered fragments, add "
+           f"max_switch_wait={SWITCH_WAIT} to SchedulerParameters, restart slurmctld")
+    plugin = facts.config.get("TopologyPlugin", "")
+    if "tree" not in plugin:
+        return Finding("pods", False, f"TopologyPlugin={plugin or '(unset)'}: Slurm does not see the Pods", fix)
+    m = re.search(r"max_switch_wait=(\d+)", facts.config.get("SchedulerParameters", ""))
+    if not m or int(m.group(1)) < SWITCH_WAIT:
+        return Finding("pods", False, f"max_switch_wait={m.group(1) if m else '300 (the default)'}: jobs stop "
+                       "waiting for their Pods and may straddle them", fix)
+    if facts.topology is None:
+        return Finding("pods", False, f"cannot read Slurm's topology ({facts.errors.get('topology')})", fix)
+    wrong = [f"{h} is under {facts.topology.get(h, 'no switch')}, not {p.name}" for p in site.pods for h in p.hosts
+             if facts.topology.get(h) != p.name]
+    if wrong:
+        return Finding("pods", False, "; ".join(wrong[:3]) + (" ..." if len(wrong) > 3 else ""), fix)
+    return Finding("pods", True, f"{len(site.pods)} Pods, each one switch of Slurm's topology "
+                   f"({', '.join(p.name for p in site.pods)})")
+
+
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
           check_plugstack, check_vipu, check_state_dir, check_journal, check_orphans, check_service,
-          check_accounting)
+          check_accounting, check_pods)
 
 
 def diagnose(site: Site, facts: Facts) -> list[Finding]:

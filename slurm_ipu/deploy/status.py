@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import SlurmIpuError
+from ..rules import IPUS_PER_ILD
+from .fragments import pod_context
 from .site import Site
 
 
@@ -31,6 +33,7 @@ class Row:
     age_s: float | None
     ours: bool
     orphan: bool
+    pods: list[str] | None = None  # multi-Pod sites: the Pods whose ILDs hold its IPUs
 
 
 def parse_jobs(text: str) -> dict[int, dict]:
@@ -116,6 +119,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
 
     now = time.time() if now is None else now
     prefix = site["partition.prefix"]
+    pods = pod_context(site)
     rows = []
     for p in facts["partitions"] or []:
         job = job_of(p.name, prefix)
@@ -123,7 +127,8 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
         since = facts["created"].get(p.name) or info.get("start")
         rows.append(Row(p.name, job, info.get("user"), info.get("nodes"), p.size, p.num_gcds, p.state,
                         round(now - since, 1) if since else None, job is not None,
-                        job is not None and info.get("state", "GONE") not in LIVE_STATES))
+                        job is not None and info.get("state", "GONE") not in LIVE_STATES,
+                        [pod for pod, n in _per_pod(p, pods).items() if n] if pods else None))
     pod = site["pod.ipus"]
     vipu_used = sum(r.size for r in rows) if facts["partitions"] is not None else None
     ours_used = sum(r.size for r in rows if r.ours and not r.orphan)
@@ -136,12 +141,31 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
         "cluster": site["cluster"], "pod_ipus": pod,
         "vipu": None if vipu_used is None else {"used": vipu_used, "free": pod - vipu_used},
         "slurm": facts["licenses"] or None, "disagreement": disagreement,
+        "pods": [{"name": pod["name"], "hosts": pod["hostlist"], "ilds": pod["ild_ids"],
+                  "ipus": pod["ilds"] * IPUS_PER_ILD,
+                  "used": None if facts["partitions"] is None else
+                  sum(_per_pod(p, pods)[pod["name"]] for p in facts["partitions"])} for pod in pods],
         "partitions": [asdict(r) for r in rows],
         "orphans": [r.partition for r in rows if r.orphan],
         "queued_removals": [q.get("partition") for q in facts["queued"]],
         "usage": facts.get("usage"),
         "errors": facts["errors"],
     }
+
+
+def _ilds_of(part) -> list[int]:
+    """Each IPU's ILD: as V-IPU gives it (the emulator's `ild`), else from its number (64 per ILD)."""
+    ipus = ((part.extra or {}).get("spec") or {}).get("ipus") or ()
+    given = [i.get("ild") for i in ipus if isinstance(i, dict)]
+    if len(given) == len(part.ipus) and all(isinstance(g, int) for g in given):
+        return given
+    return [i // IPUS_PER_ILD for i in part.ipus]
+
+
+def _per_pod(part, pods: list[dict]) -> dict[str, int]:
+    """IPUs of the partition in each Pod."""
+    ilds = _ilds_of(part)
+    return {pod["name"]: sum(1 for i in ilds if i in pod["ild_ids"]) for pod in pods}
 
 
 def _age(seconds) -> str:
@@ -161,12 +185,20 @@ def table(view: dict) -> list[str]:
              f"  Slurm: ipu licence {lic.get('used', '?')} used of {lic.get('total', '?')}"]
     if view["disagreement"]:
         lines.append(f"  DISAGREE: {view['disagreement']}")
-    lines.append(f"{'PARTITION':<16} {'JOB':>8} {'USER':<10} {'NODES':<16} {'SIZE':>4} {'GCDS':>4} {'STATE':<8} AGE")
+    for pod in view["pods"]:
+        used = "?" if pod["used"] is None else pod["used"]
+        free = "?" if pod["used"] is None else pod["ipus"] - pod["used"]
+        lines.append(f"  Pod {pod['name']}: hosts {pod['hosts']}, ILD {','.join(map(str, pod['ilds']))}: "
+                     f"{pod['ipus']} IPUs, {used} in partitions, {free} free")
+    pods = bool(view["pods"])
+    lines.append(f"{'PARTITION':<16} {'JOB':>8} {'USER':<10} {'NODES':<16} {'SIZE':>4} {'GCDS':>4} {'STATE':<8} "
+                 + ("PODS      " if pods else "") + "AGE")
     for r in view["partitions"]:
         job = "-" if r["job"] is None else str(r["job"])
         note = "  orphan: job gone" if r["orphan"] else "" if r["ours"] else "  not slurm-ipu's"
+        where = f"{','.join(r['pods'] or []) or '-':<9} " if pods else ""
         lines.append(f"{r['partition']:<16} {job:>8} {r['user'] or '-':<10} {r['nodes'] or '-':<16} {r['size']:>4} "
-                     f"{r['gcds']:>4} {r['state']:<8} {_age(r['age_s'])}{note}")
+                     f"{r['gcds']:>4} {r['state']:<8} {where}{_age(r['age_s'])}{note}")
     if not view["partitions"]:
         lines.append("(no partitions)")
     lines.append(f"orphans: {', '.join(view['orphans']) or 'none'}")

@@ -26,11 +26,12 @@ class Launch:
     """Everything decided before anything starts."""
 
     def __init__(self, opts: Options, plan: Plan, env: dict, srun: list[str] | None, command: list[str],
-                 cache_dir: str | None, vipu: partition.PartitionPlan, client_factory, mpi=None):
+                 cache_dir: str | None, vipu: partition.PartitionPlan, client_factory, mpi=None, host_pods=None):
         self.opts, self.plan, self.env, self.srun, self.command = opts, plan, env, srun, command
         self.cache_dir = cache_dir   # a cache ipurun itself must remove (local backend only)
         self.vipu, self.client_factory = vipu, client_factory
         self.mpi = mpi               # what the --mpi-* options asked (None without them)
+        self.host_pods = host_pods or {}  # multi-Pod sites: host -> Pod, for --print-topology
 
 
 AUTOREPORT_CONFLICT = ("autoreport-dir command line argument cannot be specified when POPLAR_ENGINE_OPTIONS "
@@ -110,6 +111,9 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
                      distribution=mpi.distribution if mpi else "block")
     cache, own_cache = cache_for(opts, plan, local)
     task_env = instance_constants(opts, plan, cache, mpi)
+    host_pods, gcd_map = pod_placement(plan, vipu, factory, env, inside, opts.print_topology)
+    if gcd_map is not None:
+        task_env["IPURUN_GCD_MAP"] = ",".join(map(str, gcd_map))
     if mpi is not None:
         srun_extra = srun_extra + mpi.srun
     if inside and cpus is not None and plan.instances_per_host > cpus:
@@ -117,7 +121,19 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
         # more instances than the allocation's CPUs on a host is then fine, as with PopRun.
         srun_extra = [*srun_extra, "--overcommit"]
     srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
-    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi)
+    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods)
+
+
+def pod_placement(plan: Plan, vipu, factory, env: dict, inside: bool, show: bool):
+    """Multi-Pod: (host -> Pod, GCD per instance) so every instance drives its own Pod's IPUs;
+    ({}, None) for a partition in one ILD (no read at all unless `show`) or a site without Pods."""
+    part = vipu.current if inside and not vipu.recreate else None
+    if not inside or (part is None or plan.num_gcds < 2) and not show:
+        return {}, None
+    from . import pods
+
+    host_pods, gcd_pods = pods.read(part, factory, env, show)
+    return host_pods, pods.assign(plan, host_pods, gcd_pods) if gcd_pods else None
 
 
 def cpus_per_host(env: dict, inside: bool, local: bool) -> int | None:
@@ -243,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             from . import show
 
             if opts.print_topology:
-                print(show.topology_table(launch.plan))
+                print(show.topology_table(launch.plan, launch.host_pods))
             if opts.dry_run:
                 show.dry_run(launch)
                 return 0

@@ -9,8 +9,9 @@ from .plan import Plan
 from .task import instance_env  # the wrapper's own: the dry run shows exactly what each task sets
 
 
-def topology_table(plan: Plan) -> str:
-    """PopRun's --print-topology table: each level's cells centred over its replicas."""
+def topology_table(plan: Plan, host_pods: dict | None = None) -> str:
+    """PopRun's --print-topology table: each level's cells centred over its replicas; on a
+    multi-Pod site a row above the hosts says which Pod each sits in."""
     reps = plan.num_replicas
     width = max(3, len(str(reps - 1)) + 2)
     per_inst = plan.replicas_per_instance
@@ -24,11 +25,20 @@ def topology_table(plan: Plan) -> str:
     rows = [row("hosts", host_cells), row("ILDs", ild_cells),
             row("instances", [(str(i), per_inst) for i in range(plan.num_instances)]),
             row("replicas", [(str(r), 1) for r in range(reps)])]
+    if host_pods:
+        pods: list[list] = []
+        for host, span in host_cells:
+            pod = host_pods.get(host, "?")
+            if pods and pods[-1][0] == pod:
+                pods[-1][1] += span
+            else:
+                pods.append([pod, span])
+        rows.insert(0, row("Pods", [(p, n) for p, n in pods]))
     inner = len(rows[0]) - 2
     sep = "|" + "-" * 11 + "|" + "-" * (inner - 12) + "|"
     title = f"|{'ipurun topology':^{inner}}|"
-    return "\n".join([" " + "=" * inner, title, "|" + "=" * inner + "|", rows[0], sep, rows[1], sep, rows[2], sep,
-                      rows[3], " " + "-" * inner])
+    body = [line for r in rows for line in (r, sep)][:-1]
+    return "\n".join([" " + "=" * inner, title, "|" + "=" * inner + "|", *body, " " + "-" * inner])
 
 
 def partition_line(vipu) -> str:

@@ -58,6 +58,14 @@ def open_cache(path: str, own: bool, k: int) -> None:
              "remove it or give --executable-cache-path")
 
 
+def gcd_of(env: dict, k: int, n: int, gcds: int) -> str:
+    """IPURUN_GCD_MAP (a multi-Pod run: each instance's GCD in its own host's Pod), else the
+    block rule: instance k drives GCD k // (instances per GCD)."""
+    mapping = env.get("IPURUN_GCD_MAP", "").split(",")
+    given = mapping[k] if k < len(mapping) else ""
+    return str(int(given)) if given.isdigit() and int(given) < gcds else str(k // (n // gcds))
+
+
 def instance_env(env: dict, k: int, local: int) -> dict:
     n, replicas = int(env["IPURUN_NUM_INSTANCES"]), int(env["IPURUN_NUM_REPLICAS"])
     per_host, gcds = int(env["IPURUN_INSTANCES_PER_HOST"]), int(env.get("IPURUN_NUM_GCDS", "1"))
@@ -75,7 +83,7 @@ def instance_env(env: dict, k: int, local: int) -> dict:
         # PopDist derives instance index and count from the MPI environment: give it one.
         "OMPI_COMM_WORLD_RANK": str(k), "OMPI_COMM_WORLD_SIZE": str(n),
         "OMPI_COMM_WORLD_LOCAL_RANK": str(local), "OMPI_COMM_WORLD_LOCAL_SIZE": str(per_host),
-        "IPUOF_VIPU_API_GCD_ID": str(k // (n // gcds)),
+        "IPUOF_VIPU_API_GCD_ID": gcd_of(env, k, n, gcds),
         "IPUOF_VIPU_API_TIMEOUT": env.get("IPURUN_VIPU_TIMEOUT", "120"),
     }
     for key in ("HOST", "PORT", "PARTITION_ID"):

@@ -129,3 +129,41 @@ def test_a_job_on_a_full_pods_hosts_waits_in_the_queue_not_in_the_prolog(lab2):
     wait_gone(lab, spanning, timeout=90)
     assert _report(lab, spanning)["ilds"] == [0, 1]
     wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
+
+
+def test_ipurun_runs_each_instance_on_its_own_pods_ipus(lab2):
+    """A job over both Pods, instances dealt out cyclically (node1 gets instances 0 and 8): the
+    block rule would send instance 8 to the other Pod's GCD, which the emulator refuses."""
+    lab = lab2
+    script = lab.spec.path("users", "span.sh")
+    script.write_text("#!/bin/bash\nipurun --num-instances 16 --num-replicas 32 --ipus-per-replica 4 --print-topology "
+                      "--process-placement=disabled --mpi-global-args='--map-by node' vipu-emu attach\n")
+    script.chmod(0o755)
+    job = lab.sbatch("-N", "8", "--ntasks-per-node=2", "--gres=ipu:16", "-o",
+                     str(lab.spec.path("users", "span-%j.out")), str(script))
+    wait_gone(lab, job, timeout=120)
+    out = lab.spec.path("users", f"span-{job}.out").read_text()
+    assert lab.job(job).get("ExitCode", "0:0") == "0:0", out
+    grants = [line.split() for line in out.splitlines() if line.startswith("attach: ")]
+    assert len(grants) == 16, out
+    for words in grants:
+        fields = dict(w.split("=", 1) for w in words[1:])
+        assert POD_OF[fields["host"]] == int(fields["gcd"]), words  # GCD g lies in ILD g here
+    pods_row = next(line for line in out.splitlines() if line.startswith("| Pods"))
+    assert pods_row.split("|")[2].strip() == "poda" and pods_row.split("|")[3].strip() == "podb"
+
+
+def test_doctor_and_status_see_the_pods(lab2):
+    lab = lab2
+    doctor = lab.run("slurm-ipu", "doctor")
+    assert doctor.returncode == 0, doctor.stdout
+    assert "ok       pods         2 Pods, each one switch of Slurm's topology (poda, podb)" in doctor.stdout
+    job = _submit(lab, 8, 2, 60)
+    wait_for(f"job {job} running", lambda: lab.state(job) == "RUNNING", 60)
+    wait_for(f"job {job}'s partition", lambda: f"slurm_{job}" in lab.partitions(), 30)
+    status = lab.run("slurm-ipu", "status", check=True).stdout
+    assert "Pod poda: hosts node[1-4], ILD 0: 64 IPUs, 8 in partitions, 56 free" in status
+    assert "Pod podb: hosts node[5-8], ILD 1: 64 IPUs, 8 in partitions, 56 free" in status
+    row = next(line for line in status.splitlines() if line.startswith(f"slurm_{job} "))
+    assert " poda,podb " in row
+    lab.run("scancel", str(job))

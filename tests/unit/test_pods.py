@@ -108,3 +108,104 @@ def test_bad_pods_name_the_line_and_the_fix(change, words):
     with pytest.raises(ConfigError, match=words) as err:
         site.parse(BASE.replace(*change), "s.yaml")
     assert str(err.value).startswith("s.yaml:")
+
+
+# --- ipurun: every instance drives a GCD of its own host's Pod
+
+TOPOLOGY = """SwitchName=poda Level=0 LinkSpeed=1 Nodes=node[1-4]
+SwitchName=podb Level=0 LinkSpeed=1 Nodes=node[5-8]
+SwitchName=all Level=1 LinkSpeed=1 Nodes=node[1-8] Switches=poda,podb
+"""
+ALLOCATIONS = ('[{"id": "all", "agents": ["ag0", "ag1", "ag16"]}, {"id": "poda", "agents": ["ag0", "ag1"]}, '
+               '{"id": "podb", "agents": ["ag16"]}]')
+
+
+def test_hosts_and_gcds_are_found_in_their_pods():
+    from slurm_ipu.launcher import pods as lpods
+    from slurm_ipu.slurm.topology import leaf_switches
+    from slurm_ipu.vipu.parse import partition_from_json
+
+    hosts = leaf_switches(TOPOLOGY)
+    assert hosts["node4"] == "poda" and hosts["node5"] == "podb" and len(hosts) == 8
+    ipus = [{"id": i, "agent": "ag0" if i < 4 else "ag16", "ild": i // 4} for i in range(8)]
+    part = partition_from_json({"partition": {"id": "p", "spec": {"size": 8, "num_gcds": 2, "ipus": ipus}}})
+    assert lpods.spans_ilds(part)
+    assert lpods.gcd_pods(lpods.gcd_agents(part), lpods.allocation_agents(ALLOCATIONS), {"poda", "podb"}) == [
+        "poda", "podb"]
+
+
+def _plan(n: int, distribution: str = "block"):
+    from slurm_ipu.launcher.plan import make_plan
+
+    return make_plan(n, n, 1, [f"node{k}" for k in range(1, 9)], num_ilds=2, num_gcds=2, distribution=distribution)
+
+
+POD_OF = {f"node{k}": "poda" if k <= 4 else "podb" for k in range(1, 9)}
+
+
+@pytest.mark.parametrize("distribution", ["block", "cyclic"])
+def test_each_instance_gets_a_gcd_of_its_own_pod(distribution):
+    from slurm_ipu.launcher import pods as lpods
+
+    plan = _plan(16, distribution)
+    mapping = lpods.assign(plan, POD_OF, ["poda", "podb"])
+    assert [POD_OF[i.host] for i in plan.instances()] == [["poda", "podb"][g] for g in mapping]
+    assert sorted(mapping) == [0] * 8 + [1] * 8
+    # GCDs listed the other way round (ILD 0 cabled to the second Pod's hosts): still each its own.
+    flipped = lpods.assign(plan, POD_OF, ["podb", "poda"])
+    assert [POD_OF[i.host] for i in plan.instances()] == [["podb", "poda"][g] for g in flipped]
+
+
+def test_unknown_pods_leave_the_block_rule_and_a_mismatch_names_the_fix():
+    from slurm_ipu.launcher import pods as lpods
+    from slurm_ipu.launcher.plan import PlanError, make_plan
+
+    assert lpods.assign(_plan(16), {}, ["poda", "podb"]) is None
+    assert lpods.assign(_plan(16), POD_OF, ["poda", None]) is None
+    uneven = make_plan(4, 4, 1, ["node1", "node2", "node3", "node5"], num_ilds=2, num_gcds=2)
+    with pytest.raises(PlanError, match="instance 2 on node3 .Pod poda. has no GCD of its Pod left"):
+        lpods.assign(uneven, POD_OF, ["poda", "podb"])
+
+
+def test_status_shows_each_pods_ipus_and_where_each_partition_lies(tmp_path):
+    from slurm_ipu.deploy import status
+    from slurm_ipu.vipu.parse import partition_from_json
+
+    s = site.parse(BASE + f"state_dir: {tmp_path}\n", "s.yaml")
+
+    def part(name, ipus):
+        spec = {"size": len(ipus), "ipus": [{"id": i, "ild": i // 64} for i in ipus]}
+        return partition_from_json({"partition": {"id": name, "spec": spec}})
+
+    facts = {"partitions": [part("slurm_1", range(0, 16)), part("slurm_2", [*range(32, 40), *range(64, 72)])],
+             "jobs": {1: {"state": "RUNNING", "user": "a", "nodes": "h1", "start": 0.0},
+                      2: {"state": "RUNNING", "user": "a", "nodes": "h[4-5]", "start": 0.0}},
+             "licenses": {"total": 128, "used": 32}, "created": {}, "queued": [], "errors": {}}
+    view = status.build(s, facts, now=10.0)
+    assert [(p["name"], p["used"]) for p in view["pods"]] == [("poda", 24), ("podb", 8)]
+    assert {r["partition"]: r["pods"] for r in view["partitions"]} == {"slurm_1": ["poda"],
+                                                                       "slurm_2": ["poda", "podb"]}
+    text = "\n".join(status.table(view))
+    assert "Pod podb: hosts h[5-8], ILD 1: 64 IPUs, 8 in partitions, 56 free" in text
+
+
+def test_doctor_sees_pods_slurm_cannot_keep_together(tmp_path):
+    from slurm_ipu.deploy import doctor
+    from slurm_ipu.slurm.topology import leaf_switches
+
+    s = site.parse(BASE, "s.yaml")
+    good = {"TopologyPlugin": "topology/tree", "SchedulerParameters": "sched_interval=2,max_switch_wait=31536000"}
+    topo = leaf_switches(TOPOLOGY.replace("node", "h"))
+    check = doctor.check_pods
+    assert check(s, doctor.Facts(config=good, topology=topo)).ok
+    for conf, topology, words in [
+        ({**good, "TopologyPlugin": "topology/flat"}, topo, "TopologyPlugin=topology/flat"),
+        ({**good, "SchedulerParameters": "sched_interval=2"}, topo, "max_switch_wait=300 (the default)"),
+        (good, {**topo, "h5": "poda"}, "h5 is under poda, not podb"),
+        (good, None, "cannot read Slurm's topology"),
+    ]:
+        finding = check(s, doctor.Facts(config=conf, topology=topology))
+        assert not finding.ok and words in finding.detail and "max_switch_wait=31536000" in finding.fix
+    one = site.parse("version: 1\ncluster: c\nvipu: {host: v}\npod: {ipus: 64, hosts: 'n[1-4]', ipus_per_host: 16}\n",
+                     "one.yaml")
+    assert check(one, doctor.Facts()).ok

@@ -64,13 +64,21 @@ def in_python(env: dict, k: int, local: int, job: int = 7):
     {"IPURUN_AUTOREPORT_DIR": "/reports", "IPURUN_PLACEMENT": "disabled", "IPURUN_REPORT_BINDINGS": "0"},
     {"IPURUN_ONLY_OUTPUT_FROM": "3"},
     {"IPURUN_PLACEMENT": "scattersocket"},
+    {"IPURUN_GCD_MAP": "1,0,1,0"},
+    {"IPURUN_GCD_MAP": "1,0,1,x"},
+    {"IPURUN_GCD_MAP": "1,0,1,2"},
 ], ids=["plan", "spreadnuma", "vipu-options", "offline", "instance-env", "autoreport", "only-output-self",
-        "scattersocket"])
+        "scattersocket", "gcd-map", "gcd-map-bad", "gcd-map-out-of-range"])
 def test_the_program_sees_what_the_python_wrapper_gives_it(driver, extra):
     env = dict(PLAN, **extra)
     c_rc, c_env, c_err = in_c(driver, env, 3, 1)
     py_rc, py_env, py_err = in_python(env, 3, 1)
     assert (c_rc, c_env, c_err) == (py_rc, py_env, py_err)
+
+
+def test_a_multi_pod_gcd_map_overrides_the_block_rule(driver):
+    assert in_c(driver, dict(PLAN, IPURUN_GCD_MAP="1,0,1,0"), 3, 1)[1]["IPUOF_VIPU_API_GCD_ID"] == "0"
+    assert in_c(driver, PLAN, 3, 1)[1]["IPUOF_VIPU_API_GCD_ID"] == "1"
 
 
 def test_the_executable_cache_is_made_private_and_named_alike(driver, tmp_path):
