@@ -67,3 +67,23 @@ def spanned(pods: list[Pod], nodes) -> list[Pod]:
                                "add them to a Pod's hosts and re-render, or drain them")
     names = {where[n].name for n in nodes}
     return [p for p in pods if p.name in names]
+
+
+def ild_ids(pods: list[Pod]) -> dict[str, list[int]]:
+    """Each Pod's ILD numbers, counted in the site's order: the site lists its Pods in the order
+    V-IPU numbers their ILDs (docs/admin.md, "Several Pods")."""
+    out, first = {}, 0
+    for pod in pods:
+        out[pod.name] = list(range(first, first + pod.ilds))
+        first += pod.ilds
+    return out
+
+
+def ilds_given(part) -> list[int] | None:
+    """Each IPU's ILD as V-IPU printed it (`ild` beside each IPU: the emulator does; whether a real
+    controller does is not public), or None."""
+    ipus = ((getattr(part, "extra", None) or {}).get("spec") or {}).get("ipus") or ()
+    given = [i.get("ild") for i in ipus if isinstance(i, dict)]
+    if not given or len(given) != len(ipus) or not all(isinstance(g, int) for g in given):
+        return None
+    return given

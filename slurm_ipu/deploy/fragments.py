@@ -13,6 +13,7 @@ from ..fsutil import atomic_write
 from ..hooks import handoff
 from ..hooks.journal import Journal
 from ..hooks.removal import service_lock
+from ..pods import ild_ids
 from . import render
 from .site import Site, hook_config
 
@@ -39,14 +40,12 @@ def names(site: Site) -> list[str]:
 
 def pod_context(site: Site) -> list[dict]:
     """Each Pod with its ILD numbers and agents (IPU-Machines), counted in the site's order."""
-    out, ild = [], 0
     per = rules.AGENTS_PER_ILD
-    for pod in site.pods:
-        ids = list(range(ild, ild + pod.ilds))
-        out.append({"name": pod.name, "hostlist": pod.hostlist, "hosts": list(pod.hosts), "ilds": pod.ilds,
-                    "ild_ids": ids, "agents": [f"ag{a}" for i in ids for a in range(i * per, (i + 1) * per)]})
-        ild += pod.ilds
-    return out
+    ids = ild_ids(site.pods)
+    return [{"name": pod.name, "hostlist": pod.hostlist, "hosts": list(pod.hosts), "ilds": pod.ilds,
+             "ild_ids": ids[pod.name],
+             "agents": [f"ag{a}" for i in ids[pod.name] for a in range(i * per, (i + 1) * per)]}
+            for pod in site.pods]
 
 
 def hook_paths(state_dir: str) -> dict:

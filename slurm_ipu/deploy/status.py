@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import SlurmIpuError
+from ..pods import ilds_given
 from ..rules import IPUS_PER_ILD
 from .fragments import pod_context
 from .site import Site
@@ -154,12 +155,8 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
 
 
 def _ilds_of(part) -> list[int]:
-    """Each IPU's ILD: as V-IPU gives it (the emulator's `ild`), else from its number (64 per ILD)."""
-    ipus = ((part.extra or {}).get("spec") or {}).get("ipus") or ()
-    given = [i.get("ild") for i in ipus if isinstance(i, dict)]
-    if len(given) == len(part.ipus) and all(isinstance(g, int) for g in given):
-        return given
-    return [i // IPUS_PER_ILD for i in part.ipus]
+    """Each IPU's ILD: as V-IPU gives it, else from its number (64 per ILD)."""
+    return ilds_given(part) or [i // IPUS_PER_ILD for i in part.ipus]
 
 
 def _per_pod(part, pods: list[dict]) -> dict[str, int]:

@@ -32,6 +32,10 @@ class ForeignPartition(SlurmIpuError):
     """A partition under the job's name that slurm-ipu did not create for this job."""
 
 
+class Misplaced(SlurmIpuError):
+    """V-IPU put a partition over several Pods in ILDs that are not those of the job's hosts."""
+
+
 class Abandoned(SlurmIpuError):
     """Nobody waits for this prolog any more (the removal service ran it; Slurm killed the
     wrapper because the job was cancelled)."""
@@ -44,12 +48,13 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
     deadline = started + cfg["prolog.deadline"]
     name = ctx.partition(cfg["partition.prefix"])
     try:
-        allocation, ilds, room = _where(ctx, cfg)
+        allocation, ilds, room, expect = _where(ctx, cfg)
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ilds, cluster_ilds=room)
         _claim_name(cfg, name, deadline)
         with Ledger(cfg["state_dir"]).lock(name, deadline):  # a removal of this name waits for us
             try:
                 part = _ensure_with_room(ctx, shape, allocation, cfg, client, name, deadline, clock, sleep)
+                _check_ilds(part, expect)
             except SlurmIpuError:
                 _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
                 raise
@@ -63,22 +68,36 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
     return 0
 
 
-def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int]:
-    """Where the partition goes: (allocation, ILDs, ILDs the job may use). On a multi-Pod site a
-    job inside one Pod gets that Pod's allocation (its IPU-Machines sit with the job's hosts); a
-    job over several Pods (job_submit.lua gives it whole Pods) gets the cluster's allocation and
-    one partition ILD per ILD of those Pods, so each Pod holds the share its hosts' GRES count."""
+def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int, set[int] | None]:
+    """Where the partition goes: (allocation, ILDs, ILDs the job may use, the ILDs it must lie
+    in when V-IPU chooses them). On a multi-Pod site a job inside one Pod gets that Pod's
+    allocation (its IPU-Machines sit with the job's hosts); a job over several Pods (job_submit.lua
+    gives it whole Pods) gets the cluster's allocation and one partition ILD per ILD of those
+    Pods, so each Pod holds the share its hosts' GRES count."""
     found = pods.parse(cfg["pod.pods"])
     if not found:
-        return cfg["partition.allocation"], ctx.ilds, max(1, cfg["pod.ipus"] // rules.IPUS_PER_ILD)
+        return cfg["partition.allocation"], ctx.ilds, max(1, cfg["pod.ipus"] // rules.IPUS_PER_ILD), None
     used = pods.spanned(found, ctx.nodes)
     if len(used) == 1:
-        return used[0].name, ctx.ilds, used[0].ilds
+        return used[0].name, ctx.ilds, used[0].ilds, None
     need = sum(p.ilds for p in used)
     if ctx.ilds not in (None, need):
         raise InvalidPartition(f"--ipu-ilds={ctx.ilds}: the job's hosts are in Pods "
                                f"{','.join(p.name for p in used)}, whose partition spans {need} ILD(s)")
-    return cfg["partition.allocation"], need, need
+    ids = pods.ild_ids(found)
+    return cfg["partition.allocation"], need, need, {i for p in used for i in ids[p.name]}
+
+
+def _check_ilds(part, expect: set[int] | None) -> None:
+    """With more than two Pods the cluster's allocation lets V-IPU choose the ILDs of a partition
+    over some of them: one in another Pod's ILD would be unreachable from the job's hosts, so it
+    is removed (the caller undoes) and the job requeued rather than started to fail."""
+    got = pods.ilds_given(part) if expect is not None else None
+    if got is None or set(got) <= expect:
+        return
+    raise Misplaced(f"V-IPU put it in ILD(s) {','.join(map(str, sorted(set(got))))}, but the job's hosts are cabled "
+                    f"to ILD(s) {','.join(map(str, sorted(expect)))} (with more than two Pods V-IPU chooses where a "
+                    "partition over some of them goes: docs/admin.md, Several Pods)")
 
 
 def _ensure_with_room(ctx, shape, allocation, cfg, client, name: str, deadline: float, clock, sleep=time.sleep):

@@ -17,6 +17,7 @@ class FakeVipu:
         self.end_state = "ACTIVE"
         self.create_json = False     # answer create --showjson with the partition, as the emulator does
         self.free: int | None = None  # IPUs left for creates (None: unlimited)
+        self.ipu_ild = None          # IPU index -> the ILD shown beside it (None: not shown)
 
     def __call__(self, argv, capture_output=True, text=True, timeout=None, stdin=None):
         args = self._strip(list(argv))
@@ -78,7 +79,8 @@ class FakeVipu:
         if p["polls"] > 0:
             p["polls"] -= 1
             state = "PENDING"
-        spec = {"size": p["size"], "num_gcds": p["gcds"], "ipus": [{"id": i} for i in range(p["size"])],
+        ipus = [{"id": i} if self.ipu_ild is None else {"id": i, "ild": self.ipu_ild(i)} for i in range(p["size"])]
+        spec = {"size": p["size"], "num_gcds": p["gcds"], "ipus": ipus,
                 "hosts": p.get("hosts") or []}
         if p.get("owner_uid") is not None:
             spec["owner_uid"] = p["owner_uid"]

@@ -209,3 +209,20 @@ def test_doctor_sees_pods_slurm_cannot_keep_together(tmp_path):
     one = site.parse("version: 1\ncluster: c\nvipu: {host: v}\npod: {ipus: 64, hosts: 'n[1-4]', ipus_per_host: 16}\n",
                      "one.yaml")
     assert check(one, doctor.Facts()).ok
+
+
+@pytest.mark.parametrize("placed,ok", [(lambda i: i // 64, True), (lambda i: 2 * (i // 64), False)])
+def test_a_partition_v_ipu_put_beyond_the_jobs_pods_is_removed_and_the_job_requeued(fake, tmp_path, placed, ok):
+    three = write_conf(tmp_path, pod={"ipus": 192, "pods": TWO + " podc:1:node[9-12]"},
+                       partition={"allocation": "all"})
+    cfg = config.load(str(three), environ={})
+    fake.ipu_ild = placed  # the ILDs V-IPU shows beside the IPUs: 0,1 (Pods a, b) or 0,2 (a, c)
+    slurm = FakeSlurm()
+    ctx = env(SLURM_JOB_NODELIST="node[1-8]", SLURM_JOB_LICENSES="ipu:128")
+    assert prolog.run(ctx, cfg, cfg.vipu_client(), slurm) == (0 if ok else 1)
+    if ok:
+        assert "slurm_42" in fake.partitions
+        return
+    assert not fake.partitions and 42 not in slurm.cancelled
+    assert ("V-IPU put it in ILD(s) 0,2, but the job's hosts are cabled to ILD(s) 0,1" in slurm.comments[42]
+            and "requeued" in slurm.comments[42])
