@@ -195,6 +195,9 @@ def main(argv: list[str] | None = None, prog: str = "vipu") -> int:
         code = "UNAVAILABLE" if exc.__class__.__name__ == "VipuUnavailable" else "INVALID_ARGUMENT"
         print(f"error: {exc} [{code}]", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `vipu list ... | head`: the reader left; no traceback, as a C tool's SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to flush at exit
+        return 141
 
 
 if __name__ == "__main__":

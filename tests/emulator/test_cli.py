@@ -1,8 +1,11 @@
 """The vipu-compatible CLI against a running emulator (issue 2 acceptance)."""
 
 import json
+import subprocess
 
 import pytest
+
+from .conftest import VIPU
 
 
 def test_create_then_list_shows_active_partition(vipu):
@@ -84,3 +87,14 @@ def test_unreachable_server_is_one_line(tmp_path):
     from slurm_ipu.vipu.parse import classify_error
 
     assert isinstance(classify_error(proc.stderr, 1), VipuUnavailable)  # transient: the client retries
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(emu, vipu):
+    for k in range(3):
+        vipu("create", "partition", f"p{k}", "--size", "1", check=True)
+    cmd = " ".join([*VIPU, "--api-host", "127.0.0.1", "--api-port", str(emu.port), "list", "partitions",
+                    "--showjson"])
+    # `true` is gone long before the CLI has started and prints: every write meets a closed pipe.
+    proc = subprocess.run(["bash", "-c", f"{cmd} | true; echo ${{PIPESTATUS[0]}}"], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.stdout.strip() == "141" and "Traceback" not in proc.stderr and "Error" not in proc.stderr
