@@ -58,18 +58,18 @@ def assign(plan: Plan, host_pod: dict[str, str], pod_of_gcd: list[str | None]) -
     if None in hosts or None in pod_of_gcd or len(set(pod_of_gcd)) < 2:
         return None
     per_gcd = plan.num_instances // plan.num_gcds
-    todo = {pod: [g for g, p in enumerate(pod_of_gcd) if p == pod] for pod in set(pod_of_gcd)}
-    mapping = []
+    todo = {pod: [g for g, p in enumerate(pod_of_gcd) if p == pod] for pod in dict.fromkeys(pod_of_gcd)}
+    mapping: list[int] = []
     for inst in plan.instances():
         pod = host_pod[inst.host]
         free = todo.get(pod) or []
         if not free:
-            have = {p: sum(1 for i in plan.instances() if host_pod[i.host] == p) for p in set(hosts)}
+            have = {p: sum(1 for i in plan.instances() if host_pod[i.host] == p) for p in dict.fromkeys(hosts)}
             raise PlanError(f"instance {inst.index} on {inst.host} (Pod {pod}) has no GCD of its Pod left: the "
                             f"partition's GCDs lie {_count(pod_of_gcd)} and the instances {_count_map(have)}, "
                             f"{per_gcd} per GCD; run as many instances per Pod as its GCDs take")
         mapping.append(free[0])
-        if sum(1 for g in mapping if g == free[0]) == per_gcd:
+        if mapping.count(free[0]) == per_gcd:
             free.pop(0)
     return mapping
 
