@@ -43,6 +43,10 @@ def _host(v: str):
     return None if ok else "a host name or address"
 
 
+def _cross_pod(v: str):
+    return None if v in ("refuse", "slow") else "refuse or slow"
+
+
 SUPPORTED_SLURM = releases.SUPPORTED
 
 
@@ -67,6 +71,10 @@ FIELDS = [
     Field("vipu.emulator", bool, False, "the controller is vipu-emu (labs, drills): pass it each job's hosts "
           "and owner (--hosts/--owner-uid), which a real controller does not take"),
     Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
+    Field("vipu.emulator_cross_pod", str, "refuse", "with vipu.emulator and pods: an attach from a host to another "
+          "Pod's IPUs is refused ('refuse'), or served after vipu.emulator_cross_pod_delay ('slow')", _cross_pod),
+    Field("vipu.emulator_cross_pod_delay", float, 0.5, "seconds a 'slow' cross-Pod attach takes (the emulator)",
+          _between(0, 60)),
     Field("ipuof.host", str, None, "IPUOF_VIPU_API_HOST in tasks; null: vipu.host", _host),
     Field("ipuof.port", int, None, "IPUOF_VIPU_API_PORT in tasks; null: vipu.port", _port),
     Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD); with pods: their sum", _pod),

@@ -226,3 +226,18 @@ def test_a_partition_v_ipu_put_beyond_the_jobs_pods_is_removed_and_the_job_reque
     assert not fake.partitions and 42 not in slurm.cancelled
     assert ("V-IPU put it in ILD(s) 0,2, but the job's hosts are cabled to ILD(s) 0,1" in slurm.comments[42]
             and "requeued" in slurm.comments[42])
+
+
+def test_the_emulator_cluster_is_the_sites_pods_and_says_how_a_cross_pod_attach_goes():
+    import yaml
+
+    from slurm_ipu.deploy import fragments
+    from slurm_ipu.emulator.model import cluster_from_dict
+
+    text = BASE.replace("allocation: all}", "allocation: all, emulator_cross_pod: slow, emulator_cross_pod_delay: 0.2}")
+    emu = cluster_from_dict(yaml.safe_load(fragments.emulator_cluster(site.parse(text, "s.yaml"))))
+    assert (emu.ilds, emu.remote_attach, emu.remote_attach_delay) == (2, "slow", 0.2)
+    assert emu.allocation_ipus("podb") == set(range(64, 128)) and emu.allocation_ipus("all") == set(range(128))
+    assert emu.remote_ilds("h5", range(0, 128, 63)) == [0]
+    with pytest.raises(ConfigError, match="emulator_cross_pod='sideways' is out of range; use refuse or slow"):
+        site.parse(BASE.replace("allocation: all}", "allocation: all, emulator_cross_pod: sideways}"), "s.yaml")
