@@ -34,14 +34,17 @@ def _pod(v):
     return None if is_valid_allocation(v) else "a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 (128, 192, 256, ...)"
 
 
-def _pods(v):
-    from .pods import parse
+def _parses(name: str, form: str):
+    """A check by the Pod table's own parser (slurm_ipu/pods.py): None, or the form to use."""
+    def check(v):
+        from . import pods
 
-    try:
-        parse(v)
-    except ConfigError as exc:
-        return str(exc).split(": ", 1)[1]
-    return None
+        try:
+            getattr(pods, name)(v)
+        except ConfigError:
+            return form
+        return None
+    return check
 
 
 PREFIX_CHARS = "-_"  # what the SPANK plugin accepts in its prefix= argument (spank/args.c)
@@ -82,7 +85,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("partition.allocation", str, None, "V-IPU allocation to create partitions in; unset: the server's default"),
     Option("pod.ipus", int, 64, "IPUs in the Pod (the licence pool and the largest partition)", _pod),
     Option("pod.pods", str, None, "a multi-Pod cluster: NAME:ILDS:HOSTLIST per Pod, space-separated (rendered "
-           "from the site's pods:); unset: one Pod", _pods),
+           "from the site's pods:); unset: one Pod",
+           _parses("parse", "NAME:ILDS:HOSTLIST words, e.g. 'poda:1:node[1-4] podb:1:node[5-8]'")),
+    Option("pod.groups", str, None, "groups of Pods with an allocation of their own: NAME=POD,POD per group, "
+           "space-separated (rendered from the site's pod_groups:)",
+           _parses("parse_groups", "NAME=POD,POD words, e.g. 'ab=poda,podb cd=podc,podd'")),
     Option("prolog.deadline", float, 60.0, "seconds the prolog may take in all; keep below PrologEpilogTimeout",
            _positive),
     Option("prolog.max_attempts", int, 3, "prolog failures before the job is held instead of requeued",

@@ -6,7 +6,9 @@ partition in its Pods), job_submit.lua (rendered from it), the emulator's cluste
 (named like the Pod) and `ilds` IPU-Link domains of 64 IPUs.
 
 In the hooks' config a multi-Pod cluster is one line, `NAME:ILDS:HOSTLIST` per Pod, space
-separated (hostlists hold no spaces), so it has an environment twin like every option.
+separated (hostlists hold no spaces), so it has an environment twin like every option. Groups of
+Pods (a POD256 as two pairs) are `NAME=POD,POD` words: each a switch above its Pods and a V-IPU
+allocation holding theirs, so a job over the Pods of one group gets that group's IPU-Machines.
 """
 
 from __future__ import annotations
@@ -47,6 +49,31 @@ def parse(text: str | None, where: str = "pod.pods") -> list[Pod]:
         except Exception as exc:  # the hostlist parser's own message says what is wrong
             raise ConfigError(f"{where}: {word!r}: {exc}") from None
     return pods
+
+
+def parse_groups(text: str | None, where: str = "pod.groups") -> dict[str, list[str]]:
+    """'ab=poda,podb cd=podc,podd' -> {group: its Pods}."""
+    groups = {}
+    for word in (text or "").split():
+        name, _, members = word.partition("=")
+        pods = [m for m in members.split(",") if m]
+        if not name or len(pods) < 2:
+            raise ConfigError(f"{where}: {word!r} is not NAME=POD,POD,... (e.g. ab=poda,podb)")
+        groups[name] = pods
+    return groups
+
+
+def format_groups(groups: dict[str, list[str]]) -> str:
+    return " ".join(f"{name}={','.join(pods)}" for name, pods in groups.items())
+
+
+def allocation_for(used: list[Pod], groups: dict[str, list[str]], everything: str | None) -> str | None:
+    """The smallest V-IPU allocation holding the Pods a job uses: its Pod's, its group's, or the
+    one holding every Pod."""
+    if len(used) == 1:
+        return used[0].name
+    names = {p.name for p in used}
+    return next((g for g, members in groups.items() if names <= set(members)), everything)
 
 
 def format_pods(pods: list[Pod]) -> str:

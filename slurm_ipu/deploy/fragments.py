@@ -48,6 +48,18 @@ def pod_context(site: Site) -> list[dict]:
             for pod in site.pods]
 
 
+def group_context(site: Site) -> list[dict]:
+    """Each group of Pods with the agents of its Pods; `top` lists what hangs off the top switch."""
+    agents = {p["name"]: p["agents"] for p in pod_context(site)}
+    return [{"name": g, "pods": members, "agents": [a for m in members for a in agents[m]]}
+            for g, members in site.groups.items()]
+
+
+def top_switches(site: Site) -> list[str]:
+    grouped = {m for members in site.groups.values() for m in members}
+    return [*site.groups, *(p.name for p in site.pods if p.name not in grouped)]
+
+
 def hook_paths(state_dir: str) -> dict:
     """What the hook wrapper's fast paths touch (templates/slurm-ipu-hook.j2)."""
     return {"journal_dir": str(Journal(state_dir).dir), "service_lock": str(service_lock(state_dir)),
@@ -71,7 +83,8 @@ def context(site: Site) -> dict:
             "config": site.path("config"), "python": site.python, "prefix": site["partition.prefix"],
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
-        "pods": pod_context(site), "top_switch": site["vipu.allocation"],
+        "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
+        "top_members": top_switches(site),
     }
 
 

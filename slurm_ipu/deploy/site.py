@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config import _between, _pod, _port, _positive, _prefix, flatten
 from ..errors import ConfigError
-from ..pods import Pod, format_pods
+from ..pods import Pod, format_groups, format_pods
 from ..slurm import releases
 from ..slurm.hostlist import expand
 
@@ -84,6 +84,8 @@ FIELDS = [
           _between(1, 64), required=True),
     Field("pods", list, None, "a multi-Pod cluster, instead of pod.ipus/pod.hosts: each Pod's name (its V-IPU "
           "allocation and Slurm switch), hosts (a hostlist) and ilds (IPU-Link domains of 64 IPUs, default 1)"),
+    Field("pod_groups", list, None, "with pods: groups of Pods used together (a POD256 as two pairs), each a "
+          "switch above its Pods and a V-IPU allocation holding theirs: name and pods"),
     Field("partition.prefix", str, "slurm_", "partition name = prefix + job id", _prefix),
     Field("prolog.deadline", float, 60.0, "seconds the prolog may take in all", _positive),
     Field("prolog.max_attempts", int, 3, "prolog failures before the job is held", _between(1, 100)),
@@ -122,6 +124,10 @@ class Site:
     @property
     def hosts(self) -> list[str]:
         return expand(self["pod.hosts"])
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        return {g["name"]: list(g["pods"]) for g in self["pod_groups"] or []}
 
     @property
     def pods(self) -> list[Pod]:
@@ -257,6 +263,33 @@ def _pods(site: Site) -> None:
         raise ConfigError(f"{_at(site, 'vipu.allocation')}: vipu.allocation={site['vipu.allocation']!r}: with "
                           "pods: name the V-IPU allocation that holds every Pod (jobs over several Pods go there), "
                           "not one Pod's")
+    _groups(site, {p.name for p in pods})
+
+
+def _groups(site: Site, pods: set[str]) -> None:
+    """pod_groups: disjoint groups of two or more Pods, named apart from the Pods and the whole."""
+    raw = site["pod_groups"]
+    if raw is None:
+        return
+    where = _at(site, "pod_groups")
+    taken: set[str] = set()
+    names = pods | {site["vipu.allocation"]}
+    for k, item in enumerate(raw):
+        ok = isinstance(item, dict) and set(item) == {"name", "pods"} and isinstance(item["pods"], list)
+        if not ok:
+            raise ConfigError(f"{where}: group {k + 1} must be a mapping of name and pods, e.g. "
+                              "{name: ab, pods: [poda, podb]}")
+        name, members = item["name"], [str(m) for m in item["pods"]]
+        why = _name(name) if isinstance(name, str) else "a name"
+        if why or name in names:
+            raise ConfigError(f"{where}: group {k + 1}: name={name!r} is out of range; use "
+                              f"{why or 'a name no Pod, group or vipu.allocation has'}")
+        unknown = [m for m in members if m not in pods]
+        if unknown or len(members) < 2 or taken & set(members) or set(members) == pods:
+            raise ConfigError(f"{where}: group {name}: pods={members} must name two or more Pods of pods:, none in "
+                              "another group, not all of them (vipu.allocation is that)")
+        taken |= set(members)
+        names.add(name)
 
 
 def _pod_entry(where: str, k: int, item: object) -> dict:
@@ -314,7 +347,8 @@ def hook_config(site: Site) -> dict:
         "vipu": vipu,
         "ipuof": {"host": site["ipuof.host"] or site["vipu.host"], "port": site["ipuof.port"] or site["vipu.port"]},
         "partition": {"prefix": site["partition.prefix"], "allocation": site["vipu.allocation"]},
-        "pod": {"ipus": site["pod.ipus"], **({"pods": format_pods(site.pods)} if site.pods else {})},
+        "pod": {"ipus": site["pod.ipus"], **({"pods": format_pods(site.pods)} if site.pods else {}),
+                **({"groups": format_groups(site.groups)} if site.groups else {})},
         "prolog": {"deadline": site["prolog.deadline"], "max_attempts": site["prolog.max_attempts"]},
         "epilog": {"deadline": site["epilog.deadline"]},
         "reap": {"interval": site["reap.interval"]},

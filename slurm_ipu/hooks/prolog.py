@@ -85,19 +85,21 @@ def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int, set[int] 
         raise InvalidPartition(f"--ipu-ilds={ctx.ilds}: the job's hosts are in Pods "
                                f"{','.join(p.name for p in used)}, whose partition spans {need} ILD(s)")
     ids = pods.ild_ids(found)
-    return cfg["partition.allocation"], need, need, {i for p in used for i in ids[p.name]}
+    where = pods.allocation_for(used, pods.parse_groups(cfg["pod.groups"]), cfg["partition.allocation"])
+    return where, need, need, {i for p in used for i in ids[p.name]}
 
 
 def _check_ilds(part, expect: set[int] | None) -> None:
-    """With more than two Pods the cluster's allocation lets V-IPU choose the ILDs of a partition
-    over some of them: one in another Pod's ILD would be unreachable from the job's hosts, so it
-    is removed (the caller undoes) and the job requeued rather than started to fail."""
+    """An allocation larger than the job's Pods (the cluster's, with more than two Pods and no
+    group of exactly them) lets V-IPU choose the ILDs of a partition over some of them: one in
+    another Pod's ILD would be unreachable from the job's hosts, so it is removed (the caller
+    undoes) and the job requeued rather than started to fail."""
     got = pods.ilds_given(part) if expect is not None else None
     if got is None or set(got) <= expect:
         return
     raise Misplaced(f"V-IPU put it in ILD(s) {','.join(map(str, sorted(set(got))))}, but the job's hosts are cabled "
-                    f"to ILD(s) {','.join(map(str, sorted(expect)))} (with more than two Pods V-IPU chooses where a "
-                    "partition over some of them goes: docs/admin.md, Several Pods)")
+                    f"to ILD(s) {','.join(map(str, sorted(expect)))} (V-IPU chooses where a partition over Pods of no "
+                    "single group goes: docs/admin.md, Several Pods)")
 
 
 def _ensure_with_room(ctx, shape, allocation, cfg, client, name: str, deadline: float, clock, sleep=time.sleep):

@@ -164,6 +164,10 @@ def site_description(spec: LabSpec) -> str:
     if spec.pods > 1:
         doc["pods"] = _pods(spec)
         doc["vipu"]["allocation"] = "all"
+    if spec.pods > 2 and spec.pods % 2 == 0:  # a POD256 as two pairs: podab and podcd
+        names = [p["name"] for p in doc["pods"]]
+        doc["pod_groups"] = [{"name": "pod" + names[k][-1] + names[k + 1][-1], "pods": names[k:k + 2]}
+                             for k in range(0, len(names), 2)]
     import yaml
 
     return "# The lab's site description (written by `slurm-ipu lab up`).\n" + yaml.safe_dump(doc, sort_keys=False)

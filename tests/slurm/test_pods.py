@@ -167,3 +167,27 @@ def test_doctor_and_status_see_the_pods(lab2):
     row = next(line for line in status.splitlines() if line.startswith(f"slurm_{job} "))
     assert " poda,podb " in row
     lab.run("scancel", str(job))
+
+
+@pytest.fixture(scope="module")
+def four_pods():
+    """A POD256 as four POD64s of two nodes (32 IPUs each), grouped in pairs podab and podcd."""
+    with started_lab(nodes=8, pods=4, ipus_per_node=32) as lab:
+        yield lab
+
+
+def test_a_job_over_two_of_four_pods_takes_a_pair_with_room_and_its_allocation(four_pods):
+    lab = four_pods
+    full = [_submit(lab, 1, 32, 300, "-w", f"node{k}") for k in (1, 2)]  # Pod a's 64 IPUs taken
+    for job in full:
+        wait_for(f"job {job} running", lambda job=job: lab.state(job) == "RUNNING", 60)
+    pair = _submit(lab, 4, 32, 0.5)  # 128 IPUs: two Pods; pair ab has only Pod b left, so pair cd
+    every = _submit(lab, 8, 16, 0.5)  # all four Pods: waits for Pod a's hosts
+    wait_gone(lab, pair, timeout=90)
+    assert _report(lab, pair) == {"nodes": "node[5-8]", "allocation": "podcd", "ilds": [2, 3]}
+    wait_for(f"job {every} held back by the scheduler", lambda: lab.job(every).get("Reason") not in (None, "None"), 30)
+    assert lab.state(every) == "PENDING"
+    lab.run("scancel", *map(str, full))
+    wait_gone(lab, every, timeout=90)
+    assert _report(lab, every) == {"nodes": "node[1-8]", "allocation": "all", "ilds": [0, 1, 2, 3]}
+    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)

@@ -241,3 +241,58 @@ def test_the_emulator_cluster_is_the_sites_pods_and_says_how_a_cross_pod_attach_
     assert emu.remote_ilds("h5", range(0, 128, 63)) == [0]
     with pytest.raises(ConfigError, match="emulator_cross_pod='sideways' is out of range; use refuse or slow"):
         site.parse(BASE.replace("allocation: all}", "allocation: all, emulator_cross_pod: sideways}"), "s.yaml")
+
+
+FOUR = """version: 1
+cluster: c
+vipu: {host: v, allocation: all}
+pod: {ipus_per_host: 32}
+pods:
+  - {name: poda, hosts: "h[1-2]"}
+  - {name: podb, hosts: "h[3-4]"}
+  - {name: podc, hosts: "h[5-6]"}
+  - {name: podd, hosts: "h[7-8]"}
+pod_groups:
+  - {name: ab, pods: [poda, podb]}
+  - {name: cd, pods: [podc, podd]}
+"""
+
+
+def test_groups_of_pods_are_switches_and_allocations_of_their_own():
+    from slurm_ipu.deploy import fragments
+
+    s = site.parse(FOUR, "s.yaml")
+    text = fragments.texts(s)
+    assert ("SwitchName=ab Switches=poda,podb\nSwitchName=cd Switches=podc,podd\nSwitchName=all Switches=ab,cd"
+            in text["topology.conf"])
+    assert "groups: ab=poda,podb cd=podc,podd" in text["config.yaml"]
+    import yaml
+
+    from slurm_ipu.emulator.model import cluster_from_dict
+
+    emu = cluster_from_dict(yaml.safe_load(fragments.emulator_cluster(s)))
+    assert emu.allocation_ipus("cd") == set(range(128, 256))
+
+
+@pytest.mark.parametrize("change,words", [
+    (("{name: cd, pods: [podc, podd]}", "{name: cd, pods: [podb, podd]}"), "none in another group"),
+    (("{name: cd, pods: [podc, podd]}", "{name: cd, pods: [podc]}"), "two or more Pods"),
+    (("{name: cd, pods: [podc, podd]}", "{name: cd, pods: [podc, pode]}"), "must name two or more Pods of pods:"),
+    (("{name: cd, pods: [podc, podd]}", "{name: poda, pods: [podc, podd]}"), "name='poda' is out of range"),
+    (("{name: cd, pods: [podc, podd]}", "{name: all, pods: [podc, podd]}"), "name='all' is out of range"),
+    (("{name: cd, pods: [podc, podd]}", "cd"), "must be a mapping of name and pods"),
+])
+def test_bad_groups_name_the_fix(change, words):
+    with pytest.raises(ConfigError, match=words):
+        site.parse(FOUR.replace(*change), "s.yaml")
+
+
+@pytest.mark.parametrize("nodes,allocation", [("h[1-2]", "poda"), ("h[5-8]", "cd"), ("h[3-6]", "all"),
+                                              ("h[1-8]", "all")])
+def test_a_job_over_the_pods_of_one_group_gets_the_groups_allocation(fake, tmp_path, nodes, allocation):
+    conf = write_conf(tmp_path, pod={"ipus": 256, "pods": "poda:1:h[1-2] podb:1:h[3-4] podc:1:h[5-6] podd:1:h[7-8]",
+                                     "groups": "ab=poda,podb cd=podc,podd"}, partition={"allocation": "all"})
+    cfg = config.load(str(conf), environ={})
+    ctx = env(SLURM_JOB_NODELIST=nodes, SLURM_JOB_LICENSES=f"ipu:{32 * len(pods.parse('x:1:' + nodes)[0].hosts)}")
+    assert prolog.run(ctx, cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    assert _create(fake)["--allocation"] == allocation
