@@ -89,6 +89,7 @@ bench: deps
 	$(PY) tests/bench/submit_latency.py
 	$(PY) tests/bench/prolog.py
 	$(PY) tests/bench/storm.py --rounds 2
+	$(PY) tests/bench/storm.py --rounds 2 --pods 2
 	$(PY) tests/bench/memory.py
 
 demo: deps

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 struct req {
-	const char *host, *port, *verb, *name, *size, *gcds, *ilds, *hosts, *owner;
+	const char *host, *port, *verb, *name, *size, *gcds, *ilds, *hosts, *owner, *allocation;
 	int showjson, reconfigurable;
 	double timeout;
 };
@@ -100,6 +100,7 @@ static void parse(int argc, char **argv, struct req *r)
 #define TAKE(opt, field) if ((v = value_of(opt, argc, argv, &i))) { r->field = v; continue; }
 		TAKE("--api-host", host) TAKE("--api-port", port) TAKE("--size", size) TAKE("--num-gcds", gcds)
 		TAKE("--gcds", gcds) TAKE("--num-ilds", ilds) TAKE("--hosts", hosts) TAKE("--owner-uid", owner)
+		TAKE("--allocation", allocation)
 #undef TAKE
 		if ((v = value_of("--api-timeout", argc, argv, &i))) {
 			char *end;
@@ -135,7 +136,7 @@ static void parse(int argc, char **argv, struct req *r)
 	if (!word_ok(r->host, ".-:") || !digits(r->port) || atoi(r->port) > 65535)
 		fallback(); /* the address from a config file, or a bad one: the Python CLI says which */
 	if (!strcmp(r->verb, "list")) {
-		if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable)
+		if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable || r->allocation)
 			fallback();
 		return;
 	}
@@ -143,11 +144,12 @@ static void parse(int argc, char **argv, struct req *r)
 		fallback();
 	if (!strcmp(r->verb, "create")) {
 		if (!digits(r->size) || (r->gcds && !digits(r->gcds)) || (r->ilds && !digits(r->ilds)) ||
-		    (r->owner && !digits(r->owner)) || (r->hosts && !word_ok(r->hosts, "_.-,")))
+		    (r->owner && !digits(r->owner)) || (r->hosts && !word_ok(r->hosts, "_.-,")) ||
+		    (r->allocation && (!*r->allocation || strlen(r->allocation) > 64 || !word_ok(r->allocation, "_.-"))))
 			fallback();
 	} else if (strcmp(r->verb, "remove") && strcmp(r->verb, "delete") && strcmp(r->verb, "reset")) {
 		fallback();
-	} else if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable) {
+	} else if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable || r->allocation) {
 		fallback();
 	}
 }
@@ -237,7 +239,7 @@ int main(int argc, char **argv)
 			for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 				h += (size_t)snprintf(hosts + h, sizeof(hosts) - h, "%s\"%s\"", h ? ", " : "", tok);
 		}
-		char gcds[16] = "null", ilds[16] = "null", owner[16] = "null";
+		char gcds[16] = "null", ilds[16] = "null", owner[16] = "null", alloc[72] = "null";
 
 		/* numbers as numbers: "0002" is 2, as Python's int() reads it, never invalid JSON */
 		if (r.gcds)
@@ -246,11 +248,13 @@ int main(int argc, char **argv)
 			snprintf(ilds, sizeof(ilds), "%d", atoi(r.ilds));
 		if (r.owner)
 			snprintf(owner, sizeof(owner), "%d", atoi(r.owner));
+		if (r.allocation) /* letters, digits, '_', '.', '-' only (parse): nothing to escape */
+			snprintf(alloc, sizeof(alloc), "\"%s\"", r.allocation);
 		len = snprintf(body, sizeof(body),
 			       "{\"name\": \"%s\", \"size\": %d, \"num_gcds\": %s, \"num_ilds\": %s, "
-			       "\"allocation\": null, \"reconfigurable\": %s, \"total_replicas\": null, "
+			       "\"allocation\": %s, \"reconfigurable\": %s, \"total_replicas\": null, "
 			       "\"owner_uid\": %s, \"hosts\": [%s]}",
-			       r.name, atoi(r.size), gcds, ilds, r.reconfigurable ? "true" : "false", owner, hosts);
+			       r.name, atoi(r.size), gcds, ilds, alloc, r.reconfigurable ? "true" : "false", owner, hosts);
 	}
 	len = snprintf(msg, sizeof(msg),
 		       "%s %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"

@@ -32,6 +32,9 @@ SEQUENCE = [
     ["remove", "partition", "p1"],
     ["delete", "partition", "p1"],                                      # NOT_FOUND
     ["create", "partition", "bad name", "--size", "4"],                 # a name C does not pass on
+    ["create", "partition", "p4", "--size", "4", "--allocation", "default"],  # a multi-Pod site's prolog: C
+    ["create", "partition", "p5", "--size", "4", "--allocation=nosuch"],     # INVALID_ARGUMENT, the allocations
+    ["remove", "partition", "p4"],
     ["remove", "partition", "p2"],
     ["remove", "partition", "p3"],
 ]
@@ -70,7 +73,17 @@ def test_the_c_vipu_answers_as_the_python_one(emu, fast):
     c = replies(command, emu.port, env)
     for a, b in zip(python, c, strict=True):
         assert a == b
-    assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0]
+    assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 0, 0, 0]
+
+
+def test_a_create_in_an_allocation_needs_no_python(emu, fast):
+    """The prolog of a multi-Pod site names the Pod's allocation on every create: C answers it."""
+    command, _ = fast
+    env = {k: v for k, v in os.environ.items() if k != "VIPU_FAST_FALLBACK"}
+    proc = subprocess.run([*command, "--api-host", "127.0.0.1", "--api-port", str(emu.port), "create", "partition",
+                           "pa", "--size", "4", "--allocation", "default"], capture_output=True, text=True, timeout=30,
+                          env=env)
+    assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, "create partition (pa): success.", "")
 
 
 def test_unreachable_and_the_client_on_top(emu, fast, monkeypatch):
