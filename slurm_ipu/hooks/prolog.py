@@ -51,13 +51,12 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
         allocation, ilds, room, expect = _where(ctx, cfg)
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ilds, cluster_ilds=room)
         _claim_name(cfg, name, deadline)
-        with Ledger(cfg["state_dir"]).lock(name, deadline):  # a removal of this name waits for us
-            try:
-                part = _ensure_with_room(ctx, shape, allocation, cfg, client, name, deadline, clock, sleep)
-                _check_ilds(part, expect)
-            except SlurmIpuError:
-                _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
-                raise
+        try:
+            part = _ensure_with_room(ctx, shape, allocation, cfg, client, name, deadline, clock, sleep)
+            _check_ilds(part, expect)
+        except SlurmIpuError:
+            _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
+            raise
     except SlurmIpuError as exc:
         return _fail(ctx, cfg, slurm, name, exc)
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
@@ -107,9 +106,15 @@ def _ensure_with_room(ctx, shape, allocation, cfg, client, name: str, deadline: 
     removals V-IPU refused earlier (the journal), or one still under way. Work the journal off,
     then retry until the IPUs are there or the deadline passes."""
     pause = 0.05
+    ledger = Ledger(cfg["state_dir"])
     while True:
         try:
-            return _ensure(ctx, shape, allocation, cfg, client, name, deadline)
+            # The name's lock for one attempt (the record and the create), so a removal of this
+            # name never runs between them; not while waiting for room: names share lock files,
+            # and a finished job's partition behind the same lock would wait for this one while
+            # this one waits for its IPUs.
+            with ledger.lock(name, deadline):
+                return _ensure(ctx, shape, allocation, cfg, client, name, deadline)
         except InsufficientIpus:
             if _work_off_journal(cfg, client, name, deadline, clock):
                 continue  # freed some: try again at once (each pass settles entries, so this ends)
