@@ -124,28 +124,37 @@ def cmd_hook(args) -> int:
         ctx = jobenv.from_env(dict(os.environ))
     except SlurmIpuError as exc:
         # slurmctld keeps only the exit status: the reason goes where the admin looks for ours
+        # (and, for a prolog, into the held job's AdminComment)
+        from .hooks import prolog
         from .hooks.hooklog import report
 
-        report(cfg["state_dir"], f"job {os.environ.get('SLURM_JOB_ID') or '?'}: {which} refused its "
-                                 f"environment: {exc}", echo=False)
+        if which == "prolog":
+            prolog.refuse_env(dict(os.environ), cfg, _slurm(cfg), exc)
+        else:
+            report(cfg["state_dir"], f"job {os.environ.get('SLURM_JOB_ID') or '?'}: {which} refused its "
+                                     f"environment: {exc}", echo=False)
         raise
     if which == "prolog":
         from .hooks import prolog
-        from .slurm.commands import SlurmCli
 
-        return prolog.run(ctx, cfg, cfg.vipu_client(), SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"]))
+        return prolog.run(ctx, cfg, cfg.vipu_client(), _slurm(cfg))
     from .hooks import epilog
 
     return epilog.run(ctx, cfg, cfg.vipu_client())
 
 
+def _slurm(cfg):
+    from .slurm.commands import SlurmCli
+
+    return SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"])
+
+
 def cmd_reap(args) -> int:
     from . import config
     from .hooks import reap
-    from .slurm.commands import SlurmCli
 
     cfg = config.load(args.config, required=True)
-    slurm = SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"])
+    slurm = _slurm(cfg)
     if args.watch:
         from .hooks.removal import Service
 

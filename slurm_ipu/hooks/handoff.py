@@ -143,7 +143,10 @@ def _run(cfg, client, slurm, env_path: Path, job: str) -> int:
     try:
         ctx = jobenv.from_env(env)
     except SlurmIpuError as exc:
-        report(cfg["state_dir"], f"job {job}: prolog refused its environment: {exc}")
+        if env.get("SLURM_JOB_ID") == job:  # never hold another job than the request's
+            prolog.refuse_env(env, cfg, slurm, exc)
+        else:
+            report(cfg["state_dir"], f"job {job}: prolog refused its environment: {exc}")
         return 2
     if str(ctx.job_id) != job or ctx.script_context != "prolog_slurmctld":
         report(cfg["state_dir"], f"job {job}: prolog request for job {ctx.job_id} in context "

@@ -12,7 +12,9 @@ which `scontrol show job` shows and which leaves the user's own Comment alone):
 - the request itself (a shape V-IPU refuses): the job is cancelled at once, no requeue;
 - V-IPU trouble (unreachable, not ready, out of IPUs): exit 1, so Slurm requeues a batch job;
   after prolog.max_attempts the job is held for an admin;
-- a foreign partition under the job's name: held at once for an admin to remove it.
+- a foreign partition under the job's name: held at once for an admin to remove it;
+- an environment the prolog refuses (a malformed --ipu-* value sent around the SPANK plugin, e.g.
+  through Slurm's REST API): the same on every attempt, so held at once with the reason.
 """
 
 from __future__ import annotations
@@ -225,6 +227,21 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
     return 1
 
 
+def refuse_env(env: dict, cfg, slurm, exc: SlurmIpuError) -> None:
+    """The job's environment cannot be read (jobenv.from_env refused it). A requeue would bring
+    back the same environment, so retrying only loops: the job is held at once with the reason
+    in AdminComment. The caller still exits non-zero, so the job does not start."""
+    job = env.get("SLURM_JOB_ID", "")
+    why = f"job {job or '?'}: prolog refused its environment: {exc}"
+    if not job.isdigit():
+        report(cfg["state_dir"], why, echo=False)  # no job to hold: slurmctld sees the exit status
+        return
+    why += f"; held: cancel it and submit again with valid --ipu-* options (scancel {job})"
+    report(cfg["state_dir"], why, echo=False)
+    if slurm is not None:
+        _tell(cfg, slurm.hold, int(job), f"slurm-ipu: {why}")
+
+
 def _notify(slurm, job_id: int, text: str) -> None:
     """Before the job ends (a cancel ends it): srun and salloc print it. A batch job has no
     listener yet; its user reads the AdminComment, so a refused notify is not worth a log line."""
@@ -239,4 +256,4 @@ def _tell(cfg, action, job_id: int, text: str) -> None:
     try:
         action(job_id, text)
     except SlurmIpuError as exc:
-        report(cfg["state_dir"], f"job {job_id}: could not record this in Slurm: {exc}")
+        report(cfg["state_dir"], f"job {job_id}: could not record this in Slurm: {exc}", echo=False)

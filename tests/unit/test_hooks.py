@@ -86,6 +86,29 @@ def test_bad_hook_environment(over, words):
         env(**over)
 
 
+@pytest.mark.parametrize("over", [{"SPANK_IPU_GCDS": "2 x"}, {"SLURM_JOB_LICENSES": "ipu:lots"},
+                                  {"SPANK_IPU_ILDS": "0"}])
+def test_a_refused_environment_holds_the_job_at_once_with_its_reason(cfg, over):
+    """The same environment comes back on every requeue: held on the first attempt, not
+    requeued past prolog.max_attempts (issue 23, item 5)."""
+    raw = {"SLURM_JOB_ID": "42", "SLURM_JOB_UID": "1000", "SLURM_JOB_NODELIST": "node1",
+           "SLURM_JOB_LICENSES": "ipu:4", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", **over}
+    with pytest.raises(ConfigError) as refused:
+        jobenv.from_env(raw)
+    slurm = FakeSlurm()
+    prolog.refuse_env(raw, cfg, slurm, refused.value)
+    assert slurm.held == {42}
+    assert slurm.comments[42].startswith(f"slurm-ipu: job 42: prolog refused its environment: {refused.value}; held:")
+    assert f"prolog refused its environment: {refused.value}; held" in hooks_log(cfg)
+
+
+def test_a_refused_environment_without_a_job_id_holds_nothing(cfg):
+    slurm = FakeSlurm()
+    prolog.refuse_env({"SLURM_JOB_ID": "4; x"}, cfg, slurm, ConfigError("SLURM_JOB_ID='4; x' is not a number"))
+    assert (slurm.held, slurm.comments) == (set(), {})
+    assert "job 4; x: prolog refused its environment" in hooks_log(cfg)
+
+
 # --- prolog -------------------------------------------------------------------------------
 
 def test_job_without_ipus_makes_no_vipu_call(fake, cfg):

@@ -22,7 +22,9 @@ def hook(env: dict, config: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def conf(tmp_path):
     path = tmp_path / "config.yaml"
-    path.write_text(f"version: 1\nvipu: {{host: 127.0.0.1, port: 8090}}\nstate_dir: {tmp_path / 'state'}\n")
+    # No Slurm here: a refused prolog's hold fails at once (scontrol not found) and is logged.
+    path.write_text(f"version: 1\nvipu: {{host: 127.0.0.1, port: 8090}}\nstate_dir: {tmp_path / 'state'}\n"
+                    f"slurm: {{bin_dir: {tmp_path / 'no-slurm'}}}\n")
     return path
 
 
