@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 from ..slurm.hostlist import expand
+from ..slurm.licences import HOOKS, parse
 
 
 @dataclass(frozen=True)
@@ -31,18 +32,11 @@ class JobContext:
 
 
 def licence_count(licences: str, name: str = "ipu") -> int:
-    """'matlab:1,ipu:8' -> 8. Slurm prints name:count (name*count in some tools)."""
-    total = 0
-    for item in (licences or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, count = item.replace("*", ":").partition(":")
-        if key == name:
-            if sep and not count.isdigit():
-                raise ConfigError(f"SLURM_JOB_LICENSES entry {item!r} is not name:count")
-            total += int(count) if sep else 1
-    return total
+    """'matlab:1,ipu:8' -> 8, read as slurmctld reads it (slurm_ipu/slurm/licences.py)."""
+    totals = parse(licences, HOOKS)
+    if totals is None:
+        raise ConfigError(f"SLURM_JOB_LICENSES={licences!r} is not a licence list slurmctld accepts")
+    return totals.get(name, 0)
 
 
 def _int(env: dict, key: str, default: int | None = None) -> int:

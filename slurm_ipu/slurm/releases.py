@@ -20,25 +20,25 @@ def release(version: str) -> str:
     return ".".join(version.split(".")[:2])
 
 
-def _at_least(version: str, first: str) -> bool:
+def at_least(version: str, first: str) -> bool:
     return tuple(int(x) for x in release(version).split(".")) >= tuple(int(x) for x in first.split("."))
 
 
 def tres_prefix(version: str) -> str:
     """How Slurm spells a GRES in TRES strings (`scontrol show job`'s TresPerNode, job_submit.lua's
     tres_per_node): `gres:ipu:4` up to 23.02, `gres/ipu:4` from 23.11."""
-    return "gres/" if _at_least(version, "23.11") else "gres:"
+    return "gres/" if at_least(version, "23.11") else "gres:"
 
 
 def has_tres_per_task(version: str) -> bool:
     """`--tres-per-task` (a second way to name a GRES, which job_submit.lua must refuse for ipu)
     exists from 23.02 (src/common/slurm_opt.c)."""
-    return _at_least(version, "23.02")
+    return at_least(version, "23.02")
 
 
 def has_or_licences(version: str) -> bool:
     """`-L 'a:1|b:1'` (one of several licences) from 25.05: job_submit.lua refuses it for ipu."""
-    return _at_least(version, "25.05")
+    return at_least(version, "25.05")
 
 
 # The data_parser plugins each release ships (src/plugins/data_parser/ at its tag); the last is
@@ -60,7 +60,7 @@ def cgroup_conf(version: str) -> str | None:
     """The lab's cgroup.conf, or None for none. From 24.05 slurmd will not start without a cgroup
     filesystem unless cgroup.conf says `CgroupPlugin=disabled`, a value 22.05 refuses; the lab
     needs no cgroup (proctrack/linuxproc, task/affinity)."""
-    if not _at_least(version, "24.05"):
+    if not at_least(version, "24.05"):
         return None
     return "# The lab's cgroup.conf (slurm-ipu lab up): no cgroup plugin, so no cgroup filesystem needed.\n" \
            "CgroupPlugin=disabled\n"

@@ -25,9 +25,12 @@ def test_a_malformed_spank_value_holds_the_job_at_once_with_its_reason(clean_lab
     proc = raw(lab, rawsubmit, "--gres", "gres:ipu:4", "--spank", "IPU_GCDS=2 x")
     assert proc.returncode == 0, proc.stderr
     job = int(proc.stdout)
-    info = wait_for("the job held", lambda: (lambda j: j if j.get("Reason") == "JobHeldAdmin" else None)(lab.job(job)),
-                    60)
-    assert info["JobState"] == "PENDING" and int(info.get("Restarts", "0")) <= 1, info
+    def held():
+        info = lab.job(job)
+        return info if (info.get("Reason"), info.get("JobState")) == ("JobHeldAdmin", "PENDING") else None
+
+    info = wait_for("the job held and pending", held, 60)
+    assert int(info.get("Restarts", "0")) <= 1, info
     shown = lab.run("scontrol", "show", "job", str(job)).stdout
     assert "prolog refused its environment: --ipu-gcds='2 x' is not a positive number" in shown, shown
     assert "held: cancel it and submit again" in shown, shown

@@ -67,7 +67,8 @@ def hooks_log(cfg) -> str:
 # --- job environment ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("text,count", [
-    ("ipu:8", 8), ("matlab:1,ipu:8", 8), ("ipu*4", 4), ("", 0), ("matlab:2", 0), ("ipu", 1), (" ipu:2 , x:1", 2),
+    ("ipu:8", 8), ("matlab:1,ipu:8", 8), ("ipu*4", 4), ("", 0), ("matlab:2", 0), ("ipu", 1), (";ipu:2;;x:1", 2),
+    ("ipu:1,ipu:63", 64), ("ipu:4294967360", 64), ("ipu@db:4,ipu:2", 2), ("ipu: 4", 4),  # as slurmctld counts
 ])
 def test_licence_count(text, count):
     assert jobenv.licence_count(text) == count
@@ -76,7 +77,7 @@ def test_licence_count(text, count):
 @pytest.mark.parametrize("over,words", [
     ({"SLURM_JOB_ID": ""}, "SLURM_JOB_ID is not set"),
     ({"SLURM_JOB_ID": "x1"}, "SLURM_JOB_ID='x1' is not a number"),
-    ({"SLURM_JOB_LICENSES": "ipu:lots"}, "not name:count"),
+    ({"SLURM_JOB_LICENSES": "ipu:lots"}, "is not a licence list slurmctld accepts"),
     ({"SPANK_IPU_GCDS": "two"}, "--ipu-gcds='two'"),
     ({"SPANK_IPU_ILDS": "0"}, "--ipu-ilds='0'"),
     ({"SLURM_JOB_NODELIST": "node[1-"}, "unbalanced"),

@@ -37,7 +37,8 @@ def conf(tmp_path):
     ({"SLURM_JOB_NODELIST": "n[1-"}, "slurm-ipu: hostlist 'n[1-': unbalanced '['"),
     ({"SLURM_JOB_NODELIST": "n[1-99999999]"}, "slurm-ipu: hostlist 'n[1-99999999]': range '1-99999999' runs "
      "backwards or is too large"),
-    ({"SLURM_JOB_LICENSES": "ipu:lots"}, "slurm-ipu: SLURM_JOB_LICENSES entry 'ipu:lots' is not name:count"),
+    ({"SLURM_JOB_LICENSES": "ipu:lots"},
+     "slurm-ipu: SLURM_JOB_LICENSES='ipu:lots' is not a licence list slurmctld accepts"),
     ({"SPANK_IPU_GCDS": "two"}, "slurm-ipu: --ipu-gcds='two' is not a positive number; use e.g. --ipu-gcds=2"),
     ({"SPANK_IPU_ILDS": "0"}, "slurm-ipu: --ipu-ilds='0' is not a positive number; use e.g. --ipu-ilds=2"),
 ])

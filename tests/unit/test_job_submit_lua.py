@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from slurm_ipu.deploy import render
+from slurm_ipu.slurm import licences
 
 LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
@@ -29,10 +30,15 @@ print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) 
 """
 
 
+def values(pod_ipus: int, version: str = "22.05") -> dict:
+    """What the site's render gives job_submit.lua.j2: the Pod's sizes and Slurm's licence syntax."""
+    return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version)}
+
+
 @pytest.fixture(scope="module")
 def lua_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("lua") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", render.pod_values(64)))
+    path.write_text(render.render("job_submit.lua", values(64)))
     return str(path)
 
 
@@ -47,7 +53,7 @@ def lua_table(d: dict) -> str:
 @pytest.fixture(scope="module")
 def lua_256(tmp_path_factory):
     path = tmp_path_factory.mktemp("lua256") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", render.pod_values(256)))
+    path.write_text(render.render("job_submit.lua", values(256)))
     return str(path)
 
 
@@ -71,6 +77,11 @@ def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, st
     ({"tres_per_node": "gres:ipu2:4", "min_nodes": 1}, "nil", "1"),  # another GRES whose name starts with ipu
     ({"tres_per_task": "gres/gpu:1", "min_nodes": 1}, "nil", "1"),
     ({"licenses": "ipu2:1|matlab:1", "min_nodes": 1}, "ipu2:1|matlab:1", "1"),
+    ({"licenses": "ipu@db:8", "min_nodes": 1}, "ipu@db:8", "1"),  # a remote licence of its own name
+    ({"licenses": "IPU:8", "min_nodes": 1}, "IPU:8", "1"),  # 22.05 compares names with case: not ipu
+    # the user's ipu items go whatever their separator; theirs are kept as written
+    ({"tres_per_node": "gres:ipu:1", "licenses": "matlab:1;ipu:63", "min_nodes": 1}, "matlab:1,ipu:1", "1"),
+    ({"tres_per_node": "gres:ipu:1", "licenses": ";ipu:63;;matlab*2", "min_nodes": 1}, "matlab*2,ipu:1", "1"),
 ])
 def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     rc, lic, got_nodes, msg = run(lua_file, job)
@@ -85,7 +96,10 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     ({"tres_per_node": "gres:ipu:0"}, "at least 1 IPU per node"),
     ({"tres_per_node": "gres:ipu:4", "min_nodes": 2, "max_nodes": 4}, "fixed node count"),
     ({"licenses": "ipu:8"}, "not with the ipu licence (-L ipu:8)"),
-    ({"licenses": "ipu@db:8"}, "not with the ipu licence"),
+    ({"licenses": ";ipu:64"}, "not with the ipu licence (-L ipu:64)"),  # ';' separates items too
+    ({"licenses": "matlab:1;;ipu"}, "not with the ipu licence (-L ipu)"),
+    ({"licenses": "ipu:4294967360"}, "not with the ipu licence (-L ipu:4294967360)"),  # Slurm reads 64
+    ({"licenses": "ipu: 4"}, "not with the ipu licence (-L ipu: 4)"),
     ({"tres_per_node": "gres:ipu:16,gres:ipu:1"}, "--gres gres:ipu:16,gres:ipu:1 names ipu 2 times; give it once"),
     ({"tres_per_node": "gres/ipu:16,gres/ipu:1", "min_nodes": 1}, "names ipu 2 times"),
     ({"tres_per_task": "gres/ipu:2"}, "--tres-per-task=gres/ipu:2: ask for IPUs per node with --gres=ipu:N"),
@@ -176,7 +190,7 @@ print(tostring(job.req_switch) .. "\\t" .. tostring(job.wait4switch))
 def _pods_lua(tmp_path_factory, hosts: int) -> str:
     path = tmp_path_factory.mktemp("luapods") / "job_submit.lua"
     pods = [{"name": n, "hosts": [f"h{k}" for k in range(1, hosts + 1)], "ilds": 1} for n in ("poda", "podb")]
-    path.write_text(render.render("job_submit.lua", render.pod_values(128) | {"pods": pods}))
+    path.write_text(render.render("job_submit.lua", values(128) | {"pods": pods}))
     return str(path)
 
 
@@ -224,3 +238,59 @@ def test_a_job_that_cannot_sit_in_whole_pods_is_refused(lua_pods, job, words):
 def test_one_pod_sites_leave_switches_alone(lua_file):
     rc, req, wait, _ = run_switches(lua_file, {"tres_per_node": "gres:ipu:16", "min_nodes": 4})
     assert (rc, req, wait) == (0, "nil", "nil")
+
+
+# --- licence grammar: job_submit.lua against Slurm's (slurm_ipu/slurm/licences.py) ----------
+
+FUZZ = """
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_LICENSES = 2040,
+          log_user = function() end, log_info = function() end }
+dofile(%(path)r)
+local function hex(s)
+  return (string.gsub(s or "", ".", function(c) return string.format("%%02x", string.byte(c)) end))
+end
+for _, case in ipairs({%(cases)s}) do
+  local job = { licenses = case[1], tres_per_node = case[2], min_nodes = case[3], max_nodes = case[3] }
+  local rc = slurm_job_submit(job, {}, 0)
+  print(rc .. " " .. (job.licenses and ("=" .. hex(job.licenses)) or "nil"))
+end
+"""
+
+
+KNOWN = {"ipu", "ipu@db", "matlab@db"}  # the licences the real-Slurm fuzz test's lab has
+
+
+def lua_str(text: str) -> str:
+    return '"' + "".join(f"\\{b}" for b in text.encode()) + '"'
+
+
+@pytest.mark.parametrize("version", ["22.05"])
+def test_no_licence_string_gets_an_ipu_count_its_gres_does_not_ask_for(tmp_path, version):
+    """2,000 seeded licence strings, each with or without an IPU GRES, through job_submit.lua:
+    whatever it lets through, Slurm's grammar counts exactly the GRES's IPUs as the ipu licence
+    (0 without GRES), and a valid string naming no ipu is never refused. The real-Slurm tier runs
+    the same corpus against slurmctld (tests/slurm/test_licence_fuzz.py)."""
+    from tests.licence_corpus import corpus
+
+    path = tmp_path / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", values(64, version)))
+    cases = corpus(2000)
+    rows = ", ".join(f"{{{lua_str(s)}, {lua_str(f'gres:ipu:{g[0]}') if g else 'nil'}, {g[1] if g else 1}}}"
+                     for s, g in cases)
+    proc = subprocess.run([LUA, "-"], input=FUZZ % {"path": str(path), "cases": rows}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    grammar = licences.grammar(version)
+    wrong = []
+    for (text, gres), line in zip(cases, proc.stdout.splitlines(), strict=True):
+        rc, out = line.split(" ")
+        asked = gres[0] * gres[1] if gres else 0
+        result = bytes.fromhex(out[1:]).decode() if out != "nil" else None
+        if rc == "0" and licences.parse(result, grammar) is not None:
+            if licences.count(result, "ipu", grammar) != asked:
+                wrong.append((text, gres, result))
+        parsed = licences.parse(text, grammar)
+        known = parsed is not None and set(parsed) <= KNOWN  # else Slurm refuses the names anyway
+        if gres is None and known and "ipu" not in parsed and (rc != "0" or result != text):
+            wrong.append((text, gres, f"refused or changed: {rc} {result!r}"))
+    assert not wrong, f"{len(wrong)} of {len(cases)} strings: {wrong[:10]}"

@@ -83,18 +83,36 @@ local function other_paths(job_desc, refuse)
   return nil
 end
 
--- Split a licence string into the non-IPU entries and the IPU count (nil if none); a licence
--- named ipu inside an OR list (Slurm 25.05+: "ipu:64|matlab:1") is an error (nil, message).
+-- Slurm 22.05's licence syntax (slurm_ipu/slurm/licences.py, held to the real slurmctld by
+-- the licence fuzz test): items between runs of ",;", each a name up to its first
+-- ":", names compared with case. Whatever an item's count says, an item
+-- named ipu asks for the licence itself, which only this script may do.
+local LIC_ITEM = "[^%,%;]+"
+local LIC_NAME = "^([^%:]*)"
+local LIC_FOLD = false
+
+local function names_ipu(text)
+  local name = string.match(text, LIC_NAME)
+  if LIC_FOLD then name = string.lower(name) end
+  return name == "ipu"
+end
+
+-- Split a licence string into the items that are not ipu (as the user wrote them) and the
+-- first item naming ipu (nil if none). Each alternative of an item "a:1|ipu:4" is looked at in
+-- every release (one of several licences from 25.05; before it Slurm refuses the string), and
+-- ipu as one of several choices is an error (nil, nil, message).
 local function split_licenses(lic)
   local others, ipu = {}, nil
   if lic == nil or lic == "" then return others, nil end
-  for item in string.gmatch(lic, "[^,]+") do
-    local names_ipu = string.match(item, "^ipu[:*@|]") or item == "ipu" or string.match(item, "|ipu[:*@|]")
-                      or string.match(item, "|ipu$")
-    if names_ipu and string.find(item, "|", 1, true) then
+  for item in string.gmatch(lic, LIC_ITEM) do
+    local named = false
+    for alt in string.gmatch(item, "[^|]+") do
+      named = named or names_ipu(alt)
+    end
+    if named and string.find(item, "|", 1, true) then
       return nil, nil, "licence " .. item .. ": the ipu licence cannot be one of several choices"
-    elseif names_ipu then
-      ipu = tonumber(string.match(item, "^ipu[^:*]*[:*](%d+)$")) or 1
+    elseif named then
+      ipu = ipu or item
     else
       table.insert(others, item)
     end
@@ -209,7 +227,7 @@ local function job_submit(job_desc, part_list, submit_uid)
   if bad then return reject("%s; ask for IPUs with --gres=ipu:N", bad) end
   if per == nil then
     if lic_ipu ~= nil then
-      return reject("ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu licence (-L ipu:%d)", lic_ipu)
+      return reject("ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu licence (-L %s)", lic_ipu)
     end
     return slurm.SUCCESS
   end
