@@ -7,6 +7,7 @@
  *
  * --spank-bytes KEY=N puts one spank_job_env entry KEY=<N times 'x'>; --env-bytes N one
  * environment entry of N bytes. Prints the job id, or the error Slurm returned (exit 1). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +98,7 @@ int main(int argc, char **argv)
 		desc.spank_job_env_size = nspank;
 	}
 	if (slurm_submit_batch_job(&desc, &resp) != SLURM_SUCCESS) {
-		fprintf(stderr, "rawsubmit: %s\n", slurm_strerror(slurm_get_errno()));
+		fprintf(stderr, "rawsubmit: %s\n", slurm_strerror(errno));
 		return 1;
 	}
 	printf("%u\n", resp->job_id);

@@ -40,7 +40,8 @@ def show_jobs(lab, *job: str) -> dict[int, dict[str, str]]:
         ident = re.match(r"JobId=(\d+)", line)
         if not ident:
             continue
-        fields = {"TRES": (re.search(r" TRES=(\S*)", line) or [None, ""])[1]}
+        # what the job asks for: TRES= up to 23.02, ReqTRES= from 23.11
+        fields = {"TRES": (re.search(r" ReqTRES=(\S*)", line) or re.search(r" TRES=(\S*)", line) or [None, ""])[1]}
         lic = re.search(r" Licenses=(.*?) Network=", line) or re.search(r" Licenses=(\S*)", line)
         fields["Licenses"] = lic.group(1) if lic else "(null)"
         out[int(ident.group(1))] = fields
