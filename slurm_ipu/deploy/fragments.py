@@ -14,7 +14,7 @@ from ..hooks import handoff
 from ..hooks.journal import Journal
 from ..hooks.removal import service_lock
 from ..pods import ild_ids
-from ..slurm import licences
+from ..slurm import licences, limits
 from . import render
 from .site import Site, hook_config
 
@@ -84,7 +84,7 @@ def context(site: Site) -> dict:
             "config": site.path("config"), "python": site.python, "prefix": site["partition.prefix"],
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
-        "licences": licences.lua_values(site["slurm.version"]),
+        "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),
         "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
         "top_members": top_switches(site),
     }

@@ -36,3 +36,31 @@ def test_a_malformed_spank_value_holds_the_job_at_once_with_its_reason(clean_lab
     assert "held: cancel it and submit again" in shown, shown
     assert lab.partitions() == {}
     lab.run("scancel", str(job), check=True)
+
+
+@pytest.mark.parametrize("args,words", [
+    # The entry that crashes Slurm 22.05's slurmctld on every restart (docs/slurm.md).
+    (["--gres", "gres:ipu:4", "--spank-bytes", "BIG=1500000"], "the job's SPANK environment is 1500004 bytes"),
+    (["--spank-bytes", "BIG=1500000"], "the job's SPANK environment is 1500004 bytes"),
+    (["--comment", "x" * 20000], "job field comment is 20000 bytes"),
+])
+def test_oversized_job_input_is_refused_at_submit_and_slurmctld_stays_up(clean_lab, rawsubmit, args, words):
+    lab = clean_lab
+    proc = raw(lab, rawsubmit, *args)
+    assert proc.returncode == 1 and words in proc.stderr, proc.stderr
+    assert "slurm-ipu: " in proc.stderr and "over slurm-ipu's bound" in proc.stderr, proc.stderr
+    assert lab.run("scontrol", "ping").returncode == 0
+    assert lab.run("squeue", "-h", "-o", "%A").stdout.split() == []
+
+
+def test_an_oversized_comment_is_refused_by_sbatch_and_by_modify(clean_lab):
+    lab = clean_lab
+    proc = lab.run_as(USER, "sbatch", "--comment", "c" * 20000, "-o", "/dev/null", "--wrap", "true")
+    assert proc.returncode != 0 and "job field comment is 20000 bytes, over slurm-ipu's bound" in proc.stderr
+    job = lab.run_as(USER, "sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true")
+    job_id = int(job.stdout.strip())
+    proc = lab.run_as(USER, "scontrol", "update", f"JobId={job_id}", "Comment=" + "c" * 20000)
+    assert proc.returncode != 0
+    assert "refused job modify: job field comment is 20000 bytes" in \
+        lab.spec.path("log", "slurmctld.log").read_text(errors="replace")
+    lab.run("scancel", str(job_id), check=True)

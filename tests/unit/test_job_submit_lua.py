@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from slurm_ipu.deploy import render
-from slurm_ipu.slurm import licences
+from slurm_ipu.slurm import licences, limits
 
 LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
@@ -32,7 +32,7 @@ print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) 
 
 def values(pod_ipus: int, version: str = "22.05") -> dict:
     """What the site's render gives job_submit.lua.j2: the Pod's sizes and Slurm's licence syntax."""
-    return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version)}
+    return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version), "limits": limits.lua_values()}
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +169,35 @@ def test_impossible_shapes_are_refused_at_submit(lua_file, job, words):
 ])
 def test_possible_shapes_pass(lua_file, job, licence):
     assert run(lua_file, job)[:2] == (0, licence)
+
+
+BIG = "x" * (limits.FIELD_BYTES + 1)
+
+
+@pytest.mark.parametrize("job,words", [
+    ({"comment": BIG}, f"job field comment is {limits.FIELD_BYTES + 1} bytes, over slurm-ipu's bound of "
+                       f"{limits.FIELD_BYTES}; shorten it"),
+    ({"name": BIG, "tres_per_node": "gres:ipu:4"}, "job field name is"),
+    ({"work_dir": BIG}, "job field work_dir is"),
+    ({"spank_job_env": ["A=" + "x" * 1_500_000]}, "the job's SPANK environment is 1500002 bytes, over slurm-ipu's "
+                                                   f"bound of {limits.SPANK_BYTES}"),
+    ({"spank_job_env": [f"K{i}=1" for i in range(limits.SPANK_ITEMS + 1)]},
+     f"the job's SPANK environment has {limits.SPANK_ITEMS + 1} entries"),
+])
+def test_oversized_job_input_is_refused_at_submit(lua_file, job, words):
+    rc, _lic, _nodes, msg = run(lua_file, job)
+    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg, msg
+
+
+def test_job_input_at_the_bounds_passes(lua_file):
+    job = {"comment": "x" * limits.FIELD_BYTES, "tres_per_node": "gres:ipu:4",
+           "spank_job_env": ["A=" + "x" * (limits.SPANK_BYTES - 2)]}
+    assert run(lua_file, job)[:2] == (0, "ipu:4")
+
+
+def test_an_oversized_comment_is_refused_on_modify(lua_file):
+    rc, _lic, _nodes, msg = run(lua_file, {"comment": BIG}, {"min_nodes": 1})
+    assert rc == REFUSED and "refused job modify: job field comment is" in msg, msg
 
 
 def test_a_256_pod_takes_multiples_of_64_and_keeps_gcds_inside_ilds(lua_256):

@@ -183,6 +183,37 @@ local function check_shape(job_desc, total, spans, refuse)
   return nil
 end
 
+-- What a job brings to slurmctld and its controller hooks, bounded (slurm_ipu/slurm/limits.py,
+-- docs/slurm.md "Bounded job input"): slurmctld copies these into every hook's environment, and
+-- Slurm 22.05 dies on a large spank_job_env entry.
+local MAX_FIELD = 16384
+local MAX_SPANK, MAX_SPANK_ITEMS = 65536, 128
+local FIELDS = { "name", "comment", "admin_comment", "work_dir", "std_out", "std_err", "std_in", "account", "wckey", "partition", "reservation", "qos", "features", "licenses", "dependency", "mail_user", "burst_buffer", "extra", "container", }
+
+local function oversized(job_desc, refuse)
+  for _, field in ipairs(FIELDS) do
+    local value = job_desc[field]
+    if type(value) == "string" and #value > MAX_FIELD then
+      return refuse("job field %s is %d bytes, over slurm-ipu's bound of %d; shorten it (docs/slurm.md, " ..
+                    "Bounded job input)", field, #value, MAX_FIELD)
+    end
+  end
+  local env = job_desc.spank_job_env
+  if env == nil then return nil end
+  local items, total = 0, 0
+  for _, item in pairs(env) do
+    items, total = items + 1, total + #item
+  end
+  if items > MAX_SPANK_ITEMS then
+    return refuse("the job's SPANK environment has %d entries, over slurm-ipu's bound of %d", items, MAX_SPANK_ITEMS)
+  end
+  if total > MAX_SPANK then
+    return refuse("the job's SPANK environment is %d bytes, over slurm-ipu's bound of %d (docs/slurm.md, " ..
+                  "Bounded job input)", total, MAX_SPANK)
+  end
+  return nil
+end
+
 local function set_count(v)
   return v ~= nil and v ~= 0 and v < NO_VAL
 end
@@ -221,7 +252,7 @@ local function requested(tres, refuse)
 end
 
 local function job_submit(job_desc, part_list, submit_uid)
-  local refused = other_paths(job_desc)
+  local refused = oversized(job_desc, reject) or other_paths(job_desc)
   if refused then return refused end
   local per, err = requested(job_desc.tres_per_node)
   if err then return err end
@@ -248,7 +279,7 @@ end
 -- A modify never sets the ipu licence itself: the licence is recomputed from the GRES and the
 -- node count whenever either, or the job's other licences, change.
 local function job_modify(job_desc, job_rec, part_list, modify_uid)
-  local refused = other_paths(job_desc, refuse_modify)
+  local refused = oversized(job_desc, refuse_modify) or other_paths(job_desc, refuse_modify)
   if refused then return refused end
   local others, lic_ipu, bad = split_licenses(job_desc.licenses)
   if bad then return refuse_modify("%s; the ipu licence follows --gres=ipu:N", bad) end
