@@ -15,6 +15,7 @@
 
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
+#include <slurm/slurm_version.h>
 
 #define MAX_ITEMS 16
 
@@ -101,7 +102,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rawsubmit: %s\n", slurm_strerror(errno));
 		return 1;
 	}
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(25, 11, 0)
+	printf("%u\n", resp->step_id.job_id); /* 26.05's header; 24.11's still has job_id */
+#else
 	printf("%u\n", resp->job_id);
+#endif
 	slurm_free_submit_response_response_msg(resp);
 	return 0;
 }
