@@ -47,6 +47,7 @@ class Facts:
     partitions: list | None = None
     clusters: list[str] | None = None  # what slurmdbd knows (accounting only)
     topology: dict[str, str] | None = None  # multi-Pod sites: host -> leaf switch, as Slurm sees it
+    user_create: str | None = None  # a job user's own create in the site's allocation: refused/created/why
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -123,11 +124,43 @@ def gather(site: Site, runner=None) -> Facts:
     try:
         cfg = load(site.path("config"), required=True)
         facts.partitions = cfg.vipu_client().list_partitions(deadline=time.monotonic() + 20)
+        facts.user_create = try_as_job_user(site, cfg.vipu_client())
     except SlurmIpuError as exc:
         facts.errors["vipu"] = str(exc)
     except Exception as exc:  # doctor reports; it does not crash on one broken part
         facts.errors["vipu"] = f"{type(exc).__name__}: {exc}"
     return facts
+
+
+PROBE_UID = 65534  # nobody: a user with no V-IPU grant, as a job's user
+PROBE_NAME = "slurm-ipu-doctor-probe"  # never a job's: those are the prefix and a job id
+
+
+def try_as_job_user(site: Site, hooks) -> str | None:
+    """What a job's user gets by asking V-IPU for a 1-IPU partition in the site's allocation
+    directly, with the site's vipu command and none of the hooks' credentials: 'refused' (V-IPU
+    only through Slurm), 'created' (then removed again with the hooks' client), or why it could
+    not tell. None: not tried (only root can act as another user)."""
+    import shutil
+
+    from ..errors import PermissionDenied
+    from ..vipu import VipuClient
+
+    setpriv = shutil.which("setpriv")
+    if os.getuid() != 0 or setpriv is None:
+        return None
+    user = VipuClient(command=[setpriv, f"--reuid={PROBE_UID}", f"--regid={PROBE_UID}", "--clear-groups", "--",
+                               *site["vipu.command"].split()],
+                      host=site["vipu.host"], port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1)
+    deadline = time.monotonic() + 2 * site["vipu.timeout"]
+    try:
+        user.create_partition(PROBE_NAME, 1, deadline=deadline, allocation=site["vipu.allocation"])
+    except PermissionDenied:
+        return "refused"
+    except SlurmIpuError as exc:
+        return f"could not tell: {exc}"
+    hooks.remove_partition(PROBE_NAME, missing_ok=True, deadline=time.monotonic() + site["vipu.timeout"])
+    return "created"
 
 
 # --- the checks ----------------------------------------------------------------------------
@@ -320,6 +353,24 @@ def check_vipu(site: Site, facts: Facts) -> Finding:
                    f"partition(s), {used} of {site['pod.ipus']} IPUs in use")
 
 
+def check_grants(site: Site, facts: Facts) -> Finding:
+    """V-IPU only through Slurm: a job's user cannot make partitions in the allocation Slurm
+    schedules (docs/admin.md)."""
+    where = f"allocation {site['vipu.allocation'] or '(the default)'}"
+    tried = facts.user_create
+    if tried is None:
+        return Finding("grants", True, f"not tried: run doctor as root to try a create in {where} as a job's user")
+    if tried == "refused":
+        return Finding("grants", True, f"a job's user (uid {PROBE_UID}) may not create partitions in {where}: "
+                       "IPUs go out only through Slurm")
+    if tried == "created":
+        return Finding("grants", False, f"a job's user (uid {PROBE_UID}) created a partition in {where} around "
+                       "Slurm (removed again)", f"grant {where} to the hooks' V-IPU user only (vipu.cli_config; "
+                       "docs/admin.md, V-IPU only through Slurm)")
+    return Finding("grants", False, f"a create in {where} as a job's user {tried}",
+                   "check that the vipu command answers for every user")
+
+
 def check_state_dir(site: Site, facts: Facts) -> Finding:
     import pwd
 
@@ -455,7 +506,7 @@ def check_pods(site: Site, facts: Facts) -> Finding:
 
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
-          check_plugstack, check_vipu, check_state_dir, check_journal, check_orphans, check_service,
+          check_plugstack, check_vipu, check_grants, check_state_dir, check_journal, check_orphans, check_service,
           check_accounting, check_pods)
 
 

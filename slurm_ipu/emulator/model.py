@@ -13,6 +13,13 @@ Cabling (docs/vipu.md, "Hosts and ILDs"): each ILD lists the hosts cabled to its
 cabled to is refused (`remote_attach: refuse`, the default), or served after
 `remote_attach_delay` seconds (`remote_attach: slow`, a fabric that routes between Pods).
 Without cabling every host reaches every ILD, as on a single Pod.
+
+Grants (docs/vipu.md, "Who may make partitions"): an allocation may list the users granted it,
+as V-IPU's own users and allocations do. Then only they (and root, the emulator's admin) may
+create partitions on its IPU-Machines, or in any allocation nested with it, and create them for
+another owner (the hooks make a job's partition for its user); a partition's owner may still
+remove or reset it. A site whose Slurm allocation is granted to the hooks' user alone hands
+IPUs out only through Slurm.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from ..errors import ConfigError, InsufficientIpus
 
 PRESETS_DIR = Path(__file__).with_name("clusters")
 _KEYS = ("version", "name", "ilds", "agents_per_ild", "allocations", "cabling", "remote_attach",
-         "remote_attach_delay")
+         "remote_attach_delay", "grants")
 REMOTE_ATTACH = ("refuse", "slow")
 
 
@@ -39,6 +46,19 @@ class Cluster:
     cabling: dict[int, frozenset[str]] = None  # ILD -> hosts cabled to it; None: every host, every ILD
     remote_attach: str = "refuse"
     remote_attach_delay: float = 0.0
+    grants: dict[str, frozenset[int]] = None  # allocation -> uids granted it; None: no grants anywhere
+
+    def grants_over(self, allocation: str) -> list[frozenset[int]]:
+        """The grant lists that apply to `allocation`: its own and those of every allocation
+        nested with it (sharing agents), whose IPUs a partition made here could take."""
+        mine = self.allocations[allocation]
+        return [uids for name, uids in (self.grants or {}).items() if self.allocations[name] & mine]
+
+    def granted(self, allocation: str, uid: int) -> bool | None:
+        """True: `uid` holds every grant over `allocation`; False: some grant leaves it out;
+        None: no grant covers the allocation (anyone may use it, as before grants)."""
+        lists = self.grants_over(allocation)
+        return None if not lists else all(uid in uids for uids in lists)
 
     @property
     def ipus_per_ild(self) -> int:
@@ -127,7 +147,35 @@ def cluster_from_dict(data: object, where: str = "cluster") -> Cluster:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 60:
         raise ConfigError(f"{where}: remote_attach_delay must be 0 to 60 seconds, got {delay!r}")
     return Cluster(str(data.get("name", "cluster")), ilds, per_ild, allocations,
-                   _cabling(data.get("cabling"), ilds, where), remote, float(delay))
+                   _cabling(data.get("cabling"), ilds, where), remote, float(delay),
+                   _grants(data.get("grants"), allocations, where))
+
+
+def _grants(raw: object, allocations: dict, where: str) -> dict[str, frozenset[int]] | None:
+    """{allocation: [user name or uid, ...]}."""
+    if raw in (None, {}):
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: grants must map an allocation to the users granted it (e.g. default: [slurm])")
+    out = {}
+    for name, users in raw.items():
+        if name not in allocations:
+            raise ConfigError(f"{where}: grants names allocation {name!r}; allocations: {', '.join(allocations)}")
+        if not isinstance(users, list) or not users:
+            raise ConfigError(f"{where}: grants of {name}: list the users granted it (e.g. [slurm])")
+        out[str(name)] = frozenset(_uid(u, where) for u in users)
+    return out
+
+
+def _uid(user: object, where: str) -> int:
+    import pwd
+
+    if isinstance(user, int) and not isinstance(user, bool) and user >= 0:
+        return user
+    try:
+        return pwd.getpwnam(str(user)).pw_uid
+    except KeyError:
+        raise ConfigError(f"{where}: grants: no user {user!r} on this machine; give a user name or uid") from None
 
 
 def _cabling(raw: object, ilds: int, where: str) -> dict[int, frozenset[str]] | None:

@@ -157,10 +157,16 @@ class Service:
         )
         allocation = self._allocation(req.get("allocation"))
         rules.check_size(shape.size, len(self.cluster.allocation_ipus(allocation)), f"allocation {allocation}")
+        granted = caller_uid == 0 or self.cluster.granted(allocation, caller_uid)
+        if granted is False:
+            raise PermissionDenied(f"uid {caller_uid} may not create partitions in allocation {allocation}: it is "
+                                   "granted to other users (this site hands out its IPUs through Slurm: ask for them "
+                                   "with --gres=ipu:N)")
         owner = _opt_int(req, "owner_uid")
         owner = caller_uid if owner is None else owner
-        if owner != caller_uid and caller_uid != 0:
-            raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}")
+        if owner != caller_uid and not granted:
+            raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}: only root or a "
+                                   f"user granted allocation {allocation} may")
         with self._lock:
             if self.store.get(name) is not None:
                 raise PartitionExists(f"partition {name} already exists")
@@ -196,7 +202,7 @@ class Service:
         rec = self.store.get(name)
         if rec is None:
             raise PartitionNotFound(f"partition {name} not found")
-        if caller_uid not in (0, rec["owner_uid"]):
+        if caller_uid not in (0, rec["owner_uid"]) and not self.cluster.granted(rec["allocation"], caller_uid):
             raise PermissionDenied(f"partition {name} belongs to uid {rec['owner_uid']}, not uid {caller_uid}")
         return rec
 

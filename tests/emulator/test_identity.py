@@ -70,3 +70,71 @@ def test_the_kernel_table_names_the_owner_of_a_loopback_connection(emu):
 def test_proc_address_format():
     assert identity._proc_addr("127.0.0.1", 8090) == "0100007F:1F9A"
     assert identity._proc_addr("::1", 80) == "00000000000000000000000001000000:0050"
+
+
+# --- grants: V-IPU only through Slurm (issue 23, item 3) --------------------------------
+
+GRANTED_CLUSTER = """version: 1
+name: granted
+ilds: 1
+allocations:
+  slurm: all
+  poda: [ag0, ag1, ag2, ag3]
+  users: []
+grants:
+  slurm: [{hooks}]
+"""
+
+
+@pytest.fixture
+def granted(tmp_path):
+    """A Pod whose only allocation is granted to the hooks' user (uid 4242 here: not root, as a
+    site's SlurmUser), with a Pod allocation nested in it that names no grant of its own."""
+    from slurm_ipu.emulator.process import EmulatorProcess
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(GRANTED_CLUSTER.format(hooks=HOOKS))
+    proc = EmulatorProcess.start(tmp_path / "state", cluster=str(path))
+    yield proc
+    proc.stop()
+
+
+HOOKS, ALICE = 4242, NOBODY
+
+
+@needs_root
+def test_only_the_granted_user_creates_in_a_granted_allocation(granted):
+    create = {"name": "hog", "size": 64, "allocation": "slurm"}
+    status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions", create)
+    assert status == 403 and doc["error"]["code"] == "PERMISSION_DENIED"
+    assert "may not create partitions in allocation slurm: it is granted to other users" in doc["error"]["message"]
+    # nor in an allocation nested in it, whose IPUs are the granted allocation's too
+    status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions", dict(create, allocation="poda", size=16))
+    assert status == 403 and "allocation poda" in doc["error"]["message"]
+    # the hooks' user makes a job's partition for the job's user, who may then reset or remove it
+    status, doc = call_as(HOOKS, granted.port, "POST", "/v1/partitions",
+                          {"name": "slurm_7", "size": 4, "allocation": "slurm", "owner_uid": ALICE})
+    assert status == 201 and doc["partition"]["spec"]["owner_uid"] == ALICE
+    status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions/slurm_7/reset")
+    assert status == 200, doc
+    status, _ = call_as(ALICE, granted.port, "DELETE", "/v1/partitions/slurm_7")
+    assert status == 200
+
+
+@needs_root
+def test_without_a_grant_a_user_creates_only_for_themselves(emu):
+    status, doc = call_as(NOBODY, emu.port, "POST", "/v1/partitions", {"name": "mine", "size": 4})
+    assert status == 201 and doc["partition"]["spec"]["owner_uid"] == NOBODY
+
+
+def test_grants_name_known_allocations_and_users():
+    from slurm_ipu.emulator.model import cluster_from_dict
+    from slurm_ipu.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="grants names allocation 'nope'; allocations: default"):
+        cluster_from_dict({"grants": {"nope": [0]}})
+    with pytest.raises(ConfigError, match="no user 'no-such-user-here' on this machine"):
+        cluster_from_dict({"grants": {"default": ["no-such-user-here"]}})
+    cluster = cluster_from_dict({"grants": {"default": ["root"]}})
+    assert cluster.granted("default", 0) is True and cluster.granted("default", 5) is False
+    assert cluster_from_dict({}).granted("default", 5) is None

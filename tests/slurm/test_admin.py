@@ -29,7 +29,7 @@ def test_doctor_all_ok_and_status_shows_the_running_job(clean_lab):
     lab = clean_lab
     proc, problems = doctor(lab)
     assert proc.returncode == 0 and not problems, proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "all 14 checks ok"
+    assert proc.stdout.strip().splitlines()[-1] == "all 15 checks ok"
     job = lab.sbatch("-N2", "--gres=ipu:4", "--wrap", "sleep 300")
     wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
     view = json.loads(lab.run("slurm-ipu", "status", "--json", check=True).stdout)

@@ -95,3 +95,21 @@ def test_our_parser_reads_every_squeue_json_this_slurm_prints(clean_lab, request
     finally:
         lab.run("scancel", str(running), str(held), check=True)
         wait_gone(lab, running)
+
+
+def test_a_job_user_cannot_take_ipus_around_slurm(clean_lab):
+    """V-IPU only through Slurm (issue 23, item 3): the lab's allocation is granted to the hooks'
+    user alone, as docs/admin.md sets V-IPU up. Alice's own `vipu create partition hog --size 64`
+    is refused, and Bob's IPU job runs; doctor tried the same as a job's user and says so."""
+    lab = clean_lab
+    alice, bob = "slurmipu-a", "slurmipu-b"
+    proc = lab.run_as(alice, "vipu", "create", "partition", "hog", "--size", "64")
+    assert proc.returncode != 0 and "PERMISSION_DENIED" in proc.stderr, proc.stdout + proc.stderr
+    assert "may not create partitions in allocation default" in proc.stderr, proc.stderr
+    assert "hog" not in lab.partitions()
+    proc = lab.run_as(bob, "srun", "--gres=ipu:16", "-N", "4", "bash", "-c", "echo $IPUOF_VIPU_API_PARTITION_ID")
+    assert proc.returncode == 0, proc.stderr
+    assert all(line.startswith("slurm_") for line in proc.stdout.split()), proc.stdout
+    doctor = lab.run("slurm-ipu", "doctor", timeout=120)
+    line = [ln for ln in doctor.stdout.splitlines() if " grants " in ln]
+    assert line and line[0].startswith("ok") and "may not create partitions in allocation" in line[0], doctor.stdout
