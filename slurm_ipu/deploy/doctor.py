@@ -456,20 +456,23 @@ def check_accounting(site: Site, facts: Facts) -> Finding:
 
 
 def check_service(site: Site, facts: Facts) -> Finding:
-    from ..hooks.handoff import request_fifo
     from ..hooks.removal import service_lock
+    from ..hooks.transport import socket_path
     from ..locks import is_held
 
     if not is_held(service_lock(site["state_dir"])):
         return Finding("service", False, "the removal service is not running: every IPU job's prolog and epilog "
                        "start Python (slower job turnover) and orphans wait for a manual reap",
                        "systemctl enable --now slurm-ipu-reaper")
-    if not stat.S_ISFIFO(_lstat_mode(request_fifo(site["state_dir"]))):
-        return Finding("service", False, "the removal service runs, but without its request FIFO (a slurm-ipu "
-                       "older than the hook wrapper?): every IPU job's prolog starts Python",
+    if not stat.S_ISSOCK(_lstat_mode(socket_path(site["state_dir"]))):
+        return Finding("service", False, "the removal service runs, but without its hook socket (a slurm-ipu "
+                       "older than the hook wrapper?): every IPU job's hooks start Python",
                        "systemctl restart slurm-ipu-reaper")
+    if not os.access(site.path("client"), os.X_OK):
+        return Finding("service", False, f"{site.path('client')} is missing: every IPU job's hooks start Python",
+                       "make install SITE=... (it builds the hook client)")
     return Finding("service", True, "the removal service runs (slurm-ipu reap --watch) and takes IPU jobs' "
-                   "prologs and epilogs")
+                   "prologs and epilogs on its socket")
 
 
 def _lstat_mode(path) -> int:

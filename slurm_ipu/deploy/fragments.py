@@ -10,9 +10,7 @@ import yaml
 
 from .. import rules
 from ..fsutil import atomic_write
-from ..hooks import handoff
-from ..hooks.journal import Journal
-from ..hooks.removal import service_lock
+from ..hooks import transport
 from ..pods import ild_ids
 from ..slurm import licences, limits
 from . import render
@@ -62,10 +60,8 @@ def top_switches(site: Site) -> list[str]:
 
 
 def hook_paths(state_dir: str) -> dict:
-    """What the hook wrapper's fast paths touch (templates/slurm-ipu-hook.j2)."""
-    return {"journal_dir": str(Journal(state_dir).dir), "service_lock": str(service_lock(state_dir)),
-            "request_fifo": str(handoff.request_fifo(state_dir)), "spool_dir": str(handoff.spool_dir(state_dir)),
-            "hooks_log": str(Path(state_dir) / "hooks.log")}
+    """What the hook wrapper's fast path touches (templates/slurm-ipu-hook.j2)."""
+    return {"socket": str(transport.socket_path(state_dir))}
 
 
 def prolog_wait(deadline: float, slurm_timeout: int) -> int:
@@ -81,7 +77,7 @@ def context(site: Site) -> dict:
         "wrapper": site.path("wrapper"), "config": site.path("config"), "plugin": site.path("plugin"),
         "python": site.python, "ipuof_host": cfg["ipuof"]["host"], "ipuof_port": cfg["ipuof"]["port"],
         "hook": hook_paths(site["state_dir"]) | {
-            "config": site.path("config"), "python": site.python, "prefix": site["partition.prefix"],
+            "config": site.path("config"), "python": site.python, "client": site.path("client"),
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
         "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),

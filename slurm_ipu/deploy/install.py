@@ -187,11 +187,26 @@ def _install_site(inst: Installer, site, source: str) -> None:
     for name, text in texts.items():  # what the admin merges, kept with the install
         inst.file(f"{inst.prefix}/share/slurm-ipu/site/{name}", text.encode())
     inst.file(site.path("wrapper"), texts["slurm-ipu-hook"].encode(), 0o755)
+    inst.file(site.path("client"), _hook_client(), 0o755)
     inst.file(site.path("config"), texts["config.yaml"].encode(), 0o644)
     inst.file(site.path("site"), Path(source).read_bytes(), 0o644)
     inst.file(site.path("unit"), texts["slurm-ipu-reaper.service"].encode())
     user = site["slurm.user"]
     inst.directory(site["state_dir"], owner=user if _user_exists(user) else None)
+
+
+def _hook_client() -> bytes:
+    """The wrapper's client of the hook service (slurm_ipu/hooks/client.c), built here like the
+    SPANK plugin: plain C, gcc only."""
+    import tempfile
+
+    from ..hooks.transport import build_client
+
+    with tempfile.TemporaryDirectory() as tmp:
+        built = build_client(Path(tmp) / "slurm-ipu-hook-client")
+        if built is None:
+            raise ConfigError("install: gcc not found: it builds the hook client (make install installs it)")
+        return built.read_bytes()
 
 
 def _user_exists(name: str) -> bool:

@@ -141,6 +141,7 @@ class Site:
     def path(self, *parts: str) -> str:
         """Where an installed file lives (the fragments name installed paths, never the checkout)."""
         roots = {"wrapper": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
+                 "client": f"{self['install.prefix']}/libexec/slurm-ipu-hook-client",
                  "config": self["install.config"],
                  "site": str(Path(self["install.config"]).with_name("site.yaml")),  # doctor's default
                  "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",

@@ -4,11 +4,11 @@ capacity path share, and the service itself (`slurm-ipu reap --watch`).
 Why a service: Slurm (22.05 at least) returns a job's licences only when EpilogSlurmctld exits,
 and schedules again at that moment only if the nodes' epilogs finished *after* it; otherwise
 the next IPU job waits for the next periodic pass (seconds). A Python epilog that calls V-IPU
-always finishes after the nodes. So while this service holds its lock, the hook wrapper's
-epilog path starts no Python: it queues the partition in the journal and exits, and the
-service removes it within a poll interval. Without the service (lock free) the wrapper runs
-the epilog in Python as before, and nothing waits on the service. The same service runs the
-prologs the wrapper hands over (handoff.py), so a job start costs no Python start either.
+always finishes after the nodes. So while this service runs, the hook wrapper's epilog starts no
+Python: its client hands the job to the service (transport.py), which journals the partition and
+answers at once, and removes it within a poll interval. Without the service the wrapper runs the
+epilog in Python, and nothing waits on the service. The same service runs the prologs the
+wrapper hands over (transport.py), so a job start costs no Python start either.
 
 Only a partition with slurm-ipu's creation record for that job is removed; anything else
 under our prefix is left alone and logged.
@@ -17,7 +17,6 @@ under our prefix is left alone and logged.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import threading
 import time
@@ -89,7 +88,7 @@ def work_off(cfg, client, names: list[str], deadline: float,
 class Service:
     """The long-running removal service: the journal within POLL_S, a full `reap` (orphans
     whose job is gone; one squeue) every reap.interval seconds as the backstop, and the
-    prologs the hook wrapper hands over (handoff.py), each in its own thread."""
+    prologs the hook wrapper hands over (transport.py), each in its own thread."""
 
     def __init__(self, cfg, client, slurm, clock=time.monotonic):
         self.cfg, self.client, self.slurm, self.clock = cfg, client, slurm, clock
@@ -97,7 +96,6 @@ class Service:
         self.backoff = 1.0
         self.next_reap = clock()  # a full reap at start: whatever happened while we were down
         self.stopping = False
-        self.prologs: list = []  # threads still running a handed-over prolog
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
 
     def step(self) -> None:
@@ -117,9 +115,8 @@ class Service:
             self._reap()
 
     def _reap(self) -> None:
-        from . import handoff, reap
+        from . import reap
 
-        handoff.sweep(self.cfg["state_dir"], older_than=3600, now=time.time())
         try:
             reap.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line),
                      wait=0)  # an admin's reap is running: it does the same work
@@ -128,12 +125,13 @@ class Service:
 
     def run(self) -> int:
         from ..locks import try_lock
-        from . import handoff
+        from . import transport
 
         lock = try_lock(service_lock(self.cfg["state_dir"]),
                         f"a removal service already runs for {self.cfg['state_dir']} (it holds reaper.lock)")
         Journal(self.cfg["state_dir"]).dir.mkdir(parents=True, exist_ok=True)
-        requests = handoff.Lines(handoff.open_requests(self.cfg["state_dir"]))
+        transport.remove_legacy(self.cfg["state_dir"])
+        listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
         os.write(lock, f"{os.getpid()}\n".encode())
@@ -143,15 +141,14 @@ class Service:
         removals.start()
         try:
             while not self.stopping:
-                self.serve(requests, POLL_S)
+                listener.serve(POLL_S)
         finally:
             self.stopping = True
-            os.close(lock)  # from here on wrappers run the Python hooks themselves...
-            self.serve(requests, 0)  # ...and requests already written are served, not left to time out
+            listener.close()  # from here on wrappers run the Python hooks themselves
             self.wake.set()
             removals.join(self.cfg["epilog.deadline"] + 5)
-            self._finish_prologs()
-            os.close(requests.fd)
+            listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
+            os.close(lock)
             report(self.cfg["state_dir"], "removal service: stopped")
         return 0
 
@@ -160,38 +157,6 @@ class Service:
             self.step()
             self.wake.wait(POLL_S)
             self.wake.clear()
-
-    def serve(self, requests, timeout: float) -> None:
-        """Wait up to `timeout` for wrappers' requests; start a thread per handed-over prolog.
-        An epilog's `journal` line wakes the removal thread, so its entry is worked off at once."""
-        from .handoff import TOKEN
-
-        if not select.select([requests.fd], [], [], timeout)[0]:
-            return
-        for line in requests.read():
-            verb, _, token = line.partition(" ")
-            if verb == "prolog" and TOKEN.fullmatch(token):
-                self._start_prolog(token)
-            elif verb == "journal":
-                self.wake.set()
-            else:
-                report(self.cfg["state_dir"], f"removal service: request {line[:80]!r} ignored")
-
-    def _start_prolog(self, token: str) -> None:
-        from .handoff import serve_prolog
-
-        self.prologs = [t for t in self.prologs if t.is_alive()]
-        thread = threading.Thread(target=serve_prolog, args=(self.cfg, self.client, self.slurm, token),
-                                  name=f"prolog-{token}", daemon=True)
-        thread.start()
-        self.prologs.append(thread)
-
-    def _finish_prologs(self) -> None:
-        """Stopping: prologs under way finish (each is bounded by prolog.deadline), so no wrapper
-        is left to time out on a partition half made."""
-        deadline = self.clock() + self.cfg["prolog.deadline"] + 5
-        for thread in self.prologs:
-            thread.join(max(0.0, deadline - self.clock()))
 
     def _stop(self, *_):
         self.stopping = True

@@ -27,6 +27,7 @@ from ..errors import LabError
 from ..fsutil import atomic_write, pid_alive, poll, process_token, same_process
 from ..hooks.journal import Journal
 from ..hooks.removal import service_lock
+from ..hooks.transport import build_client, socket_path
 from ..slurm import releases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -241,6 +242,9 @@ def install_site(spec: LabSpec):
     libexec.mkdir(parents=True, exist_ok=True)
     _link(spec.path("install", "venv"), sys.prefix)
     _script(Path(desc.path("wrapper")), texts["slurm-ipu-hook"])
+    client = Path(desc.path("client"))
+    if not client.exists():  # built once per lab, like bin/vipu-fast
+        build_client(client)
     return desc
 
 
@@ -460,7 +464,8 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
     pids["reaper"] = _record(proc.pid)
     from ..locks import is_held
 
-    if not poll(lambda: is_held(lock) or proc.poll() is not None, 15) or not is_held(lock):
+    sock = socket_path(spec.path("state"))
+    if not poll(lambda: (is_held(lock) and sock.exists()) or proc.poll() is not None, 15) or not is_held(lock):
         raise LabError(f"the removal service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
     say(f"started the removal service (slurm-ipu reap --watch, pid {proc.pid})")
 

@@ -212,12 +212,12 @@ def test_accounting_is_checked_only_when_the_site_has_slurmdbd(here, tmp_path):
 
 
 def test_the_service_item_says_whether_prologs_are_handed_over(here):
-    """Running with its request FIFO: ok. Running without (an older service left after an
-    upgrade): a problem with the restart. Not running: a problem with the enable."""
+    """Running with its socket and the client installed: ok. Running without the socket (an older
+    service left after an upgrade): a problem with the restart. Not running: the enable."""
     import fcntl
     import os
 
-    from slurm_ipu.hooks import handoff
+    from slurm_ipu.hooks import transport
     from slurm_ipu.hooks.removal import service_lock
 
     desc, facts = here
@@ -228,11 +228,17 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
     fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         older = items(doctor.diagnose(desc, facts))["service"]
-        assert not older.ok and "without its request FIFO" in older.line()
+        assert not older.ok and "without its hook socket" in older.line()
         assert "systemctl restart slurm-ipu-reaper" in older.line()
-        os.close(handoff.open_requests(state))
+        sock = transport.listen(state)
+        no_client = items(doctor.diagnose(desc, facts))["service"]
+        assert not no_client.ok and "slurm-ipu-hook-client is missing" in no_client.line()
+        client = Path(desc.path("client"))
+        client.write_text("#!/bin/sh\n")
+        client.chmod(0o755)
         now = items(doctor.diagnose(desc, facts))["service"]
         assert now.ok and "takes IPU jobs' prologs and epilogs" in now.line()
+        sock.close()
     finally:
         os.close(lock)
 

@@ -18,7 +18,7 @@ from slurm_ipu.deploy import fragments, render
 from slurm_ipu.hooks import prolog, reap
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
-from slurm_ipu.hooks.removal import Service, service_lock
+from slurm_ipu.hooks.removal import Service
 
 from .conftest import write_conf
 from .test_hooks import FakeSlurm, env, hooks_log
@@ -131,8 +131,8 @@ def wrapper(tmp_path):
     python.chmod(0o755)
     script = tmp_path / "slurm-ipu-hook"
     script.write_text(render.render("slurm-ipu-hook", {"hook": fragments.hook_paths(str(state)) | {
-        "config": str(tmp_path / "it's config.yaml"), "python": str(python), "prefix": "slurm_",
-        "prolog_wait": 2}}))
+        "config": str(tmp_path / "it's config.yaml"), "python": str(python), "prolog_wait": 2,
+        "client": str(tmp_path / "client")}}))  # the service's side: tests/unit/test_transport.py
     script.chmod(0o755)
     return tmp_path, state, script
 
@@ -155,54 +155,10 @@ def _hold(path: Path) -> int:
     return fd
 
 
-def test_wrapper_queues_for_the_running_service_without_python(wrapper):
-    tmp_path, state, script = wrapper
-    fd = _hold(service_lock(state))
-    try:
-        assert _run(script).returncode == 0
-    finally:
-        os.close(fd)
-    assert Journal(state).entries() == [{"partition": "slurm_42", "job_id": 42, "reason": "queued by the epilog"}]
-    assert _python_ran(tmp_path) == ""
-
-
-def test_wrapper_runs_the_python_epilog_when_no_service_runs(wrapper):
-    tmp_path, state, script = wrapper
-    assert _run(script).returncode == 0
-    assert Journal(state).names() == [] and _python_ran(tmp_path) == "epilog_slurmctld -m slurm_ipu.cli hook\n"
-
-
-@pytest.mark.parametrize("over", [{"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}, {"SLURM_JOB_ID": "42;rm"},
-                                  {"SLURM_JOB_ID": ""}])
-def test_wrapper_queues_only_an_epilog_of_a_numeric_job(wrapper, over):
-    tmp_path, state, script = wrapper
-    fd = _hold(service_lock(state))
-    try:
-        _run(script, **over)
-    finally:
-        os.close(fd)
-    assert Journal(state).names() == [] and _python_ran(tmp_path) != ""
-
-
-def test_wrapper_falls_back_to_python_when_the_queue_cannot_be_written(wrapper):
-    tmp_path, state, script = wrapper
-    (state / "pending-removal").rmdir()
-    fd = _hold(service_lock(state))
-    try:
-        assert _run(script).returncode == 0
-    finally:
-        os.close(fd)
-    assert _python_ran(tmp_path) == "epilog_slurmctld -m slurm_ipu.cli hook\n"
-
-
 @pytest.mark.parametrize("licences", ["", "matlab:2", "ipux:1"])
 def test_wrapper_lets_jobs_without_ipus_go_at_once(wrapper, licences):
     tmp_path, state, script = wrapper
-    fd = _hold(service_lock(state))
-    try:
-        assert _run(script, SLURM_JOB_LICENSES=licences).returncode == 0
-    finally:
-        os.close(fd)
+    assert _run(script, SLURM_JOB_LICENSES=licences).returncode == 0
     assert Journal(state).names() == [] and _python_ran(tmp_path) == ""
 
 

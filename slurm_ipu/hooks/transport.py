@@ -1,0 +1,238 @@
+"""The hook wrapper's way into the running hook service: one Unix socket, one small C client.
+
+Why: slurmctld forks the hook for every IPU job, and a Python hook costs ~80 ms of CPU before it
+does anything; in a storm of short jobs that CPU is taken from slurmctld. The service
+(`slurm-ipu reap --watch`) runs warm as SlurmUser, so the wrapper execs `slurm-ipu-hook-client`
+(client.c, built with the install), which sends the hook's name and its environment on
+STATE_DIR/hooks.sock and exits with the status the service answers:
+
+- prolog: the service runs the very same `prolog.run` in a thread of its own and answers its
+  exit status;
+- epilog: the service journals the job's partition (the journal's one writer; the entry is on
+  disk before the answer) and answers 0; its removal thread removes it at once.
+
+No answer means no service: nothing listens (connect fails), or the connection ends without an
+answer (the service died or restarts). The client then exits 75 and the wrapper runs the same
+hook in Python at once, which is safe because both hooks are idempotent (the creation record
+makes a re-run adopt what the first run made). Only root and the service's own user may send a
+request (SO_PEERCRED).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+from pathlib import Path
+
+from ..errors import SlurmIpuError
+from .hooklog import report
+
+MAX_REQUEST = 2 << 20  # job_submit.lua bounds what a job brings (slurm/limits.py): far below this
+READ_TIMEOUT = 5.0  # a request is written at once by the client, or never
+NO_SERVICE = 75
+
+
+def socket_path(state_dir: str) -> Path:
+    return Path(state_dir) / "hooks.sock"
+
+
+def build_client(dest: Path) -> Path | None:
+    """Compile client.c into `dest` (gcc, a fraction of a second); None without gcc: the
+    wrapper then runs every hook in Python, only slower."""
+    gcc, source = shutil.which("gcc"), Path(__file__).with_name("client.c")
+    if gcc is None:
+        return None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
+    proc = subprocess.run([gcc, "-O2", "-std=gnu11", "-Wall", "-o", str(tmp), str(source)], capture_output=True,
+                          text=True, timeout=120)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise SlurmIpuError(f"building the hook client failed: {proc.stderr.strip()[:300]}")
+    os.replace(tmp, dest)
+    return dest
+
+
+def listen(state_dir: str) -> socket.socket:
+    """The service's socket. Called with the service lock held, so a socket file left by a dead
+    service is stale and replaced."""
+    path = socket_path(state_dir)
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)  # the hooks run as the service's user (or root): nobody else connects
+    try:
+        sock.bind(str(path))
+    finally:
+        os.umask(old)
+    sock.listen(128)
+    return sock
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[1]
+
+
+def read_request(conn: socket.socket) -> tuple[str, dict[str, str]]:
+    """(verb, environment) as the client sent them, up to its end of writing."""
+    conn.settimeout(READ_TIMEOUT)
+    chunks, size = [], 0
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > MAX_REQUEST:
+            raise ValueError(f"request over {MAX_REQUEST} bytes")
+        chunks.append(chunk)
+    verb, _, body = b"".join(chunks).partition(b"\n")
+    env = {}
+    for item in body.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return verb.decode("ascii", "replace"), env
+
+
+def serve(conn: socket.socket, cfg, client, slurm, queued) -> None:
+    """One request, answered. Never raises: a service thread has no one to raise to, so every
+    failure is an answer (or none: the client then runs the hook in Python) and a line in
+    hooks.log. `queued()` wakes the removal thread."""
+    with conn:
+        try:
+            uid = peer_uid(conn)
+            if uid not in (0, os.getuid()):
+                report(cfg["state_dir"], f"hook service: request from uid {uid} refused")
+                return
+            verb, env = read_request(conn)
+        except (OSError, ValueError) as exc:
+            report(cfg["state_dir"], f"hook service: unreadable request: {exc}")
+            return
+        if verb == "prolog":
+            code = _prolog(conn, cfg, client, slurm, env)
+        elif verb == "epilog":
+            code = _epilog(cfg, env, queued)
+        else:
+            report(cfg["state_dir"], f"hook service: request {verb[:40]!r} ignored")
+            return
+        if code is not None:
+            _answer(conn, cfg, env, code)
+
+
+def _answer(conn: socket.socket, cfg, env: dict, code: int) -> None:
+    try:
+        conn.sendall(f"{code}\n".encode())
+    except OSError:  # the client is gone (Slurm killed it: the job was cancelled)
+        job = env.get("SLURM_JOB_ID", "?")
+        report(cfg["state_dir"], f"job {job}: the hook's client was gone before the answer (exit {code})")
+        if code == 0 and env.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmctld" and job.isdigit():
+            _give_back(cfg, int(job))
+
+
+def _prolog(conn, cfg, client, slurm, env: dict) -> int | None:
+    from . import jobenv, prolog
+
+    try:
+        ctx = jobenv.from_env(env)
+    except SlurmIpuError as exc:
+        prolog.refuse_env(env, cfg, slurm, exc)
+        return 2
+    if ctx.script_context != "prolog_slurmctld":
+        report(cfg["state_dir"], f"job {ctx.job_id}: prolog request in context {ctx.script_context!r} refused")
+        return 2
+    try:
+        return prolog.run(ctx, cfg, client.with_sleep(_watching(conn, client.sleep)), slurm, sleep=client.sleep)
+    except Exception as exc:  # noqa: BLE001 - a bug must still answer the client, not hang it
+        report(cfg["state_dir"], f"job {ctx.job_id}: prolog failed in the hook service: {exc!r}")
+        return 1
+
+
+def _epilog(cfg, env: dict, queued) -> int | None:
+    """Queue the job's partition for the removal thread: the entry is durable before the
+    answer, so the partition goes even if the service dies right after. An environment that
+    cannot be read gets no answer: the Python epilog then says why."""
+    from . import jobenv
+    from .journal import Journal
+
+    try:
+        ctx = jobenv.from_env(env)
+    except SlurmIpuError:
+        return None
+    if ctx.ipus > 0:
+        Journal(cfg["state_dir"]).add(ctx.partition(cfg["partition.prefix"]), ctx.job_id, "queued by the epilog")
+        queued()
+    return 0
+
+
+def _watching(conn: socket.socket, sleep):
+    """The prolog's and the V-IPU client's pause, which also ends the prolog once nobody waits
+    for it (Slurm killed the client: the job was cancelled): its waits for a slow partition
+    would otherwise run on to the deadline. The prolog then removes what it made."""
+    from .prolog import Abandoned
+
+    def pause(seconds: float) -> None:
+        if gone(conn):
+            raise Abandoned("the job ended while its partition was being made")
+        sleep(seconds)
+
+    return pause
+
+
+def gone(conn: socket.socket) -> bool:
+    """The client closed its end (it has shut down writing already, so a hang-up means gone)."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLOUT)
+    return any(events & (select.POLLHUP | select.POLLERR) for _, events in poller.poll(0))
+
+
+def _give_back(cfg, job: int) -> None:
+    from .journal import Journal
+    from .ledger import Ledger
+
+    name = f"{cfg['partition.prefix']}{job}"
+    if Ledger(cfg["state_dir"]).owns(name, job):
+        Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
+
+
+def remove_legacy(state_dir: str) -> None:
+    """What an older service's FIFO handoff left (requests.fifo, prolog-requests/): gone at start."""
+    Path(state_dir, "requests.fifo").unlink(missing_ok=True)
+    shutil.rmtree(Path(state_dir, "prolog-requests"), ignore_errors=True)
+
+
+class Listener:
+    """The accept loop, in the service's main thread: a thread per request."""
+
+    def __init__(self, cfg, client, slurm, queued):
+        self.cfg, self.client, self.slurm, self.queued = cfg, client, slurm, queued
+        self.sock = listen(cfg["state_dir"])
+        self.threads: list[threading.Thread] = []
+
+    def serve(self, timeout: float) -> None:
+        if not select.select([self.sock], [], [], timeout)[0]:
+            return
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        self.threads = [t for t in self.threads if t.is_alive()]
+        thread = threading.Thread(target=serve, args=(conn, self.cfg, self.client, self.slurm, self.queued),
+                                  name="hook-request", daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def close(self) -> None:
+        """Stop taking requests: from here on connect fails and wrappers run Python at once."""
+        socket_path(self.cfg["state_dir"]).unlink(missing_ok=True)
+        self.sock.close()
+
+    def finish(self, deadline: float, clock) -> None:
+        """Requests under way are answered before the service exits (each is bounded by its
+        hook's deadline), so no client is left to time out on a partition half made."""
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - clock()))
