@@ -368,15 +368,24 @@ def test_a_prolog_waits_for_ipus_a_finished_jobs_epilog_is_still_freeing(fake, c
 
 
 def test_a_job_waiting_for_room_never_waits_on_a_name_that_shares_its_lock(fake, cfg):
-    """slurm_844 and slurm_853 share a lock file (they are striped): a job waiting for a finished
+    """slurm_844 and slurm_908 share a lock file (they are striped): a job waiting for a finished
     job's partition to go must not hold the lock that partition's removal takes (seen in a storm
     on two Pods: a 128-IPU job's prolog timed out after 30 s and the job was requeued)."""
     store = Ledger(cfg["state_dir"])
-    assert store._lock_path("slurm_844") == store._lock_path("slurm_853")  # the collision itself
+    assert store._lock_path("slurm_844") == store._lock_path("slurm_908")  # the collision itself
     client = cfg.vipu_client()
     fake.free = 64
-    client.create_partition("slurm_853", 64)
-    store.put("slurm_853", job_id=853)
-    Journal(cfg["state_dir"]).add("slurm_853", 853, "queued by its epilog")
+    client.create_partition("slurm_908", 64)
+    store.put("slurm_908", job_id=908)
+    Journal(cfg["state_dir"]).add("slurm_908", 908, "queued by its epilog")
     assert prolog.run(env(SLURM_JOB_ID="844", SLURM_JOB_LICENSES="ipu:64"), cfg, client, FakeSlurm()) == 0
     assert list(fake.partitions) == ["slurm_844"]
+
+
+def test_sixty_four_consecutive_jobs_take_sixty_four_distinct_locks(cfg):
+    """Jobs running together have close ids: striped by job id they never share a lock (the
+    byte-sum striping put 64 consecutive jobs in 15 locks, job N with job N+9)."""
+    store = Ledger(cfg["state_dir"])
+    for first in (1, 844, 4_000_000_000):
+        paths = {store._lock_path(f"slurm_{first + k}") for k in range(64)}
+        assert len(paths) == 64, first
