@@ -156,7 +156,7 @@ def cmd_reap(args) -> int:
     cfg = config.load(args.config, required=True)
     slurm = _slurm(cfg)
     if args.watch:
-        from .hooks.removal import Service
+        from .hooks.service import Service
 
         return Service(cfg, cfg.vipu_client(), slurm).run()
     return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)

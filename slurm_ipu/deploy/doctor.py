@@ -456,7 +456,7 @@ def check_accounting(site: Site, facts: Facts) -> Finding:
 
 
 def check_service(site: Site, facts: Facts) -> Finding:
-    from ..hooks.removal import service_lock
+    from ..hooks.service import service_lock
     from ..hooks.transport import socket_path
     from ..locks import is_held
 

@@ -24,11 +24,12 @@ from pathlib import Path
 from .. import config, rules
 from ..deploy import render
 from ..errors import LabError
-from ..fsutil import atomic_write, pid_alive, poll, process_token, same_process
+from ..fsutil import atomic_write, pid_alive, poll
 from ..hooks.journal import Journal
-from ..hooks.removal import service_lock
+from ..hooks.service import service_lock
 from ..hooks.transport import build_client, socket_path
 from ..slurm import releases
+from .procs import _log_tail, _pid, _pid_in, _record, _run, _running, _stop_pid, _wait_pidfile, say
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = Path(os.environ.get("SLURM_IPU_LAB_DIR", "/var/tmp/slurm-ipu-lab"))
@@ -76,10 +77,6 @@ class LabSpec:
         env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))  # doctor and status
         env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
-
-
-def say(msg: str) -> None:
-    print(f"lab: {msg}", file=sys.stderr, flush=True)
 
 
 def check_spec(spec: LabSpec) -> None:
@@ -319,45 +316,6 @@ def build_vipu_fast(spec: LabSpec) -> Path | None:
 
 # --- processes ---------------------------------------------------------------------------
 
-def _pid_in(path: Path) -> int | None:
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid_alive(pid) else None
-
-
-def _wait_pidfile(path: Path, timeout: float, what: str, log: Path) -> int:
-    pid = poll(lambda: _pid_in(path), timeout)
-    if pid:
-        return pid
-    raise LabError(f"{what} did not start within {timeout:g}s: {_log_tail(log)} (log: {log})")
-
-
-def _stop_pid(pid: int, what: str, timeout: float = 15.0) -> None:
-    if not pid_alive(pid):
-        return
-    os.kill(pid, signal.SIGTERM)
-    if not poll(lambda: not pid_alive(pid), timeout):
-        say(f"{what} (pid {pid}) ignored SIGTERM for {timeout:g}s; sending SIGKILL")
-        os.kill(pid, signal.SIGKILL)
-
-
-def _record(pid: int) -> dict:
-    return {"pid": pid, "token": process_token(pid)}
-
-
-def _running(rec) -> bool:
-    """A recorded process is still the one the lab started."""
-    if isinstance(rec, int):  # written by a version that kept no start time
-        return pid_alive(rec)
-    return isinstance(rec, dict) and same_process(rec.get("pid"), rec.get("token"))
-
-
-def _pid(rec) -> int | None:
-    return rec.get("pid") if isinstance(rec, dict) else rec if isinstance(rec, int) else None
-
-
 def load_pids(spec: LabSpec) -> dict:
     try:
         pids = json.loads(spec.path("pids.json").read_text())
@@ -388,19 +346,6 @@ def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
 
 def save_pids(spec: LabSpec, pids: dict) -> None:
     atomic_write(spec.path("pids.json"), json.dumps(pids, indent=1))
-
-
-def _run(argv: list[str], spec: LabSpec, timeout: float = 30.0, check: bool = True,
-         log: Path | None = None) -> subprocess.CompletedProcess:
-    """log: where the command writes its reasons when it prints none (slurmd, slurmctld, munged)."""
-    proc = subprocess.run(argv, env=spec.env(), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
-    if check and proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).strip()[:300]
-        if not said and log is not None:
-            said = f"{_log_tail(log)} (log: {log})"
-        raise LabError(f"`{' '.join(argv)}` failed ({proc.returncode}): {said or 'no message'}")
-    return proc
 
 
 def start_munge(spec: LabSpec, pids: dict) -> None:
@@ -499,13 +444,6 @@ def _drain_journal(spec: LabSpec, timeout: float = 15.0) -> None:
 def node_states(spec: LabSpec) -> dict[str, str]:
     proc = _run(["sinfo", "-h", "-N", "-o", "%N %T"], spec, timeout=15, check=False)
     return dict(line.split()[:2] for line in proc.stdout.splitlines() if len(line.split()) >= 2)
-
-
-def _log_tail(path: Path, lines: int = 3) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:

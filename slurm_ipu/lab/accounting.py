@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import LabError
 from ..fsutil import atomic_write, poll
-from . import _log_tail, _record, _run, _running, _wait_pidfile, say
+from .procs import _log_tail, _record, _run, _running, _wait_pidfile, say
 
 PACKAGES = ("slurmdbd", "mariadb-server-core", "mariadb-client-core")
 TOOLS = {"slurmdbd": "/usr/sbin/slurmdbd", "mariadbd": "/usr/sbin/mariadbd",

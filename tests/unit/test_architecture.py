@@ -76,3 +76,55 @@ def test_ipurun_s_launch_path_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+def _module(dotted: list[str]) -> str | None:
+    """The module a dotted name is, as a file under slurm_ipu (a package is its __init__)."""
+    path = PKG.parent.joinpath(*dotted)
+    if path.with_suffix(".py").is_file():
+        return ".".join(dotted)
+    if (path / "__init__.py").is_file():
+        return ".".join(dotted)
+    return None
+
+
+def module_imports(path: Path) -> set[str]:
+    """The slurm_ipu modules a module imports, at the top or lazily inside a function."""
+    here = list(path.relative_to(PKG.parent).with_suffix("").parts)[:-1]  # the module's package
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets = []
+        if isinstance(node, ast.ImportFrom):
+            base = (here[:len(here) - node.level + 1] if node.level else []) + \
+                (node.module.split(".") if node.module else [])
+            targets = [base + [a.name] for a in node.names] + [base]
+        elif isinstance(node, ast.Import):
+            targets = [a.name.split(".") for a in node.names]
+        for target in targets:
+            if target and target[0] == "slurm_ipu" and (found := _module(target)):
+                out.add(found)
+                break
+    return out
+
+
+def test_no_import_circle_in_the_package():
+    """Not even through imports inside functions: a circle hides which module is the lower one."""
+    graph = {}
+    for path in PKG.rglob("*.py"):
+        name = ".".join(path.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
+        graph[name] = module_imports(path) - {name}
+    circles, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                circles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert circles == [], [" -> ".join(c) for c in circles]

@@ -218,7 +218,7 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
     import os
 
     from slurm_ipu.hooks import transport
-    from slurm_ipu.hooks.removal import service_lock
+    from slurm_ipu.hooks.service import service_lock
 
     desc, facts = here
     state = desc["state_dir"]

@@ -18,7 +18,7 @@ from slurm_ipu.deploy import fragments, render
 from slurm_ipu.hooks import prolog, reap
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
-from slurm_ipu.hooks.removal import Service
+from slurm_ipu.hooks.service import Service
 
 from .conftest import write_conf
 from .test_hooks import FakeSlurm, env, hooks_log

@@ -19,7 +19,7 @@ from slurm_ipu.deploy import fragments, render
 from slurm_ipu.hooks import transport
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
-from slurm_ipu.hooks.removal import Service
+from slurm_ipu.hooks.service import Service
 
 from .test_hooks import FakeSlurm, hooks_log
 

@@ -1,0 +1,110 @@
+"""The hook service (`slurm-ipu reap --watch`): one long-running process, as SlurmUser, that takes
+the controller hooks the wrapper hands it (transport.py) and removes ended jobs' partitions.
+
+Why: Slurm (22.05 at least) returns a job's licences only when EpilogSlurmctld exits, and
+schedules again at that moment only if the nodes' epilogs finished *after* it; otherwise the next
+IPU job waits for the next periodic pass (seconds). A Python epilog that calls V-IPU always
+finishes after the nodes. So while this service runs, the wrapper's epilog starts no Python: its
+client hands the job over, the service journals the partition and answers at once, and removes
+it within a poll interval. The prologs it runs the same way save a Python start per job. Without
+the service the wrapper runs both hooks in Python, and nothing waits on the service.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from ..errors import SlurmIpuError
+from .hooklog import report
+from .journal import Journal
+from .removal import work_off
+
+POLL_S = 0.1  # how soon a queued partition goes at the latest; one directory scan per poll
+BACKOFF_MAX_S = 60.0
+
+
+def service_lock(state_dir: str) -> Path:
+    """Held by the running service; the hook wrapper probes it (flock -n) to choose its path."""
+    return Path(state_dir) / "reaper.lock"
+
+
+
+class Service:
+    """The long-running removal service: the journal within POLL_S, a full `reap` (orphans
+    whose job is gone; one squeue) every reap.interval seconds as the backstop, and the
+    prologs the hook wrapper hands over (transport.py), each in its own thread."""
+
+    def __init__(self, cfg, client, slurm, clock=time.monotonic):
+        self.cfg, self.client, self.slurm, self.clock = cfg, client, slurm, clock
+        self.retry_at = 0.0
+        self.backoff = 1.0
+        self.next_reap = clock()  # a full reap at start: whatever happened while we were down
+        self.stopping = False
+        self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
+
+    def step(self) -> None:
+        now = self.clock()
+        names = Journal(self.cfg["state_dir"]).names()
+        if names and now >= self.retry_at:
+            _, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
+            if failed is None:
+                self.backoff = 1.0
+            else:  # V-IPU trouble: no hammering; every entry stays queued
+                self.retry_at = self.clock() + self.backoff
+                report(self.cfg["state_dir"], f"removal service: V-IPU failed ({failed}); "
+                                              f"retrying in {self.backoff:g}s")
+                self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
+        if now >= self.next_reap:
+            self.next_reap = now + self.cfg["reap.interval"]
+            self._reap()
+
+    def _reap(self) -> None:
+        from . import reap
+
+        try:
+            reap.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line),
+                     wait=0)  # an admin's reap is running: it does the same work
+        except SlurmIpuError as exc:  # slurmctld or V-IPU down, or a cron reap running: next time
+            report(self.cfg["state_dir"], f"removal service: periodic reap skipped: {exc}")
+
+    def run(self) -> int:
+        from ..locks import try_lock
+        from . import transport
+
+        lock = try_lock(service_lock(self.cfg["state_dir"]),
+                        f"a removal service already runs for {self.cfg['state_dir']} (it holds reaper.lock)")
+        Journal(self.cfg["state_dir"]).dir.mkdir(parents=True, exist_ok=True)
+        transport.remove_legacy(self.cfg["state_dir"])
+        listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._stop)
+        os.write(lock, f"{os.getpid()}\n".encode())
+        report(self.cfg["state_dir"], f"removal service: started, pid {os.getpid()}")
+        # Removals in their own thread: a slow V-IPU removal never delays a waiting prolog.
+        removals = threading.Thread(target=self._removals, name="removals", daemon=True)
+        removals.start()
+        try:
+            while not self.stopping:
+                listener.serve(POLL_S)
+        finally:
+            self.stopping = True
+            listener.close()  # from here on wrappers run the Python hooks themselves
+            self.wake.set()
+            removals.join(self.cfg["epilog.deadline"] + 5)
+            listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
+            os.close(lock)
+            report(self.cfg["state_dir"], "removal service: stopped")
+        return 0
+
+    def _removals(self) -> None:
+        while not self.stopping:
+            self.step()
+            self.wake.wait(POLL_S)
+            self.wake.clear()
+
+    def _stop(self, *_):
+        self.stopping = True
