@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -166,17 +165,17 @@ def flatten(doc: dict, keys, prefix: str = "") -> dict[str, Any]:
 
 
 def read_file(path: str, explicit: bool, required: bool = False) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
+    from .adminfile import check_yaml_shape, read_text
+
+    if not os.path.lexists(path):
         if explicit or required:
             raise ConfigError(f"config file {path} not found; create it from etc/slurm-ipu.yaml"
-                              f"{'' if explicit else ' or point SLURM_IPU_CONFIG at yours'}") from None
+                              f"{'' if explicit else ' or point SLURM_IPU_CONFIG at yours'}")
         return {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    text = read_text(path, "config file")
     import yaml
 
+    check_yaml_shape(text, path)
     try:
         doc = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:

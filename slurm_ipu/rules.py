@@ -16,6 +16,8 @@ Choices where the public record is silent (decided here, in one place):
   GCDs where an ILD's share is no GCD size; a single GCD in a single ILD may hold any partition
   size up to 64 (the PopRun guide lists a 32-IPU partition).
 - A partition never exceeds the IPUs of the allocation it is created in.
+- A partition's name is 1 to 64 letters, digits, '_', '.' or '-', starting with a letter or digit
+  (NAME_CHARS, NAME_MAX): a name that would not fit a request line is refused before it is sent.
 
 Plain classes, not dataclasses: ipurun imports this on every launch.
 """
@@ -23,6 +25,19 @@ Plain classes, not dataclasses: ipurun imports this on every launch.
 from __future__ import annotations
 
 from .errors import InvalidPartition
+
+NAME_MAX = 64
+NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a valid partition name, else InvalidPartition (a permanent error)."""
+    if not 1 <= len(name) <= NAME_MAX or not name[0].isascii() or not name[0].isalnum() or \
+            not set(name) <= NAME_CHARS:
+        shown = name if len(name) <= 80 else f"{name[:40]}...({len(name)} characters)"
+        raise InvalidPartition(f"invalid partition name {shown!r}: use 1-{NAME_MAX} letters, digits, '_', '.', '-', "
+                               "starting with a letter or digit")
+    return name
 
 IPUS_PER_AGENT = 4
 AGENTS_PER_ILD = 16

@@ -190,6 +190,9 @@ def _coerce(where: str, f: Field, value: Any) -> Any:
 def parse(text: str, source: str) -> Site:
     import yaml
 
+    from ..adminfile import check_yaml_shape
+
+    check_yaml_shape(text, source)
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -215,11 +218,9 @@ def parse(text: str, source: str) -> Site:
 
 
 def load(path: str | Path) -> Site:
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"site description {path}: {exc.strerror}; start from etc/site-pod128.yaml") from None
-    return parse(text, str(path))
+    from ..adminfile import read_text
+
+    return parse(read_text(path, "site description", "; start from etc/site-pod128.yaml"), str(path))
 
 
 def _at(site: Site, key: str) -> str:

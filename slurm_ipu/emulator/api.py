@@ -92,6 +92,9 @@ class Api:
         try:
             doc = json.loads(payload or b"{}")
         except ValueError:
+            if 400 <= resp.status < 500:  # the request itself was refused: sending it again cannot help
+                raise ApiError("INVALID_ARGUMENT", f"V-IPU server at {self.where} refused the request "
+                                                   f"(HTTP {resp.status})") from None
             raise VipuUnavailable(f"V-IPU server at {self.where} sent a reply that is not JSON") from None
         if resp.status >= 400:
             err = doc.get("error", {}) if isinstance(doc, dict) else {}
@@ -169,6 +172,10 @@ def _loopback_only(host: str, port: int) -> None:
 
 
 def _quote(name: str) -> str:
+    """A partition name for a URL path; an invalid one is refused here, as the server would
+    refuse it, instead of sending a request line http.server rejects as too long."""
     from urllib.parse import quote
 
-    return quote(name, safe="")
+    from ..rules import check_name
+
+    return quote(check_name(name), safe="")

@@ -72,9 +72,15 @@ def _api(args):
 
 def cmd_fault(args) -> int:
     api = _api(args)
-    kind, value = args.kind, args.value or 0.0
+    from .service import fault_seconds
+
+    kind = args.kind
     if kind in ("latency", "create-delay") and args.value is None:
         raise ConfigError(f"fault {kind} needs a number of seconds, e.g. `vipu-emu fault {kind} 2`")
+    try:
+        value = fault_seconds(kind, args.value or 0.0)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     actions = {
         "latency": lambda: api.faults(latency=value),
         "create-delay": lambda: api.faults(create_delay=value),

@@ -109,10 +109,12 @@ def load_cluster(spec: str) -> Cluster:
             )
     import yaml  # lazy: only `serve` needs it
 
+    from ..adminfile import check_yaml_shape, read_text
+
+    text = read_text(path, "cluster file")
+    check_yaml_shape(text, str(path))
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read cluster file {path}: {exc.strerror}") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
     return cluster_from_dict(data, str(path))

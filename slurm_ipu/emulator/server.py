@@ -25,7 +25,7 @@ from ..locks import try_lock
 from . import identity
 from .api import API_VERSION
 from .model import Cluster, load_cluster
-from .service import CODES, OPS, Service, code_of
+from .service import CODES, OPS, Service, code_of, fault_seconds
 
 log = logging.getLogger("slurm_ipu.emulator")
 MAX_BODY = 1 << 20
@@ -155,7 +155,7 @@ class App:
         with faults.lock:
             for key in ("latency", "create_delay"):
                 if key in body:
-                    faults.__setattr__(key, max(0.0, float(body[key])))
+                    setattr(faults, key, fault_seconds(key, body[key]))
             if "error_next" in body:
                 faults.error_next = max(0, int(body["error_next"]))
             if "fail" in body:
@@ -178,7 +178,7 @@ class App:
         return faults.as_dict()
 
     def _admin_down(self, body):
-        seconds = float(body.get("seconds", 0))
+        seconds = fault_seconds("down", body.get("seconds", 0))
         threading.Thread(target=self.go_down, args=(seconds,), daemon=True).start()
         return {"down": True, "seconds": seconds}
 

@@ -8,7 +8,6 @@ fault asked for it). Both are stored, so the state is the same after a restart.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,8 +25,6 @@ from ..errors import (
 )
 from .model import Cluster, place
 from .store import Store
-
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 # Error codes on the wire (gRPC-style, as V-IPU's API is), and the typed error for each.
 CODES: dict[str, tuple[int, type[VipuError]]] = {
@@ -49,6 +46,22 @@ def code_of(exc: VipuError) -> str:
         if type(exc) is cls:
             return code
     return "INTERNAL"
+
+
+MAX_FAULT_SECONDS = 3600.0
+
+
+def fault_seconds(kind: str, value) -> float:
+    """A fault's seconds (latency, create delay, down time): a finite number from 0 to an hour.
+    NaN or infinity would wedge the server's timers and sleeps; a negative number is a mistake,
+    not 0."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not 0 <= seconds <= MAX_FAULT_SECONDS:  # also false for NaN
+        raise ValueError(f"fault {kind} {value}: use a number of seconds from 0 to {MAX_FAULT_SECONDS:g}")
+    return seconds
 
 
 @dataclass
@@ -145,12 +158,7 @@ class Service:
 
     # --- changes ------------------------------------------------------------------------
     def create(self, req: dict, caller_uid: int) -> dict:
-        name = str(req.get("name", ""))
-        if not NAME_RE.match(name):
-            raise InvalidPartition(
-                f"invalid partition name {name!r}: use 1-64 letters, digits, '_', '.', '-', "
-                "starting with a letter or digit"
-            )
+        name = rules.check_name(str(req.get("name", "")))
         shape = rules.check_shape(
             _int(req, "size"), _opt_int(req, "num_gcds"), _opt_int(req, "num_ilds"),
             cluster_ilds=self.cluster.ilds, ipus_per_ild=self.cluster.ipus_per_ild,

@@ -102,3 +102,30 @@ def test_crash_then_restart_keeps_state(client, admin, emu):
         assert [(p.name, p.size, p.state) for p in client.list_partitions()] == [("keep", 8, "ACTIVE")]
     finally:
         again.stop()
+
+
+@pytest.mark.parametrize("change", [{"latency": float("nan")}, {"latency": float("inf")}, {"latency": -5},
+                                    {"create_delay": "soon"}])
+def test_the_admin_api_refuses_seconds_that_would_wedge_it(admin, client, change):
+    """Defence in depth behind `vipu-emu fault`'s own check (issue 23, item 7): the server stays
+    answering, with its faults unchanged."""
+    from slurm_ipu.emulator.api import ApiError
+
+    with pytest.raises(ApiError, match="use a number of seconds from 0 to 3600") as refused:
+        admin.faults(**change)
+    assert refused.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(ApiError, match="use a number of seconds from 0 to 3600"):
+        admin.down(float("nan"))
+    assert admin.faults()["latency"] == 0 and client.list_partitions() == []
+
+
+def test_an_over_long_partition_name_is_a_permanent_error(client, vipu):
+    """A 120,000-character name: INVALID_ARGUMENT, never retried as V-IPU trouble."""
+    name = "p" * 120_000
+    for args in (("remove", "partition", name), ("get", "partition", name), ("create", "partition", name,
+                                                                            "--size", "1")):
+        proc = vipu(*args)
+        assert proc.returncode == 1 and proc.stderr.strip().endswith("[INVALID_ARGUMENT]"), (args[0], proc.stderr)
+        assert "120000 characters" in proc.stderr or "invalid partition name" in proc.stderr
+    with pytest.raises(errors.InvalidPartition):
+        client.remove_partition(name, deadline=deadline())

@@ -60,3 +60,44 @@ def test_one_line_exit_2_nothing_written(here, argv, line):
     assert (proc.returncode, proc.stderr.strip().splitlines()[-1]) == (2, line.format(d=here))
     assert "Traceback" not in proc.stderr
     assert not (here / "out").exists() and not (here / "lab").exists()
+
+
+def _hostile_files(d):
+    """A non-UTF-8 file, YAML nested 100,000 deep (flow and block), a file over the size bound, a
+    FIFO, a directory, a device (issue 23, item 7)."""
+    import os
+
+    (d / "latin1.yaml").write_bytes(b"version: 1\ncluster: caf\xe9\n")
+    (d / "deepflow.yaml").write_text("version: 1\nx: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    (d / "deepblock.yaml").write_text("version: 1\n" + "".join("  " * i + f"k{i}:\n" for i in range(300)))
+    (d / "big.yaml").write_text("version: 1\n" + "".join(f"k{i}: {i}\n" for i in range(300_000)))
+    (d / "wide.yaml").write_text("version: 1\n" + "".join(f"k{i}: {i}\n" for i in range(15_000)))
+    os.mkfifo(d / "fifo.yaml")
+    (d / "dir.yaml").mkdir()
+
+
+@pytest.mark.parametrize("name,line", [
+    ("latin1.yaml", "slurm-ipu: site description {d}/latin1.yaml is not UTF-8 text (byte 23: b'\\xe9'); save it "
+     "as UTF-8"),
+    ("deepflow.yaml", "slurm-ipu: {d}/deepflow.yaml:2: nested over 32 levels deep; a site description is a few "
+     "levels deep"),
+    ("deepblock.yaml", "slurm-ipu: {d}/deepblock.yaml:34: nested over 32 levels deep; a site description is a few "
+     "levels deep"),
+    ("big.yaml", "slurm-ipu: site description {d}/big.yaml is over 256 KiB (a site description is a few KB); check "
+     "the path"),
+    ("wide.yaml", "slurm-ipu: {d}/wide.yaml: over 20000 YAML nodes; a site description has a few dozen"),
+    ("fifo.yaml", "slurm-ipu: site description {d}/fifo.yaml is a FIFO, not a file; give the path of the YAML file"),
+    ("dir.yaml", "slurm-ipu: site description {d}/dir.yaml is a directory, not a file; give the path of the YAML "
+     "file"),
+    ("/dev/zero", "slurm-ipu: site description /dev/zero is a device or socket, not a file; give the path of the "
+     "YAML file"),
+])
+@pytest.mark.parametrize("command", ["render", "doctor", "status"])
+def test_hostile_site_files_are_one_line_at_once(tmp_path, name, line, command):
+    _hostile_files(tmp_path)
+    path = name if name.startswith("/") else str(tmp_path / name)
+    argv = ["render", path, "--out", str(tmp_path / "out")] if command == "render" else [command, "--site", path]
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", *argv], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin"})
+    assert (proc.returncode, proc.stderr.strip()) == (2, line.format(d=tmp_path))
+    assert not (tmp_path / "out").exists()

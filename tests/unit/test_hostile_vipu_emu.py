@@ -31,6 +31,13 @@ def emu(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
      "float value: 'soon'"),
     (["attach"], "ipuof: IPUOF_VIPU_API_HOST, IPUOF_VIPU_API_PARTITION_ID not set; run inside an IPU job or "
      "export them"),
+    # non-finite or negative seconds would wedge the server's timers; refused before it is asked
+    (["fault", "down", "nan", "--state-dir", "/nonexistent"], "vipu-emu: fault down nan: use a number of seconds "
+     "from 0 to 3600"),
+    (["fault", "latency", "inf", "--state-dir", "/nonexistent"], "vipu-emu: fault latency inf: use a number of "
+     "seconds from 0 to 3600"),
+    (["fault", "latency", "-5", "--state-dir", "/nonexistent"], "vipu-emu: fault latency -5.0: use a number of "
+     "seconds from 0 to 3600"),
 ])
 def test_one_line_exit_2(argv, line):
     proc = emu(*argv)
@@ -46,3 +53,13 @@ def test_a_port_in_use_is_one_line(tmp_path):
         proc = emu("serve", "--port", str(port), "--state-dir", str(tmp_path / "state"))
     assert (proc.returncode, proc.stderr.strip()) == \
         (2, f"vipu-emu: cannot listen on 127.0.0.1:{port}: Address already in use; choose another --port")
+
+
+def test_a_cluster_file_that_is_a_fifo_is_refused_without_waiting(tmp_path):
+    import os
+
+    fifo = tmp_path / "cluster.yaml"
+    os.mkfifo(fifo)
+    proc = emu("serve", "--cluster", str(fifo), "--port", "0", "--state-dir", str(tmp_path / "state"))
+    assert (proc.returncode, proc.stderr.strip()) == \
+        (2, f"vipu-emu: cluster file {fifo} is a FIFO, not a file; give the path of the YAML file")
