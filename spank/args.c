@@ -129,6 +129,37 @@ int ipu_opt_count(const char *name, const char *optarg, char *slot, long max)
     return 0;
 }
 
+/* --ipus=N, a job's total IPUs (Graphcore's Slurm integration spells a request so). Any positive
+ * count up to IPU_TOTAL_MAX is passed on: job_submit.lua, which knows the Pod, says whether it is
+ * a partition size and spreads it over the job's nodes. */
+#define IPU_TOTAL_MAX 65536
+
+int ipu_opt_total(const char *optarg, char *slot)
+{
+    char *end = NULL;
+    long n = 0;
+
+    if (optarg && isdigit((unsigned char)optarg[0])) {
+        errno = 0;
+        n = strtol(optarg, &end, 10);
+        if (errno || *end != '\0' || n > IPU_TOTAL_MAX)
+            n = 0;
+    }
+    if (n < 1) {
+        slurm_error("spank_ipu: --ipus=%s: not a number of IPUs from 1 to %d; use e.g. --ipus=4 (the job's total)",
+                    optarg ? optarg : "", IPU_TOTAL_MAX);
+        return -1;
+    }
+    snprintf(slot, IPU_COUNT_MAX, "%ld", n);
+    return 0;
+}
+
+static int opt_ipus(int val, const char *optarg, int remote)
+{
+    (void)val; (void)remote;
+    return ipu_opt_total(optarg, ipu_opts.ipus);
+}
+
 static int opt_gcds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
@@ -156,6 +187,8 @@ static int opt_instance(int val, const char *optarg, int remote)
 }
 
 static struct spank_option options[] = {
+    {"ipus", "N", "IPUs for the job in all (spread evenly over its nodes; the same as --gres=ipu:N/nodes)", 1, 0,
+     opt_ipus},
     {"ipu-gcds", "N", "Split the job's V-IPU partition into N graph compilation domains (power of two)", 1, 0, opt_gcds},
     {"ipu-ilds", "N", "Spread the job's V-IPU partition over N IPU-Link domains (power of two)", 1, 0, opt_ilds},
     {"ipu-reconfigurable", NULL, "Make the job's V-IPU partition reconfigurable", 0, 0, opt_reconf},

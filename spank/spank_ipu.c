@@ -1,8 +1,9 @@
-/* spank_ipu: --ipu-* options, and the IPUoF variables in the tasks of IPU jobs.
+/* spank_ipu: --ipus and --ipu-* options, and the IPUoF variables in the tasks of IPU jobs.
  *
  * Contexts (spank(8)):
  *   allocator (sbatch/salloc), local (srun): options are parsed and validated; given ones are
- *     passed to PrologSlurmctld as job-control environment (SPANK_IPU_GCDS, ...).
+ *     passed to job_submit.lua and PrologSlurmctld as job-control environment (IPU_IPUS,
+ *     IPU_GCDS, ...; job_submit.lua turns --ipus into the job's per-node GRES).
  *   remote (slurmstepd): every task gets IPUOF_VIPU_API_HOST/PORT/PARTITION_ID naming its own
  *     job's partition (prefix + job id), replacing whatever the user exported, and loses
  *     IPUOF_CONFIG_PATH. Why every task: Slurm 22.05 tells the task side nothing about a
@@ -63,6 +64,8 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR)
         return 0;
+    if (ipu_opts.ipus[0] && spank_job_control_setenv(sp, "IPU_IPUS", ipu_opts.ipus, 1) != ESPANK_SUCCESS)
+        slurm_error("spank_ipu: could not pass --ipus to the job");
     if (ipu_opts.gcds[0] && spank_job_control_setenv(sp, "IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS)
         slurm_error("spank_ipu: could not pass --ipu-gcds to the job");
     if (ipu_opts.ilds[0] && spank_job_control_setenv(sp, "IPU_ILDS", ipu_opts.ilds, 1) != ESPANK_SUCCESS)

@@ -18,6 +18,7 @@ struct ipu_conf {
 
 /* User options, as typed ("" when absent). */
 struct ipu_opts {
+    char ipus[IPU_COUNT_MAX];   /* --ipus=N: the job's total (Graphcore's Slurm dialect) */
     char gcds[IPU_COUNT_MAX];
     char ilds[IPU_COUNT_MAX];
     int reconfigurable;
@@ -32,6 +33,7 @@ int ipu_register_options(spank_t sp);
 int ipu_valid_count(const char *text, long max);
 long ipu_parse_count(const char *text, long max);
 int ipu_opt_count(const char *name, const char *optarg, char *slot, long max);
+int ipu_opt_total(const char *optarg, char *slot);
 int ipu_job_epilog_cleanup(spank_t sp);
 int ipu_instance_task(spank_t sp);
 

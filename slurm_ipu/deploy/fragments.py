@@ -12,7 +12,7 @@ from .. import rules
 from ..fsutil import atomic_write
 from ..hooks import transport
 from ..pods import ild_ids
-from ..slurm import licences, limits
+from ..slurm import licences, limits, releases
 from . import render
 from .site import Site, hook_config
 
@@ -81,6 +81,7 @@ def context(site: Site) -> dict:
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
         "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),
+        "ipus_per_host": site["pod.ipus_per_host"], "gres_prefix": releases.tres_prefix(site["slurm.version"]),
         "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
         "top_members": top_switches(site),
     }

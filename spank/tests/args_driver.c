@@ -1,7 +1,8 @@
 /* Drives spank/args.c without Slurm: the option and plugstack parsers, with slurm_error and
  * spank_option_register stubbed. Used by tests/unit/test_spank_args.py.
  *   args_driver plugstack ARG...        -> "rc=R host=H port=P prefix=X debug=D" and the error
- *   args_driver count NAME VALUE MAX    -> "rc=R slot=S" and the error */
+ *   args_driver count NAME VALUE MAX    -> "rc=R slot=S" and the error
+ *   args_driver total VALUE             -> "rc=R slot=S" and the error (--ipus) */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,11 @@ int main(int argc, char **argv)
         printf("rc=%d slot=%s\n", rc, slot);
         return 0;
     }
-    fputs("usage: args_driver plugstack ARG... | count NAME VALUE MAX\n", stderr);
+    if (argc == 3 && !strcmp(argv[1], "total")) {
+        rc = ipu_opt_total(argv[2], slot);
+        printf("rc=%d slot=%s\n", rc, slot);
+        return 0;
+    }
+    fputs("usage: args_driver plugstack ARG... | count NAME VALUE MAX | total VALUE\n", stderr);
     return 2;
 }

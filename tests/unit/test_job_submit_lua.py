@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from slurm_ipu.deploy import render
-from slurm_ipu.slurm import licences, limits
+from slurm_ipu.slurm import licences, limits, releases
 
 LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
@@ -30,9 +30,12 @@ print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) 
 """
 
 
-def values(pod_ipus: int, version: str = "22.05") -> dict:
-    """What the site's render gives job_submit.lua.j2: the Pod's sizes and Slurm's licence syntax."""
-    return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version), "limits": limits.lua_values()}
+def values(pod_ipus: int, version: str = "22.05", per_host: int | None = None) -> dict:
+    """What the site's render gives job_submit.lua.j2: the Pod's sizes, its hosts' IPUs (here all
+    of the Pod's unless given) and Slurm's syntax."""
+    return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version), "limits": limits.lua_values(),
+                                          "ipus_per_host": per_host or pod_ipus,
+                                          "gres_prefix": releases.tres_prefix(version)}
 
 
 @pytest.fixture(scope="module")
@@ -323,3 +326,56 @@ def test_no_licence_string_gets_an_ipu_count_its_gres_does_not_ask_for(tmp_path,
         if gres is None and known and "ipu" not in parsed and (rc != "0" or result != text):
             wrong.append((text, gres, f"refused or changed: {rc} {result!r}"))
     assert not wrong, f"{len(wrong)} of {len(cases)} strings: {wrong[:10]}"
+
+
+# --- --ipus=N, Graphcore's dialect (issue 25, item 1) -------------------------------------
+
+@pytest.fixture(scope="module")
+def lua_16(tmp_path_factory):
+    """The lab's Pod: 64 IPUs on hosts of 16, Slurm 24.11 (gres/ipu in TRES strings)."""
+    path = tmp_path_factory.mktemp("lua16") / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", values(64, "24.11", per_host=16)))
+    return str(path)
+
+
+def ipus(total: int, **job) -> dict:
+    return {"spank_job_env": [f"_SLURM_SPANK_OPTION_spank_ipu_ipus={total}", f"IPU_IPUS={total}"], **job}
+
+
+def run_tres(lua_file, job: dict) -> tuple[int, str, str, str]:
+    """rc, licence, tres_per_node, message."""
+    code = HARNESS.replace('tostring(job.min_nodes)', 'tostring(job.tres_per_node)') % {
+        "path": lua_file, "job": lua_table(job), "rec": "{}", "modify": "false"}
+    proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    rc, lic, tres, msg = proc.stdout.rstrip("\n").split("\t")
+    return int(rc), lic, tres, msg
+
+
+@pytest.mark.parametrize("job,licence,tres", [
+    (ipus(4), "ipu:4", "gres/ipu:4"),
+    (ipus(1), "ipu:1", "gres/ipu:1"),
+    (ipus(8, min_nodes=2, max_nodes=2), "ipu:8", "gres/ipu:4"),
+    (ipus(64, min_nodes=4), "ipu:64", "gres/ipu:16"),
+    (ipus(8, min_nodes=2, tres_per_node="gres/ipu:4"), "ipu:8", "gres/ipu:4"),  # both, agreeing
+    (ipus(4, tres_per_node="gres/gpu:1", licenses="matlab:1"), "matlab:1,ipu:4", "gres/gpu:1,gres/ipu:4"),
+])
+def test_ipus_is_the_job_s_total_spread_over_its_nodes(lua_16, job, licence, tres):
+    assert run_tres(lua_16, job) == (0, licence, tres, "")
+
+
+@pytest.mark.parametrize("job,line", [
+    (ipus(3), "slurm-ipu: --ipus=3 on 1 node(s) asks for 3 IPUs, not a valid partition size; valid totals: 1, 2, 4, "
+              "8, 16, 32, 64"),
+    (ipus(8, min_nodes=3), "slurm-ipu: --ipus=8 does not spread evenly over 3 node(s); use a multiple of 3 IPUs, or "
+                           "another -N"),
+    (ipus(8, min_nodes=2, tres_per_node="gres/ipu:2"), "slurm-ipu: --ipus=8 and --gres=ipu:2 on 2 node(s) (4 IPUs) "
+                                                       "disagree; give one of them"),
+    (ipus(32), "slurm-ipu: --ipus=32 on 1 node(s) asks for 32 IPUs per node; a node has 16: use -N 2 or more"),
+    (ipus(128, min_nodes=4), "slurm-ipu: --ipus=128 on 4 node(s) asks for 128 IPUs, more than the Pod's 64; valid "
+                             "totals: 1, 2, 4, 8, 16, 32, 64"),
+    (ipus(8, min_nodes=2, max_nodes=4), "slurm-ipu: IPU jobs need a fixed node count"),
+])
+def test_bad_ipus_requests_are_refused_with_one_line(lua_16, job, line):
+    rc, _lic, _tres, msg = run_tres(lua_16, job)
+    assert rc == -1 and msg.startswith(line), msg

@@ -42,6 +42,19 @@ def test_bad_counts_are_refused_with_the_fix(driver, value):
     assert "rc=-1 slot=\n" in out
 
 
+@pytest.mark.parametrize("value,slot", [("4", "4"), ("192", "192"), ("0008", "8"), ("65536", "65536")])
+def test_ipus_totals_are_any_positive_count(driver, value, slot):
+    """--ipus=N (Graphcore's dialect): whether N is a partition size is job_submit.lua's to say."""
+    assert run(driver, "total", value).splitlines() == [f"rc=0 slot={slot}"]
+
+
+@pytest.mark.parametrize("value", ["0", "-4", "4x", "", " 4", "+4", "65537", "99999999999999999999"])
+def test_bad_ipus_totals_are_refused_with_the_fix(driver, value):
+    out = run(driver, "total", value)
+    assert f"error: spank_ipu: --ipus={value}: not a number of IPUs from 1 to 65536; use e.g. --ipus=4" in out
+    assert "rc=-1 slot=\n" in out
+
+
 def test_plugstack_good(driver):
     out = run(driver, "plugstack", "vipu_host=fe80::1", "vipu_port=08091", "prefix=pod_a-", "debug=on")
     assert out == "rc=0 host=fe80::1 port=8091 prefix=pod_a- debug=1\n"

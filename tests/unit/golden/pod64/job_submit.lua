@@ -7,6 +7,8 @@
 -- (SLURM_JOB_LICENSES), which sizes the partition from a number the user cannot forge.
 
 local POD_IPUS = 64
+local IPUS_PER_HOST = 16
+local GRES_PREFIX = "gres:"  -- how Slurm 22.05 spells a GRES in tres_per_node
 local VALID = { [1] = true, [2] = true, [4] = true, [8] = true, [16] = true, [32] = true, [64] = true, }
 local VALID_TEXT = "1, 2, 4, 8, 16, 32, 64"
 local NO_VAL = 4294967294
@@ -217,19 +219,29 @@ local function set_count(v)
 end
 
 -- Validate N per node on `nodes` nodes and write the matching licence into job_desc.
-local function apply(job_desc, per, nodes, others, refuse)
+-- How the user asked, for messages: --gres=ipu:N per node, or --ipus=N in all.
+local function asked(per, nodes, total_option)
+  if total_option then return string.format("--ipus=%d on %d node(s)", per * nodes, nodes) end
+  return string.format("--gres=ipu:%d on %d node(s)", per, nodes)
+end
+
+local function apply(job_desc, per, nodes, others, refuse, total_option)
   refuse = refuse or reject
   local total = per * nodes
   if per < 1 then
     return refuse("--gres=ipu:%d is invalid; ask for at least 1 IPU per node", per)
   end
   if total > POD_IPUS then
-    return refuse("--gres=ipu:%d on %d node(s) asks for %d IPUs, more than the Pod's %d; valid totals: %s",
-                  per, nodes, total, POD_IPUS, VALID_TEXT)
+    return refuse("%s asks for %d IPUs, more than the Pod's %d; valid totals: %s",
+                  asked(per, nodes, total_option), total, POD_IPUS, VALID_TEXT)
   end
   if not VALID[total] then
-    return refuse("--gres=ipu:%d on %d node(s) asks for %d IPUs, not a valid partition size; valid totals: %s",
-                  per, nodes, total, VALID_TEXT)
+    return refuse("%s asks for %d IPUs, not a valid partition size; valid totals: %s",
+                  asked(per, nodes, total_option), total, VALID_TEXT)
+  end
+  if per > IPUS_PER_HOST then
+    return refuse("%s asks for %d IPUs per node; a node has %d: use -N %d or more",
+                  asked(per, nodes, total_option), per, IPUS_PER_HOST, math.ceil(total / IPUS_PER_HOST))
   end
   local spans, err = pods_of(job_desc, nodes, refuse)
   if err then return err end
@@ -249,6 +261,28 @@ local function requested(tres, refuse)
   return per
 end
 
+-- --ipus=N (Graphcore's Slurm dialect; the SPANK plugin's IPU_IPUS): the job's total, spread
+-- evenly over its nodes into the per-node GRES a --gres=ipu: request has, so the job is the
+-- same from here on. Given with --gres=ipu:M the two must agree. IPUs per node, or nil and the
+-- refusal.
+local function spread(job_desc, total, per, nodes)
+  if per ~= nil then
+    if per * nodes ~= total then
+      return nil, reject("--ipus=%d and --gres=ipu:%d on %d node(s) (%d IPUs) disagree; give one of them",
+                         total, per, nodes, per * nodes)
+    end
+    return per, nil
+  end
+  if total % nodes ~= 0 then
+    return nil, reject("--ipus=%d does not spread evenly over %d node(s); use a multiple of %d IPUs, or another -N",
+                       total, nodes, nodes)
+  end
+  per = total / nodes
+  local tres = job_desc.tres_per_node
+  job_desc.tres_per_node = ((tres ~= nil and tres ~= "") and (tres .. ",") or "") .. GRES_PREFIX .. "ipu:" .. per
+  return per, nil
+end
+
 local function job_submit(job_desc, part_list, submit_uid)
   local refused = oversized(job_desc, reject) or other_paths(job_desc)
   if refused then return refused end
@@ -256,7 +290,8 @@ local function job_submit(job_desc, part_list, submit_uid)
   if err then return err end
   local others, lic_ipu, bad = split_licenses(job_desc.licenses)
   if bad then return reject("%s; ask for IPUs with --gres=ipu:N", bad) end
-  if per == nil then
+  local total = spank_count(job_desc, "IPU_IPUS")
+  if per == nil and total == nil then
     if lic_ipu ~= nil then
       return reject("ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu licence (-L %s)", lic_ipu)
     end
@@ -271,7 +306,11 @@ local function job_submit(job_desc, part_list, submit_uid)
   local nodes = set_count(min) and min or (set_count(max) and max or 1)
   job_desc.min_nodes = nodes
   job_desc.max_nodes = nodes
-  return apply(job_desc, per, nodes, others)
+  if total ~= nil then
+    per, err = spread(job_desc, total, per, nodes)
+    if err then return err end
+  end
+  return apply(job_desc, per, nodes, others, nil, total ~= nil)
 end
 
 -- A modify never sets the ipu licence itself: the licence is recomputed from the GRES and the

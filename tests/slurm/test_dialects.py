@@ -1,0 +1,81 @@
+"""Scripts written for Graphcore's own Slurm integrations run unchanged (issue 25): `--ipus=N`,
+the job's total, on sbatch, srun and salloc, by a user who is not root. Each command line is
+verbatim what such a script types, with the behaviour it must have."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import GRES, wait_for, wait_gone
+
+pytestmark = pytest.mark.usefixtures("users")
+USER = "slurmipu-a"
+
+
+# What a task sees (no Python: the user's tasks must not need root's interpreter).
+PROBE = 'echo "PROBE $SLURMD_NODENAME $IPUOF_VIPU_API_HOST $IPUOF_VIPU_API_PARTITION_ID"'
+
+
+def probes(text: str) -> list[list[str]]:
+    return [line.split()[1:] for line in text.splitlines() if line.startswith("PROBE ")]
+
+
+def created(lab, job: int) -> str:
+    """The prolog's line for the job's partition: size and hosts."""
+    lines = [ln for ln in lab.spec.path("state", "hooks.log").read_text().splitlines()
+             if f"job {job}: partition slurm_{job} ACTIVE" in ln]
+    assert lines, f"no partition made for job {job}"
+    return lines[-1]
+
+
+def test_srun_ipus_4_gets_a_partition_of_4_and_the_variables(clean_lab):
+    lab = clean_lab
+    proc = lab.run_as(USER, "srun", "--ipus=4", "bash", "-c", PROBE)
+    assert proc.returncode == 0, proc.stderr
+    (_node, host, partition), = probes(proc.stdout)
+    job = int(partition.removeprefix("slurm_"))
+    assert host == "127.0.0.1" and ", 4 IPUs, 1 GCD(s), hosts node" in created(lab, job)
+    wait_for("its partition removed", lambda: lab.partitions() == {}, 30)
+
+
+def test_sbatch_ipus_1_with_an_output_file(clean_lab):
+    lab = clean_lab
+    log = lab.spec.path("users", "ipus1.log")
+    script = lab.spec.path("users", "job.sh")
+    script.write_text("#!/bin/bash\necho PART=$IPUOF_VIPU_API_PARTITION_ID\n")
+    script.chmod(0o755)
+    proc = lab.run_as(USER, "sbatch", "--parsable", "--ipus=1", f"--output={log}", str(script))
+    assert proc.returncode == 0, proc.stderr
+    job = int(proc.stdout.strip())
+    info = lab.job(job)
+    assert info["TresPerNode"] == f"{GRES}ipu:1" and info["Licenses"] == "ipu:1", info
+    wait_gone(lab, job)
+    assert log.read_text().strip() == f"PART=slurm_{job}"
+    assert ", 1 IPUs," in created(lab, job)
+    wait_for("its partition removed", lambda: lab.partitions() == {}, 30)
+
+
+def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
+    lab = clean_lab
+    proc = lab.run_as(USER, "salloc", "--ipus=8", "-N2", "srun", "bash", "-c", PROBE)
+    assert proc.returncode == 0, proc.stderr
+    seen = probes(proc.stdout)
+    assert len(seen) == 2 and len({p[0] for p in seen}) == 2 and len({p[2] for p in seen}) == 1, seen
+    job = int(seen[0][2].removeprefix("slurm_"))
+    assert ", 8 IPUs," in created(lab, job)
+    wait_for("its partition removed", lambda: lab.partitions() == {}, 30)
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--ipus=3"], "slurm-ipu: --ipus=3 on 1 node(s) asks for 3 IPUs, not a valid partition size"),
+    (["--ipus=8", "-N3"], "slurm-ipu: --ipus=8 does not spread evenly over 3 node(s)"),
+    (["--ipus=8", "-N2", "--gres=ipu:2"], "slurm-ipu: --ipus=8 and --gres=ipu:2 on 2 node(s) (4 IPUs) disagree"),
+    (["--ipus=32"], "slurm-ipu: --ipus=32 on 1 node(s) asks for 32 IPUs per node; a node has 16: use -N 2 or more"),
+    (["--ipus=0"], "spank_ipu: --ipus=0: not a number of IPUs from 1 to 65536"),
+])
+@pytest.mark.parametrize("tool", ["sbatch", "srun", "salloc"])
+def test_bad_ipus_requests_are_refused_at_submit(clean_lab, args, line, tool):
+    lab = clean_lab
+    proc = lab.run_as(USER, tool, *args, *(["--wrap", "true"] if tool == "sbatch" else ["true"]))
+    assert proc.returncode != 0 and line in proc.stderr, proc.stderr
+    assert lab.run("squeue", "-h").stdout == ""
