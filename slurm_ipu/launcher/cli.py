@@ -120,6 +120,8 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
         # Only placements that share CPUs get here (the plan refuses the one-core-each ones):
         # more instances than the allocation's CPUs on a host is then fine, as with PopRun.
         srun_extra = [*srun_extra, "--overcommit"]
+    if opts.verbose >= 3:  # PopRun's -vvv: the launcher's own messages too
+        srun_extra = [*srun_extra, "--verbose"]
     srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
     return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods)
 
@@ -254,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         if opts.verbose and not opts.dry_run:
             from . import show
 
-            print(show.verbose_block(launch), file=sys.stderr, flush=True)
+            print(show.verbose_block(launch, opts.verbose), file=sys.stderr, flush=True)
         if opts.print_topology or opts.dry_run:
             from . import show
 

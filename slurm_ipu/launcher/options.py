@@ -35,6 +35,10 @@ def flag(_text) -> bool:
     return True  # marker kind: present means yes, takes no value
 
 
+def count(_text) -> int:
+    return 1  # marker kind: each time given adds one, takes no value (PopRun's -v, -vv, -vvv)
+
+
 # flag, kind, default, exported to --export-config, help
 OPTIONS: tuple[tuple[str, object, object, bool, str], ...] = (
     ("--num-instances", int, 1, True, "instances (processes); replicas are divided evenly among them"),
@@ -72,7 +76,8 @@ OPTIONS: tuple[tuple[str, object, object, bool, str], ...] = (
      "let --export-config replace an existing file (otherwise a time stamp is appended to the name)"),
     ("--srun-arg", list, None, False, "pass ARG to srun untouched (repeatable): for options ipurun does not know"),
     ("--dry-run", flag, False, False, "print the plan, the srun line and each instance's binding; launch nothing"),
-    ("--verbose", flag, False, False, "print the plan, the partition action and the srun line (stderr)"),
+    ("--verbose", count, 0, False, "print the plan, the partition action and the srun line (stderr); -vv also "
+     "each instance's environment, -vvv also srun's own messages (PopRun's counted -v)"),
     ("--debug", flag, False, False, "show tracebacks"),
 )
 ALIASES = {"-H": "--host", "-v": "--verbose"}
@@ -130,6 +135,10 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
         if arg in ("-h", "--help"):
             print(usage())
             sys.exit(0)
+        if len(arg) > 2 and arg.startswith("-v") and set(arg[1:]) == {"v"}:  # -vv, -vvv: PopRun counts its -v
+            given["verbose"] = given.get("verbose", 0) + len(arg) - 1
+            i += 1
+            continue
         name, eq, value = arg.partition("=")
         name = ALIASES.get(name, name)
         row = BY_FLAG.get(name)
@@ -138,10 +147,10 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
             i += 1
             continue
         kind = row[1]
-        if kind is flag:
+        if kind is flag or kind is count:
             if eq:
                 raise ConfigError(f"{name} takes no value")
-            given[dest(name)] = True
+            given[dest(name)] = given.get(dest(name), 0) + 1 if kind is count else True
         elif kind is boolean:
             # PopRun's `--opt yes` form, but only when a command still follows: in
             # `ipurun --report-bindings true`, `true` is the command.

@@ -66,9 +66,18 @@ def summary(launch) -> list[str]:
     return lines
 
 
-def verbose_block(launch) -> str:
+def verbose_block(launch, level: int = 1) -> str:
+    """-v: the plan, the partition action, the command and mpirun notes; -vv and more: also each
+    instance's environment (PopRun's -vv shows the mpirun line with every -x)."""
     notes = launch.mpi.notes if launch.mpi is not None else []
-    return "\n".join(f"ipurun: {line}" for line in [*summary(launch), *notes])
+    lines = [*summary(launch), *notes]
+    if level >= 2:
+        base = dict(os.environ, **launch.env)
+        for inst in launch.plan.instances():
+            env = instance_env(base, inst.index, inst.local_index)
+            lines.append(f"instance {inst.index} on {inst.host}: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())
+                                                                            if k.startswith(("POPDIST_", "IPUOF_"))))
+    return "\n".join(f"ipurun: {line}" for line in lines)
 
 
 def dry_run(launch) -> None:

@@ -324,3 +324,26 @@ def test_more_instances_than_allocated_cpus_overcommit_only_where_cpus_are_share
     env["SLURM_JOB_CPUS_PER_NODE"] = "4,2"
     ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "8", "x"])
     assert "--overcommit" not in cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(8, 2))[1]).srun
+
+
+@pytest.mark.parametrize("args,level", [(["-v"], 1), (["-vv"], 2), (["-vvv"], 3), (["--verbose", "-v"], 2),
+                                        (["-v", "-vv"], 3), ([], 0)])
+def test_verbosity_is_counted_as_poprun_counts_it(args, level):
+    """PopRun's -v, -vv, -vvv (issue 25, item 2): scripts written for it pass -vv."""
+    ns, _extra, _cmd = cli.parse([*args, "--num-instances", "2", "true"])
+    assert ns.verbose == level
+
+
+def test_vv_shows_each_instance_s_environment_and_vvv_srun_s_own_messages():
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "-vv", "--num-instances", "2",
+                           "--num-replicas", "4", "--offline-mode=1", "echo", "ran"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stdout.split() == ["ran", "ran"]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("ipurun: instance ")]
+    assert len(lines) == 2 and "POPDIST_INSTANCE_INDEX=1" in lines[1] and "POPDIST_NUM_INSTANCES=2" in lines[0], lines
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_CPUS_PER_NODE": "4",
+           "IPUOF_VIPU_API_PARTITION_ID": "slurm_7"}
+    for flags, has in ((["-vvv"], True), (["-vv"], False)):
+        ns, extra, cmd = cli.parse([*flags, "--num-instances", "2", "--num-replicas", "2", "x"])
+        launch = cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(2, 1))[1])
+        assert ("--verbose" in launch.srun) is has
