@@ -102,3 +102,24 @@ def test_the_ipu_licence_as_one_of_several_choices_is_refused(clean_lab):
     assert proc.returncode != 0
     if releases.has_or_licences(SLURM_VERSION):
         assert "slurm-ipu: licence ipu:64|matlab:1: the ipu licence cannot be one of several choices" in proc.stderr
+
+
+def test_the_ipu_licence_behind_any_separator_is_refused_at_submit_and_on_modify(clean_lab):
+    """Issue 23's holes: Slurm splits licences on ';' as on ',' (docs/slurm.md, Licence requests)."""
+    lab = clean_lab
+    proc = lab.run_as(USER, "sbatch", "-L", ";ipu:64", "-t", "7-0", "--wrap", "sleep 1d")
+    assert proc.returncode != 0 and "slurm-ipu: ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu " \
+        "licence (-L ipu:64)" in proc.stderr, proc.stderr
+    job = submit_held(lab)
+    proc = update(lab, job, "Licenses=;ipu:64")
+    assert proc.returncode != 0 and MODIFY_REFUSED in proc.stderr, proc.stderr
+    assert refused_in_log(lab, "slurm-ipu: refused job modify: the ipu licence follows --gres=ipu:N")
+    assert lab.job(job).get("Licenses") in ("(null)", "", None), lab.job(job)
+    lab.run("scancel", str(job), check=True)
+    # with a GRES of 1 IPU, an extra ';ipu:63' is dropped: Slurm counts the GRES's one
+    proc = lab.run_as(USER, "sbatch", "--parsable", "--hold", "--gres=ipu:1", "-L", ";ipu:63", "-o", "/dev/null",
+                      "--wrap", "true")
+    assert proc.returncode == 0, proc.stderr
+    job = int(proc.stdout.strip())
+    assert lab.job(job)["Licenses"] == "ipu:1"
+    lab.run("scancel", str(job), check=True)
