@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="a real Slurm cluster on this machine, with the V-IPU emulator")
     lab.add_argument("action", choices=("up", "down", "status", "site"),
                      help="site: print the lab's site description (for make install SITE=...)")
-    lab.add_argument("--dir", help="lab directory (default $SLURM_IPU_LAB_DIR or /var/tmp/slurm-ipu-lab)")
+    lab.add_argument("--dir", help="lab directory (default $SLURM_IPU_LAB_DIR, else /var/lib/slurm-ipu/lab for root, "
+                                   "~/.local/state/slurm-ipu/lab for others); it and its parents must belong to "
+                                   "you or root and be writable by nobody else")
     lab.add_argument("--nodes", type=int, default=4)
     lab.add_argument("--ipus-per-node", type=int, default=16)
     lab.add_argument("--pods", type=int, default=1,
@@ -196,7 +198,7 @@ def cmd_lab(args) -> int:
 
     from . import lab
 
-    spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.DEFAULT_DIR, nodes=args.nodes,
+    spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.trust.default_dir(), nodes=args.nodes,
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
                        dbd_port=args.dbd_port, db_port=args.db_port, pods=args.pods)

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .. import config, rules
@@ -29,10 +29,10 @@ from ..hooks.journal import Journal
 from ..hooks.service import service_lock
 from ..hooks.transport import build_client, socket_path
 from ..slurm import releases
+from . import trust
 from .procs import _log_tail, _pid, _pid_in, _record, _run, _running, _stop_pid, _wait_pidfile, say
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_DIR = Path(os.environ.get("SLURM_IPU_LAB_DIR", "/var/tmp/slurm-ipu-lab"))
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"
@@ -41,7 +41,8 @@ REAP_INTERVAL = 30.0  # the removal service's full reap: short, so drills see or
 
 @dataclass(frozen=True)
 class LabSpec:
-    dir: Path = DEFAULT_DIR
+    # $SLURM_IPU_LAB_DIR, else a directory no other user can create first (trust.default_dir)
+    dir: Path = field(default_factory=trust.default_dir)
     nodes: int = 4
     ipus_per_node: int = 16
     ctld_port: int = 16817
@@ -316,7 +317,34 @@ def build_vipu_fast(spec: LabSpec) -> Path | None:
 
 # --- processes ---------------------------------------------------------------------------
 
+def check_trusted(spec: LabSpec) -> None:
+    """Before the lab reads, runs or signals anything from its directory: refuse it if another user
+    could have written it, or any file the lab executes or takes a pid from (trust.py's rule)."""
+    trust.check_dir(spec.dir)
+    trust.check_files(spec.dir, _used_files(spec))
+
+
+def _used_files(spec: LabSpec) -> list[Path]:
+    """pids.json and the pid files the lab reads (the pids it records, then signals; MariaDB's it
+    never reads: the lab records the pid it started); bin/ (first on the PATH of every command the
+    lab runs), lib/ (the SPANK plugin srun and slurmd load) and etc/ (the daemons' configuration,
+    which names what they run), whatever is in them; the hook wrapper and its client slurmctld runs
+    for every job (under the installed prefix in installed mode)."""
+    daemons = ["slurmctld", "munged", "slurmdbd", *(f"slurmd-{n}" for n in spec.node_names)]
+    prefix = Path(spec.prefix) if spec.prefix else spec.path("install")
+    files = [spec.path("pids.json"), *(spec.path("run", f"{d}.pid") for d in daemons),
+             prefix / "libexec" / "slurm-ipu-hook", prefix / "libexec" / "slurm-ipu-hook-client"]
+    for sub in ("bin", "lib", "etc"):
+        files.append(spec.path(sub))
+        try:
+            files += sorted(spec.path(sub).iterdir())
+        except OSError:  # not made yet, or refused by the check that follows
+            pass
+    return files
+
+
 def load_pids(spec: LabSpec) -> dict:
+    check_trusted(spec)
     try:
         pids = json.loads(spec.path("pids.json").read_text())
     except (OSError, ValueError):
@@ -495,6 +523,8 @@ def install_spank(spec: LabSpec) -> None:
 
 def up(spec: LabSpec) -> None:
     check_spec(spec)
+    trust.make_dir(spec.dir)  # before anything in it is read, written or started
+    pids = load_pids(spec)    # checks what is in it (check_trusted)
     for tool in ("slurmctld", "slurmd", "munged"):
         if not (SBIN / tool).exists():
             raise LabError(f"{SBIN / tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), "
@@ -505,7 +535,6 @@ def up(spec: LabSpec) -> None:
         accounting.check_installed()
     if not spec.prefix:
         install_spank(spec)  # installed mode: make install built and placed it
-    pids = load_pids(spec)
     others = any(_running(p) for k, p in pids.items() if k != "spec")
     if pids.get("spec") and pids["spec"] != _spec_key(spec) and others:
         raise LabError(f"a lab with other settings runs in {spec.dir}; `slurm-ipu lab down` first")
