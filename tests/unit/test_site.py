@@ -175,3 +175,21 @@ def test_pyproject_lists_every_package_and_ships_the_templates():
     import fnmatch
 
     assert all(any(fnmatch.fnmatch(t, pat) for pat in shipped) for t in templates)
+
+
+def test_pyproject_ships_every_file_the_package_reads_beside_its_code():
+    """The C sources built at install or lab time (the hook client, the lab's vipu) and the
+    emulator's presets: a file missing from package-data is absent from every install, and
+    `make install` fails (seen: hooks/client.c)."""
+    import fnmatch
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for path in (ROOT / "slurm_ipu").rglob("*"):
+        if path.is_dir() or path.suffix in (".py", ".pyc") or "__pycache__" in path.parts:
+            continue
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+        while package not in data and "." in package:
+            package = package.rsplit(".", 1)[0]
+        rel = str(path.relative_to(ROOT.joinpath(*package.split("."))))
+        assert any(fnmatch.fnmatch(rel, pat) for pat in data.get(package, [])), f"{path} is not in package-data"
