@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         opts, extra, command = parse(argv)
+        for note in opts.notes:  # PopRun options that mean nothing here: said once, not refused
+            print(f"ipurun: {note}", file=sys.stderr, flush=True)
         launch = build(opts, extra, command, dict(os.environ))
         if opts.export_config:  # only once every option has been checked, as PopRun does
             written = export_config(opts, command)

@@ -83,6 +83,26 @@ OPTIONS: tuple[tuple[str, object, object, bool, str], ...] = (
 ALIASES = {"-H": "--host", "-v": "--verbose"}
 BY_FLAG = {row[0]: row for row in OPTIONS}
 
+# Spellings of PopRun options that Graphcore's own scripts pass (docs/ipurun.md): older names, taken
+# as the option that replaced them...
+RENAMED = {"--vipu-cluster": "--vipu-allocation"}  # PopRun: deprecated, use --vipu-allocation
+# ...and options with nothing to tune on Slurm, taken with a one-line note: (kind, why).
+NOTHING_TO_DO = {
+    "--vipu-partition-attempts": (int, "ipurun waits for the partition to be ACTIVE until --vipu-server-timeout"),
+    "--host-subnet": (str, "srun starts the instances over Slurm's own connections, not SSH"),
+    "--distribute-ssh-key": (boolean, "srun starts the instances; no SSH key is needed"),
+    "--synchronise-python-venv": (boolean, "every node runs the job's own environment (shared filesystem)"),
+    "--synchronise-poplar-sdk": (boolean, "every node runs the job's own environment (shared filesystem)"),
+    "--allow-run-as-root": (boolean, "srun starts the instances; no mpirun refuses root"),
+    "--version-format": (str, "ipurun's --version prints one line"),
+}
+
+
+def version_line() -> str:
+    from .. import __version__
+
+    return f"ipurun (slurm-ipu {__version__}): PopRun's options on Slurm's srun"
+
 
 def dest(name: str) -> str:
     return name.lstrip("-").replace("-", "_")
@@ -124,6 +144,7 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
     that is neither an option nor an option's value."""
     given: dict = {}
     srun_extra: list[str] = []
+    notes: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -139,8 +160,25 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
             given["verbose"] = given.get("verbose", 0) + len(arg) - 1
             i += 1
             continue
+        if arg == "--version":
+            print(version_line())
+            sys.exit(0)
         name, eq, value = arg.partition("=")
         name = ALIASES.get(name, name)
+        if name == "--numa-aware":  # PopRun before --process-placement: yes is its default, no is disabled
+            i, value = _value_of(argv, i, name, eq, value, boolean)
+            if not _convert(name, boolean, value):
+                given.setdefault("process_placement", "disabled")
+            continue
+        if name in NOTHING_TO_DO:
+            kind, why = NOTHING_TO_DO[name]
+            i, value = _value_of(argv, i, name, eq, value, kind)
+            _convert(name, kind, value)
+            notes.append(f"{name}: accepted, nothing to do on Slurm: {why}")
+            continue
+        if name in RENAMED:
+            notes.append(f"{name}: PopRun's older name for {RENAMED[name]}; taken as that")
+            name = RENAMED[name]
         row = BY_FLAG.get(name)
         if row is None:
             srun_extra.append(srun_option(arg, name, bool(eq)))
@@ -180,7 +218,22 @@ def parse(argv: list[str]) -> tuple[Options, list[str], list[str]]:
     values.update(given)
     if not command:
         raise ConfigError("no command to run; usage: ipurun [OPTIONS] [--] COMMAND [ARGS...]")
+    values["notes"] = notes
     return Options(values), srun_extra, command
+
+
+def _value_of(argv: list[str], i: int, name: str, eq: str, value: str, kind) -> tuple[int, str]:
+    """(index of the next word, the option's value): `--opt=v`, `--opt v`, or a boolean alone
+    (yes), as the table's own options take them."""
+    if eq:
+        return i + 1, value
+    if kind is boolean:
+        if i + 2 < len(argv) and argv[i + 1].lower() in TRUE + FALSE:
+            return i + 2, argv[i + 1]
+        return i + 1, "yes"
+    if i + 1 >= len(argv):
+        raise ConfigError(f"{name} needs a value")
+    return i + 2, argv[i + 1]
 
 
 def srun_option(arg: str, name: str, has_value: bool) -> str:

@@ -347,3 +347,43 @@ def test_vv_shows_each_instance_s_environment_and_vvv_srun_s_own_messages():
         ns, extra, cmd = cli.parse([*flags, "--num-instances", "2", "--num-replicas", "2", "x"])
         launch = cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(2, 1))[1])
         assert ("--verbose" in launch.srun) is has
+
+
+# Command lines as Graphcore's own scripts write them (docs/ipurun.md), `poprun` -> `ipurun`.
+GRAPHCORE_LINES = [
+    ("-vv --vipu-partition=pod64 --host lr17-1-poplar-1,lr17-1-poplar-2,lr17-1-poplar-3,lr17-1-poplar-4 "
+     "--update-partition=yes --print-topology=yes --mpi-global-args=\"--tag-output --allow-run-as-root  --mca "
+     "oob_tcp_if_include 10.5.17.0/24 --mca btl_tcp_if_include 10.5.17.0/24 \" --num-replicas=16 --numa-aware=yes "
+     "--num-ilds=4 --num-instances=4 --ipus-per-replica=4 python3 main.py train --config_file configs/train.yaml",
+     {"verbose": 2, "vipu_partition": "pod64", "num_ilds": 4, "num_instances": 4, "process_placement": "spreadnuma",
+      "update_partition": True}, 0),
+    ("-vv --host h1,h2 --numa-aware 1 --mpi-global-args='--tag-output --allow-run-as-root --mca oob_tcp_if_include "
+     "eno1 --mca btl_tcp_if_include eno1' --vipu-partition=p --update-partition=yes --reset-partition=no "
+     "--vipu-server-host 10.1.3.101 --num-instances 2 --only-output-from-instance 0 --num-replicas 4 "
+     "--ipus-per-replica 1 python3 train.py --config c",
+     {"verbose": 2, "vipu_server_host": "10.1.3.101", "reset_partition": False, "only_output_from_instance": 0}, 0),
+    ("--only-output-from-instance 0 --host h1,h2 --num-instances 2 --num-replicas 8 --ipus-per-replica 2 "
+     "--vipu-server-host=10.0.0.1 --vipu-allocation=alloc --reset-partition=no --update-partition=yes "
+     "--remove-partition=no --vipu-partition=p --print-topology=yes  --vipu-server-timeout=500 python3 train.py",
+     {"vipu_allocation": "alloc", "remove_partition": False, "vipu_server_timeout": 500}, 0),
+    ("--numa-aware=no --vipu-cluster c1 --vipu-partition-attempts 3 --distribute-ssh-key=yes --host-subnet "
+     "10.5.17.0/24 --synchronise-python-venv=yes --synchronise-poplar-sdk=yes --allow-run-as-root 1 "
+     "--num-instances 1 python3 x.py",
+     {"process_placement": "disabled", "vipu_allocation": "c1"}, 7),
+]
+
+
+@pytest.mark.parametrize("line,values,notes", GRAPHCORE_LINES)
+def test_poprun_lines_from_graphcore_scripts_parse(line, values, notes):
+    import shlex
+
+    opts, _extra, command = cli.parse(shlex.split(line))
+    assert command[0] == "python3"
+    assert {k: getattr(opts, k) for k in values} == values
+    assert len(opts.notes) == notes and all(": " in n for n in opts.notes)
+
+
+def test_version_is_one_line():
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "--version"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("ipurun (slurm-ipu ") and proc.stdout.count("\n") == 1
