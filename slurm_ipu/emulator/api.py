@@ -123,6 +123,9 @@ class Api:
     def ipuof(self, name: str, gcd: int) -> dict:
         return self.call("GET", f"/v1/partitions/{_quote(name)}/ipuof?gcd={int(gcd)}")
 
+    def clusters(self) -> list[dict]:
+        return self.call("GET", "/v1/clusters")["clusters"]
+
     def allocations(self) -> list[dict]:
         return self.call("GET", "/v1/allocations")["allocations"]
 

@@ -208,6 +208,10 @@ def _allocations(raw: object, num_agents: int, where: str) -> dict[str, frozense
     for name, agents in raw.items():
         idx = range(num_agents) if agents == "all" else [_agent_index(a, num_agents, where) for a in agents or []]
         chosen = frozenset(idx)
+        if not rules.is_valid_allocation(len(chosen) * rules.IPUS_PER_AGENT):
+            raise ConfigError(f"{where}: allocation {name!r} holds {len(chosen)} IPU-Machine(s) = "
+                              f"{len(chosen) * rules.IPUS_PER_AGENT} IPUs; an allocation is 4, 8, 16, 32, 64 IPUs "
+                              "or a multiple of 64 (1, 2, 4, 8, 16 IPU-Machines or multiples of 16)")
         for other, theirs in out.items():
             if chosen & theirs and (chosen == theirs or not (chosen <= theirs or theirs <= chosen)):
                 raise ConfigError(f"{where}: allocation {name!r} shares agents with allocation {other!r} without "

@@ -40,6 +40,7 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
         ("POST", r"^/v1/partitions/(?P<name>[^/]+)/reset$", "reset"),
         ("GET", r"^/v1/partitions/(?P<name>[^/]+)/ipuof$", "ipuof"),
         ("GET", r"^/v1/allocations$", "allocations"),
+        ("GET", r"^/v1/clusters$", "clusters"),
         ("POST", r"^/v1/attach$", "attach"),
         ("GET", r"^/admin/faults$", "faults_get"),
         ("POST", r"^/admin/faults$", "faults_set"),
@@ -134,6 +135,9 @@ class App:
     def _api_ipuof(self, p, query, _b, _u):
         gcd = _query_int(query, "gcd", 0)
         return 200, {"partition": p["name"], "gcd": gcd, "ipus": self.service.ipuof_config(p["name"], gcd)}
+
+    def _api_clusters(self, _p, _q, _b, _u):
+        return 200, {"clusters": self.service.clusters()}
 
     def _api_allocations(self, _p, _q, _b, _u):
         return 200, {"allocations": self.service.allocations()}

@@ -150,6 +150,15 @@ class Service:
             raise PartitionNotFound(f"partition {name} not found")
         return {"partition": self._view(rec)}
 
+    def clusters(self) -> list[dict]:
+        """`vipu list cluster --showjson`, as poptorch reads it: each cluster's IPU-Link domains
+        with their IPUs (it counts len(clusters[0].spec.ipu_link_domains[0].ipus))."""
+        c = self.cluster
+        domains = [{"id": k, "ipus": [c.describe_ipu(i) for i in range(k * c.ipus_per_ild, (k + 1) * c.ipus_per_ild)]}
+                   for k in range(c.ilds)]
+        return [{"id": c.name, "spec": {"ipu_link_domains": domains, "num_ipus": c.total_ipus,
+                                        "agents": [f"ag{a}" for a in range(c.num_agents)]}}]
+
     def allocations(self) -> list[dict]:
         return [
             {"id": name, "agents": [f"ag{a}" for a in sorted(agents)], "num_ipus": len(agents) * rules.IPUS_PER_AGENT}

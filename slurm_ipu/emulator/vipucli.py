@@ -76,7 +76,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         sub.add_parser("partition", parents=[leaf]).add_argument("name")
 
     lst = verbs.add_parser("list").add_subparsers(dest="noun", required=True)
-    for noun in ("partitions", "partition", "allocations", "allocation"):
+    for noun in ("partitions", "partition", "allocations", "allocation", "clusters", "cluster"):
         lst.add_parser(noun, parents=[leaf])
 
     get = verbs.add_parser("get").add_subparsers(dest="noun", required=True)
@@ -148,6 +148,11 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
     elif verb == "list" and noun.startswith("partition"):
         parts = api.list_partitions()
         print(json.dumps(parts, indent=2) if show_json else partitions_table(parts), file=out)
+    elif verb == "list" and noun.startswith("cluster"):
+        clusters = api.clusters()
+        rows = [[c["id"], str(len(c["spec"]["ipu_link_domains"])), str(c["spec"]["num_ipus"])] for c in clusters]
+        print(json.dumps(clusters, indent=2) if show_json else table(["Cluster", "ILDs", "IPUs"], rows, True),
+              file=out)
     elif verb == "list":
         allocs = api.allocations()
         if show_json:

@@ -98,3 +98,25 @@ def test_a_reader_that_leaves_early_gets_no_traceback(emu, vipu):
     proc = subprocess.run(["bash", "-c", f"{cmd} | true; echo ${{PIPESTATUS[0]}}"], capture_output=True, text=True,
                           timeout=30)
     assert proc.stdout.strip() == "141" and "Traceback" not in proc.stderr and "Error" not in proc.stderr
+
+
+def test_list_cluster_answers_as_poptorch_reads_it(vipu):
+    """Graphcore's tools count IPUs from `vipu list cluster --showjson` (issue 25, item 4):
+    len(clusters[0].spec.ipu_link_domains[0].ipus)."""
+    import json
+
+    clusters = json.loads(vipu("list", "cluster", "--showjson", check=True).stdout)
+    assert len(clusters[0]["spec"]["ipu_link_domains"][0]["ipus"]) == 64
+    assert clusters[0]["spec"]["num_ipus"] == 64
+    table = vipu("list", "clusters", check=True).stdout
+    assert "pod64" in table and "64" in table
+
+
+@pytest.mark.parametrize("agents,ipus", [(["ag0", "ag1", "ag2"], 12), (["ag0", "ag1", "ag2", "ag3", "ag4"], 20)])
+def test_an_allocation_of_no_valid_size_is_refused(agents, ipus):
+    from slurm_ipu.emulator.model import cluster_from_dict
+    from slurm_ipu.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=f"allocation 'a' holds {len(agents)} IPU-Machine\\(s\\) = {ipus} IPUs; "
+                                          "an allocation is 4, 8, 16, 32, 64 IPUs or a multiple of 64"):
+        cluster_from_dict({"allocations": {"all": "all", "a": agents}})

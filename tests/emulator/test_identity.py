@@ -80,7 +80,6 @@ ilds: 1
 allocations:
   slurm: all
   poda: [ag0, ag1, ag2, ag3]
-  users: []
 grants:
   slurm: [{hooks}]
 """
