@@ -116,8 +116,8 @@ class App:
     def _api_version(self, _p, _q, _b, _u):
         return 200, {"version": API_VERSION, "host": self.host, "port": self.port, "emulator": True}
 
-    def _api_list(self, _p, _q, _b, _u):
-        return 200, {"partitions": self.service.list_partitions()}
+    def _api_list(self, _p, _q, _b, uid):
+        return 200, {"partitions": self.service.list_partitions(uid)}
 
     def _api_create(self, _p, _q, body, uid):
         return 201, self.service.create(body, uid)

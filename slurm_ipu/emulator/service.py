@@ -140,9 +140,16 @@ class Service:
             "status": {"state": f"PS_{state}", "created_at": rec["created_at"]},
         }
 
-    def list_partitions(self) -> list[dict]:
+    def list_partitions(self, caller_uid: int | None = None) -> list[dict]:
+        """Every partition; on a cluster with grants, a caller who holds none of a partition's
+        allocation sees it only if it is theirs (a job's user: their job's partition)."""
         now = time.time()
-        return [{"partition": self._view(r, now)} for r in self.store.partitions()]
+        return [{"partition": self._view(r, now)} for r in self.store.partitions() if self._visible(r, caller_uid)]
+
+    def _visible(self, rec: dict, uid: int | None) -> bool:
+        if uid is None or uid == 0 or uid == rec["owner_uid"]:
+            return True
+        return self.cluster.granted(rec["allocation"], uid) is not False
 
     def get_partition(self, name: str) -> dict:
         rec = self.store.get(name)

@@ -114,6 +114,13 @@ def test_only_the_granted_user_creates_in_a_granted_allocation(granted):
     status, doc = call_as(HOOKS, granted.port, "POST", "/v1/partitions",
                           {"name": "slurm_7", "size": 4, "allocation": "slurm", "owner_uid": ALICE})
     assert status == 201 and doc["partition"]["spec"]["owner_uid"] == ALICE
+    call_as(HOOKS, granted.port, "POST", "/v1/partitions", {"name": "slurm_8", "size": 4, "allocation": "slurm",
+                                                             "owner_uid": 4343})
+    status, doc = call_as(ALICE, granted.port, "GET", "/v1/partitions")  # her job's partition only
+    assert status == 200 and [p["partition"]["id"] for p in doc["partitions"]] == ["slurm_7"]
+    status, doc = call_as(HOOKS, granted.port, "GET", "/v1/partitions")
+    assert sorted(p["partition"]["id"] for p in doc["partitions"]) == ["slurm_7", "slurm_8"]
+    call_as(HOOKS, granted.port, "DELETE", "/v1/partitions/slurm_8")
     status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions/slurm_7/reset")
     assert status == 200, doc
     status, _ = call_as(ALICE, granted.port, "DELETE", "/v1/partitions/slurm_7")
