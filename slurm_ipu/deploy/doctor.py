@@ -187,8 +187,19 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
     got = {k: facts.config.get(k) for k in ("PrologSlurmctld", "EpilogSlurmctld")}
     wrong = [f"{k}={v or '(none)'}" for k, v in got.items() if want not in (v or "").split(",")]
     if wrong:
+        theirs = {k: v for k, v in got.items() if v and want not in v.split(",")}
+        if theirs:  # the site's own script took the key: Slurm keeps one value
+            names = ", ".join(f"slurm.site_{k.lower().replace('slurmctld', '_slurmctld')}: {v}"
+                              for k, v in theirs.items())
+            return Finding("hooks", False, f"{', '.join(wrong)}, expected {want} (Slurm runs one of each)",
+                           f"name the site's own script in the site description ({names}), make install SITE=..., "
+                           f"and set the key to {want}: the wrapper runs the site's script for every job")
         return Finding("hooks", False, f"{', '.join(wrong)}, expected {want}",
                        f"Include {site['slurm.conf_dir']}/slurm-ipu.conf in slurm.conf, then scontrol reconfigure")
+    for key in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld"):
+        if site[key] and not os.access(site[key], os.X_OK):
+            return Finding("hooks", False, f"{key}: {site[key]} is missing or not executable: every job start or end "
+                           "fails", f"install the site's script there, or remove {key} from the site description")
     try:
         text = Path(want).read_text()
     except OSError as exc:
@@ -198,7 +209,9 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
     if text != texts(site)["slurm-ipu-hook"]:
         return Finding("hooks", False, f"{want} differs from what the site description renders",
                        "make install SITE=<site description> (re-renders the wrapper)")
-    return Finding("hooks", True, f"PrologSlurmctld and EpilogSlurmctld run {want}")
+    own = [site[k] for k in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld") if site[k]]
+    return Finding("hooks", True, f"PrologSlurmctld and EpilogSlurmctld run {want}"
+                   + (f", which runs the site's own {' and '.join(own)}" if own else ""))
 
 
 def check_timeout(site: Site, facts: Facts) -> Finding:

@@ -78,6 +78,7 @@ def context(site: Site) -> dict:
         "python": site.python, "ipuof_host": cfg["ipuof"]["host"], "ipuof_port": cfg["ipuof"]["port"],
         "hook": hook_paths(site["state_dir"]) | {
             "config": site.path("config"), "python": site.python, "client": site.path("client"),
+            "site_prolog": site["slurm.site_prolog_slurmctld"], "site_epilog": site["slurm.site_epilog_slurmctld"],
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
         "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),

@@ -99,6 +99,10 @@ FIELDS = [
     Field("slurm.version", str, "22.05", "the Slurm release the cluster runs", _version),
     Field("slurm.user", str, "slurm", "SlurmUser: the hooks and the removal service run as this user and own state_dir",
           _name),
+    Field("slurm.site_prolog_slurmctld", str, None, "the site's own PrologSlurmctld, run by the hook wrapper for "
+          "every job before ours (Slurm takes one PrologSlurmctld); null: none", _plain_path),
+    Field("slurm.site_epilog_slurmctld", str, None, "the site's own EpilogSlurmctld, run by the hook wrapper for "
+          "every job after ours; null: none", _plain_path),
     Field("slurm.conf_dir", str, "/etc/slurm", "where slurm.conf lives", _abs),
     Field("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live", _abs),
     Field("slurm.plugin_dir", str, "/usr/lib/x86_64-linux-gnu/slurm-wlm", "Slurm's plugin directory (SPANK plugin)",

@@ -254,3 +254,19 @@ def test_grants_say_whether_a_job_user_can_go_around_slurm(here, tried, ok, word
     facts.user_create = tried
     finding = items(doctor.diagnose(desc, facts))["grants"]
     assert finding.ok is ok and words in finding.line(), finding.line()
+
+
+def test_a_site_prolog_that_took_the_key_is_named_with_the_way_to_keep_both(here):
+    """Slurm keeps one PrologSlurmctld: a site's own script there silently replaced ours (or ours
+    theirs). Doctor names the site description key that runs both (issue 24, item 2)."""
+    desc, facts = here
+    facts.config["PrologSlurmctld"] = "/etc/slurm/site-prolog.sh"
+    finding = items(doctor.diagnose(desc, facts))["hooks"]
+    assert not finding.ok and "slurm.site_prolog_slurmctld: /etc/slurm/site-prolog.sh" in finding.line()
+
+
+def test_a_site_hook_named_in_the_site_description_must_exist(here, tmp_path):
+    desc, facts = here
+    desc.values["slurm.site_epilog_slurmctld"] = str(tmp_path / "missing-epilog")
+    finding = items(doctor.diagnose(desc, facts))["hooks"]
+    assert not finding.ok and "slurm.site_epilog_slurmctld" in finding.line() and "not executable" in finding.line()

@@ -1,0 +1,70 @@
+"""A site's own PrologSlurmctld and EpilogSlurmctld keep running (issue 24, item 2): the rendered
+wrapper, run by /bin/sh as slurmctld runs it, calls them for every job, the site's prolog before
+ours and its epilog after ours, with their exit status."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu.deploy import fragments, render
+
+
+def script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def wrapper(tmp_path):
+    trace = tmp_path / "trace"
+    python = script(tmp_path / "python", f'echo "ours $SLURM_SCRIPT_CONTEXT $SLURM_JOB_ID" >> {trace}\n')
+    prolog = script(tmp_path / "site-prolog", f'echo "site-prolog $SLURM_JOB_ID $SLURM_JOB_USER" >> {trace}\n'
+                                              'exit "${SITE_PROLOG_EXIT:-0}"\n')
+    epilog = script(tmp_path / "site-epilog", f'echo "site-epilog $SLURM_JOB_ID" >> {trace}\nexit 0\n')
+    hook = fragments.hook_paths(str(tmp_path / "state")) | {
+        "config": str(tmp_path / "c.yaml"), "python": python, "prolog_wait": 2, "client": str(tmp_path / "none"),
+        "site_prolog": prolog, "site_epilog": epilog}
+    path = tmp_path / "slurm-ipu-hook"
+    path.write_text(render.render("slurm-ipu-hook", {"hook": hook}))
+    path.chmod(0o755)
+    return path, trace
+
+
+def run(path: Path, context: str, licences: str, **extra) -> int:
+    env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_JOB_USER": "alice", "SLURM_JOB_LICENSES": licences,
+           "SLURM_SCRIPT_CONTEXT": f"{context}_slurmctld", **extra}
+    return subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=30).returncode
+
+
+def lines(trace: Path) -> list[str]:
+    return trace.read_text().splitlines() if trace.exists() else []
+
+
+@pytest.mark.parametrize("licences,ours", [("", []), ("matlab:1", []), ("ipu:4", ["ours prolog_slurmctld 42"])])
+def test_the_site_s_prolog_runs_first_for_every_job(wrapper, licences, ours):
+    path, trace = wrapper
+    assert run(path, "prolog", licences) == 0
+    assert lines(trace) == ["site-prolog 42 alice", *ours]
+
+
+def test_a_failing_site_prolog_fails_the_job_start_before_any_partition(wrapper):
+    path, trace = wrapper
+    assert run(path, "prolog", "ipu:4", SITE_PROLOG_EXIT="3") == 3
+    assert lines(trace) == ["site-prolog 42 alice"]
+
+
+@pytest.mark.parametrize("licences,ours", [("", []), ("ipu:4", ["ours epilog_slurmctld 42"])])
+def test_the_site_s_epilog_runs_after_ours_for_every_job(wrapper, licences, ours):
+    path, trace = wrapper
+    assert run(path, "epilog", licences) == 0
+    assert lines(trace) == [*ours, "site-epilog 42"]
+
+
+def test_without_site_hooks_the_wrapper_is_ours_alone(tmp_path):
+    hook = fragments.hook_paths(str(tmp_path)) | {"config": "c", "python": "p", "prolog_wait": 2, "client": "x"}
+    text = render.render("slurm-ipu-hook", {"hook": hook})
+    assert "site" not in text.split("ours() {")[0] + text.split("\n}\n")[-1]
