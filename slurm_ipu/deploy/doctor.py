@@ -153,12 +153,18 @@ def try_as_job_user(site: Site, hooks) -> str | None:
                                *site["vipu.command"].split()],
                       host=site["vipu.host"], port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1)
     deadline = time.monotonic() + 2 * site["vipu.timeout"]
+    import logging
+
+    quiet = logging.getLogger("slurm_ipu.vipu")
+    was, quiet.disabled = quiet.disabled, True  # a refusal is the answer hoped for, not an error to log
     try:
         user.create_partition(PROBE_NAME, 1, deadline=deadline, allocation=site["vipu.allocation"])
     except PermissionDenied:
         return "refused"
     except SlurmIpuError as exc:
         return f"could not tell: {exc}"
+    finally:
+        quiet.disabled = was
     hooks.remove_partition(PROBE_NAME, missing_ok=True, deadline=time.monotonic() + site["vipu.timeout"])
     return "created"
 
