@@ -167,7 +167,9 @@ def cmd_reap(args) -> int:
 def _site_path(args) -> str:
     import os
 
-    return args.site or os.environ.get("SLURM_IPU_SITE") or "/etc/slurm-ipu/site.yaml"
+    from .config import default_site
+
+    return args.site or os.environ.get("SLURM_IPU_SITE") or default_site()
 
 
 def cmd_doctor(args) -> int:

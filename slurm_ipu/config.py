@@ -10,11 +10,38 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
 
 DEFAULT_PATH = "/etc/slurm-ipu/config.yaml"
+DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
+MANIFEST = "share/slurm-ipu/manifest.json"  # under the install's PREFIX (deploy/install.py writes it)
+
+
+def installed(key: str) -> str | None:
+    """What `make install` recorded for this install (its `config` or `site` path), found from the
+    running interpreter: an install's commands run its own venv, PREFIX/venv. So an install
+    with another install.config or PREFIX needs no environment variable. None when this is not
+    such an install (a checkout, a test) or it recorded no site."""
+    import json
+    import sys
+
+    try:
+        doc = json.loads((Path(sys.prefix).parent / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    value = doc.get(key) if isinstance(doc, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def default_path() -> str:
+    return installed("config") or DEFAULT_PATH
+
+
+def default_site() -> str:
+    return installed("site") or DEFAULT_SITE
 
 
 def _between(lo: float, hi: float, what: str = ""):
@@ -204,7 +231,7 @@ def load(path: str | None = None, overrides: dict[str, Any] | None = None,
     """required: the file must exist (the hooks: defaults would name no controller at all)."""
     env = os.environ if environ is None else environ
     explicit = path or env.get("SLURM_IPU_CONFIG")
-    source = explicit or DEFAULT_PATH
+    source = explicit or default_path()
     layers = [
         ("default", {o.key: o.default for o in OPTIONS}),
         (source, read_file(source, explicit=bool(explicit), required=required)),

@@ -22,10 +22,10 @@ import shutil
 import sys
 from pathlib import Path
 
+from ..config import MANIFEST
 from ..errors import ConfigError
 from ..fsutil import atomic_write
 
-MANIFEST = "share/slurm-ipu/manifest.json"
 COMMANDS = ("slurm-ipu", "ipurun")  # vipu-emu stays in the venv: a lab tool, not a site's
 
 
@@ -168,6 +168,7 @@ def install(args) -> int:
     if site is not None:
         _install_site(inst, site, args.site)
         extra["site"] = site.path("site")
+        extra["config"] = site.path("config")  # the commands of this install read it (config.installed)
     if args.plugin:
         so = Path(args.plugin)
         inst.file(f"{args.plugin_dir}/spank_ipu.so", so.read_bytes(), 0o755)

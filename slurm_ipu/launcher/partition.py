@@ -99,10 +99,11 @@ def write_state(env: dict, doc: dict) -> None:
 class Target:
     """Where the run's partition is and how to reach V-IPU; `name` None: no partition to read."""
 
-    __slots__ = ("name", "host", "port", "command")
+    __slots__ = ("name", "host", "port", "command", "unknown")
 
     def __init__(self, name: str | None, host: str | None, port, command: list[str]):
         self.name, self.host, self.port, self.command = name, host, port, command
+        self.unknown = None  # the missing configuration file, when nothing says where V-IPU is
 
 
 def locate(opts, env: dict, inside: bool) -> Target:
@@ -120,8 +121,10 @@ def locate(opts, env: dict, inside: bool) -> Target:
 
     cfg = config.load(environ=env)
     name = name or f"{cfg['partition.prefix']}{env['SLURM_JOB_ID']}"
-    host, port = host or cfg["vipu.host"], port or cfg["vipu.port"]
-    return Target(name, host, port, given or cfg["vipu.command"].split())
+    target = Target(name, host or cfg["vipu.host"], port or cfg["vipu.port"], given or cfg["vipu.command"].split())
+    if not (target.host or os.path.exists(cfg.source)):  # nothing says where V-IPU is
+        target.unknown = cfg.source
+    return target
 
 
 def requested_shape(extra: list[str]) -> Shape:
@@ -266,6 +269,10 @@ def make_client_factory(opts, target: Target):
     made = []
 
     def factory():
+        if target.unknown:  # vipu would fall back to localhost:8090 and fail far from the cause
+            raise ConfigError(f"no V-IPU controller known here: {target.unknown} does not exist and "
+                              "IPUOF_VIPU_API_HOST is unset (this is no task of an IPU job); give "
+                              "--vipu-server-host, or SLURM_IPU_CONFIG, or install slurm-ipu with SITE= on this host")
         if not made:
             from ..vipu import VipuClient
 

@@ -100,3 +100,31 @@ def test_a_hook_without_its_configuration_says_which_file_in_one_line():
     assert proc.returncode == 2
     assert proc.stderr.strip() == (f"slurm-ipu: config file {config.DEFAULT_PATH} not found; create it from "
                                    "etc/slurm-ipu.yaml or point SLURM_IPU_CONFIG at yours")
+
+
+def test_an_install_s_commands_find_its_own_config_and_site(tmp_path, monkeypatch):
+    """make install records where it put the config and the site description (PREFIX's manifest);
+    its commands, which run PREFIX/venv, read them with no environment variable (issue 24, item 4)."""
+    import json
+    import sys
+
+    prefix = tmp_path / "opt" / "slurm-ipu"
+    (prefix / "share" / "slurm-ipu").mkdir(parents=True)
+    conf = tmp_path / "elsewhere" / "config.yaml"
+    conf.parent.mkdir()
+    conf.write_text("version: 1\nvipu: {host: 10.1.2.3, port: 8091}\n")
+    (prefix / "share" / "slurm-ipu" / "manifest.json").write_text(json.dumps(
+        {"prefix": str(prefix), "entries": [], "config": str(conf), "site": str(tmp_path / "elsewhere/site.yaml")}))
+    monkeypatch.setattr(sys, "prefix", str(prefix / "venv"))
+    assert config.default_path() == str(conf) and config.default_site() == str(tmp_path / "elsewhere/site.yaml")
+    cfg = config.load(environ={})
+    assert (cfg["vipu.host"], cfg["vipu.port"], cfg.source) == ("10.1.2.3", 8091, str(conf))
+    (tmp_path / "x.yaml").write_text("version: 1\n")
+    assert config.load(environ={"SLURM_IPU_CONFIG": str(tmp_path / "x.yaml")}).source == str(tmp_path / "x.yaml")
+
+
+def test_outside_an_install_the_defaults_are_etc(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    assert (config.default_path(), config.default_site()) == (config.DEFAULT_PATH, config.DEFAULT_SITE)

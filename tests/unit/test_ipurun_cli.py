@@ -387,3 +387,17 @@ def test_version_is_one_line():
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.launcher.cli", "--version"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.startswith("ipurun (slurm-ipu ") and proc.stdout.count("\n") == 1
+
+
+def test_in_an_allocation_shell_with_nothing_configured_ipurun_says_what_to_set(tmp_path, monkeypatch):
+    """salloc's shell has no IPUOF_* (no task): without a configuration ipurun stops with one line
+    instead of letting vipu try localhost:8090 (issue 24, item 4)."""
+    from slurm_ipu import config
+
+    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
+    monkeypatch.setattr(config, "installed", lambda key: None)
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_CPUS_PER_NODE": "4(x2)"}
+    ns, extra, cmd = cli.parse(["--num-instances", "2", "--num-replicas", "2", "x"])
+    with pytest.raises(ConfigError, match=f"no V-IPU controller known here: {tmp_path}/absent.yaml does not exist and "
+                                          "IPUOF_VIPU_API_HOST is unset"):
+        cli.build(ns, extra, cmd, env)
