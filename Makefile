@@ -103,7 +103,8 @@ install: apt spank
 
 uninstall:
 	@test -x $(IVENV)/bin/python || { echo "uninstall: no slurm-ipu install at $(DESTDIR)$(PREFIX); set PREFIX" >&2; exit 2; }
-	@$(IVENV)/bin/python -P -m slurm_ipu.deploy.install uninstall --prefix '$(PREFIX)' --destdir '$(DESTDIR)'
+	@$(IVENV)/bin/python -P -m slurm_ipu.deploy.install uninstall --prefix '$(PREFIX)' --destdir '$(DESTDIR)' \
+	  $(if $(FORCE),--force)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

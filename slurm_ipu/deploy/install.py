@@ -230,6 +230,10 @@ def uninstall(args) -> int:
         raise ConfigError(f"uninstall: no slurm-ipu install at {prefix} ({manifest} missing); "
                           "set PREFIX to where `make install` put it") from None
     inst = Installer(prefix, args.destdir)
+    if not args.destdir and not args.force:
+        _refuse_if_slurm_uses(doc)
+    if not args.destdir:
+        _stop_service(doc)
     kept = 0
     for entry in reversed(doc["entries"]):
         path = inst.staged(entry["path"])
@@ -239,6 +243,85 @@ def uninstall(args) -> int:
     shutil.rmtree(root, ignore_errors=False)
     print(f"uninstall: removed {prefix}")
     return 1 if kept else 0
+
+
+def _refuse_if_slurm_uses(doc: dict) -> None:
+    """Uninstalling what the running Slurm still names is an outage: every submission fails on a
+    missing SPANK plugin, every job start on a missing PrologSlurmctld. The running slurmctld's
+    configuration (`scontrol show config`) and the plugstack files it names are read; a slurmctld
+    that does not answer names nothing (the lab, down)."""
+    import subprocess
+
+    from .doctor import parse_show_config, plugstack_lines
+
+    ours = [e["path"] for e in doc["entries"] if e["kind"] == "file" and
+            e["path"].endswith(("/slurm-ipu-hook", "/spank_ipu.so", "/slurm-ipu-hook-client"))]
+    env = {"PATH": "/usr/bin:/bin"}
+    site = _site_of(doc)
+    if site is not None:
+        env["SLURM_CONF"] = f"{site['slurm.conf_dir']}/slurm.conf"
+    try:
+        proc = subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, text=True, timeout=15,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    if proc.returncode != 0:
+        return
+    config = parse_show_config(proc.stdout)
+    for key in ("PrologSlurmctld", "EpilogSlurmctld"):
+        named = [p for p in ours if p in (config.get(key) or "").split(",")]
+        if named:
+            raise ConfigError(f"uninstall: the running slurmctld has {key}={named[0]}: un-merge slurm-ipu.conf and "
+                              "restart slurmctld first (docs/admin.md, Uninstall), or FORCE=1")
+    plugstack = config.get("PlugStackConfig") or ""
+    plugins = [p for p in ours if p.endswith("/spank_ipu.so")]
+    for line in plugstack_lines(plugstack) if plugstack else []:
+        if any(p in line.split() for p in plugins):
+            raise ConfigError(f"uninstall: {plugstack} (with its includes) loads the SPANK plugin: `{line}`; remove "
+                              "that line on every node first (docs/admin.md, Uninstall), or FORCE=1")
+
+
+def _site_of(doc: dict):
+    from .site import load
+
+    try:
+        return load(doc["site"]) if doc.get("site") else None
+    except ConfigError:
+        return None
+
+
+def _stop_service(doc: dict) -> None:
+    """The removal service runs from the venv about to go: stop it first (systemd where its unit is
+    installed, else its pid from the lock it holds), so it cannot re-create the state directory
+    with its last log line after the uninstall removed it."""
+    import subprocess
+    import time
+
+    units = [e["path"] for e in doc["entries"] if e["path"].endswith("/slurm-ipu-reaper.service")]
+    if units and shutil.which("systemctl") and Path("/run/systemd/system").is_dir():
+        subprocess.run(["systemctl", "disable", "--now", "slurm-ipu-reaper"], capture_output=True, timeout=120)
+        return
+    site = _site_of(doc)
+    if site is None:
+        return
+    from ..fsutil import pid_alive
+    from ..hooks.service import service_lock
+
+    try:
+        pid = int(service_lock(site["state_dir"]).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    try:
+        if b"reap" not in cmdline.read_bytes():  # the pid is no longer the service's
+            return
+        os.kill(pid, 15)
+    except OSError:
+        return
+    deadline = time.monotonic() + site["prolog.deadline"] + site["epilog.deadline"] + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print(f"uninstall: stopped the removal service (pid {pid})")
 
 
 def _remove(path: Path, entry: dict) -> int:
@@ -296,6 +379,7 @@ def parser() -> argparse.ArgumentParser:
     u = sub.add_parser("uninstall")
     u.add_argument("--prefix", required=True)
     u.add_argument("--destdir", default="")
+    u.add_argument("--force", action="store_true", help="uninstall even while the running Slurm names our files")
     return p
 
 

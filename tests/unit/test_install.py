@@ -124,3 +124,36 @@ def test_a_reinstall_without_the_site_still_uninstalls_the_site_s_files(stage):
     assert run_install(dest, plugin) == 0  # an upgrade run without SITE
     assert run_uninstall(dest) == 0
     assert files_under(dest) == {"opt"}
+
+
+CONFIG = """Configuration data as of 2026-11-24T00:00:00
+PlugStackConfig         = {plugstack}
+PrologSlurmctld         = {prolog}
+EpilogSlurmctld         = {prolog}
+"""
+
+
+@pytest.mark.parametrize("prolog,plugstack_line,words", [
+    ("/opt/slurm-ipu/libexec/slurm-ipu-hook", "", "the running slurmctld has PrologSlurmctld=/opt/slurm-ipu/libexec/"
+     "slurm-ipu-hook: un-merge slurm-ipu.conf and restart slurmctld first"),
+    ("/etc/slurm/site-prolog.sh", "required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_ipu.so vipu_host=v",
+     "loads the SPANK plugin: `required /usr/lib/x86_64-linux-gnu/slurm-wlm/spank_ipu.so vipu_host=v`"),
+])
+def test_uninstall_refuses_while_the_running_slurm_names_what_it_removes(tmp_path, mocker, capsys, prolog,
+                                                                        plugstack_line, words):
+    """An uninstall in the documented order never breaks submission (issue 24, item 5): while the
+    running slurmctld still names the wrapper or the plugin, it refuses in one line; FORCE=1 goes."""
+    plugstack = tmp_path / "plugstack.conf"
+    plugstack.write_text(plugstack_line + "\n")
+    doc = {"prefix": PREFIX, "entries": [
+        {"path": f"{PREFIX}/libexec/slurm-ipu-hook", "kind": "file", "sha256": "0"},
+        {"path": "/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_ipu.so", "kind": "file", "sha256": "0"}]}
+    show = mocker.Mock(returncode=0, stdout=CONFIG.format(plugstack=plugstack, prolog=prolog))
+    mocker.patch("subprocess.run", return_value=show)
+    with pytest.raises(install.ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        install._refuse_if_slurm_uses(doc)
+
+
+def test_uninstall_goes_on_when_slurmctld_does_not_answer(mocker):
+    mocker.patch("subprocess.run", return_value=mocker.Mock(returncode=1, stdout="", stderr="down"))
+    install._refuse_if_slurm_uses({"prefix": PREFIX, "entries": []})  # nothing live to break
