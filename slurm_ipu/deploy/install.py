@@ -295,7 +295,6 @@ def _stop_service(doc: dict) -> None:
     installed, else its pid from the lock it holds), so it cannot re-create the state directory
     with its last log line after the uninstall removed it."""
     import subprocess
-    import time
 
     units = [e["path"] for e in doc["entries"] if e["path"].endswith("/slurm-ipu-reaper.service")]
     if units and shutil.which("systemctl") and Path("/run/systemd/system").is_dir():
@@ -304,7 +303,7 @@ def _stop_service(doc: dict) -> None:
     site = _site_of(doc)
     if site is None:
         return
-    from ..fsutil import pid_alive
+    from ..fsutil import pid_alive, poll
     from ..hooks.service import service_lock
 
     try:
@@ -318,9 +317,8 @@ def _stop_service(doc: dict) -> None:
         os.kill(pid, 15)
     except OSError:
         return
-    deadline = time.monotonic() + site["prolog.deadline"] + site["epilog.deadline"] + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # it finishes the prologs it runs first (bounded by their deadline)
+    poll(lambda: not pid_alive(pid), site["prolog.deadline"] + site["epilog.deadline"] + 10)
     print(f"uninstall: stopped the removal service (pid {pid})")
 
 
