@@ -241,7 +241,8 @@ def install_site(spec: LabSpec):
     _link(spec.path("install", "venv"), sys.prefix)
     _script(Path(desc.path("wrapper")), texts["slurm-ipu-hook"])
     client = Path(desc.path("client"))
-    if not client.exists():  # built once per lab, like bin/vipu-fast
+    source = Path(__file__).resolve().parents[1] / "hooks" / "client.c"
+    if not client.exists() or client.stat().st_mtime < source.stat().st_mtime:  # like bin/vipu-fast: once
         build_client(client)
     return desc
 
