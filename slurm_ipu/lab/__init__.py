@@ -436,10 +436,17 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"], env=spec.env(),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     pids["reaper"] = _record(proc.pid)
-    from ..locks import is_held
-
     sock = socket_path(spec.path("state"))
-    if not poll(lambda: (is_held(lock) and sock.exists()) or proc.poll() is not None, 15) or not is_held(lock):
+
+    def started() -> bool:
+        """The service writes its pid into its lock file once it holds the lock and listens. Read,
+        never probed: taking the lock to test it can make the starting service find it held."""
+        try:
+            return lock.read_text().split()[0] == str(proc.pid) and sock.exists()
+        except (OSError, IndexError):
+            return False
+
+    if not poll(lambda: started() or proc.poll() is not None, 15) or not started():
         raise LabError(f"the removal service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
     say(f"started the removal service (slurm-ipu reap --watch, pid {proc.pid})")
 
