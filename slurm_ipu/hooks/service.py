@@ -75,8 +75,9 @@ class Service:
         from ..locks import try_lock
         from . import transport
 
+        # A short wait: doctor probes the lock by taking it for an instant, which must not stop a start.
         lock = try_lock(service_lock(self.cfg["state_dir"]),
-                        f"a removal service already runs for {self.cfg['state_dir']} (it holds reaper.lock)")
+                        f"a removal service already runs for {self.cfg['state_dir']} (it holds reaper.lock)", wait=2.0)
         Journal(self.cfg["state_dir"]).dir.mkdir(parents=True, exist_ok=True)
         transport.remove_legacy(self.cfg["state_dir"])
         listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set)
