@@ -8,7 +8,6 @@ tests feed facts without a cluster.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import re
@@ -19,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import SlurmIpuError
+from ..slurm.conf import parse_show_config, plugstack_lines  # noqa: F401 - doctor's, read by tests
 from .install import built_for
 from .site import SUPPORTED_SLURM, Site
 
@@ -52,24 +52,6 @@ class Facts:
 
 
 # --- reading the cluster ---------------------------------------------------------------------
-
-def parse_show_config(text: str) -> dict[str, str]:
-    """`scontrol show config`: `Key  = value` lines (the header and blank lines skipped). Keys
-    listed one per script (`PrologSlurmctld[0]`, from 24.11: src/api/config_info.c) are joined
-    under their name with commas."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        key = key.strip()
-        if not sep or not key or " " in key:
-            continue
-        indexed = re.fullmatch(r"(\w+)\[\d+\]", key)
-        if indexed:
-            key = indexed.group(1)
-            value = f"{out[key]},{value.strip()}" if key in out else value
-        out[key] = value.strip()
-    return out
-
 
 def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
     """`scontrol show nodes --oneliner`: one node per line of Key=Value words."""
@@ -304,23 +286,6 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
         return Finding("nodes", False, "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else ""),
                        f"Gres={want} on the NodeName lines of {site['pod.hosts']} only, and the gres.conf lines")
     return Finding("nodes", True, f"{len(site.hosts)} nodes with Gres={want}")
-
-
-def plugstack_lines(path: str, depth: int = 0) -> list[str]:
-    """Non-comment lines of plugstack.conf, with its `include` globs followed (as Slurm does)."""
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("include") and depth < 4:
-            for inc in sorted(glob.glob(line.split(None, 1)[1].strip())):
-                out += plugstack_lines(inc, depth + 1)
-        elif line:
-            out.append(line)
-    return out
 
 
 def check_plugstack(site: Site, facts: Facts) -> Finding:

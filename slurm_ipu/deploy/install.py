@@ -252,7 +252,7 @@ def _refuse_if_slurm_uses(doc: dict) -> None:
     that does not answer names nothing (the lab, down)."""
     import subprocess
 
-    from .doctor import parse_show_config, plugstack_lines
+    from ..slurm.conf import parse_show_config, plugstack_lines
 
     ours = [e["path"] for e in doc["entries"] if e["kind"] == "file" and
             e["path"].endswith(("/slurm-ipu-hook", "/spank_ipu.so", "/slurm-ipu-hook-client"))]
