@@ -12,12 +12,13 @@ SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1 python
 ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install uninstall install-check clean-room
+.PHONY: test unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install uninstall install-check clean-room generated
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
 # slurm-ipu and ipurun in BINDIR, the SPANK plugin built against this host's Slurm in its plugin
-# directory; with SITE, the rendered hook wrapper, config and removal service too.
+# directory; with SITE, the site description itself (the one configuration file, at install.site),
+# the rendered hook wrapper and the hook service's unit too.
 PREFIX ?= /opt/slurm-ipu
 BINDIR ?= /usr/local/bin
 DESTDIR ?=
@@ -45,6 +46,11 @@ apt apt-accounting:
 	  echo "installing: $$(echo $$missing)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# The example site description and docs/options.md, from the option table (slurm_ipu/config.py);
+# a unit test fails when they differ from what this writes.
+generated: $(VENV)/.installed
+	$(PY) -m slurm_ipu.deploy.example
 
 # ruff's rules are pinned in pyproject.toml; CI runs this through `make test`.
 lint: $(VENV)/.installed

@@ -68,21 +68,34 @@ def check_yaml_shape(text: str, source: str) -> None:
     errors are left to the loader, which reports them with their line."""
     import yaml
 
-    depth = nodes = 0
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    fast = getattr(yaml, "CSafeLoader", None)
     try:
-        for event in yaml.parse(text, Loader=loader):
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    line = event.start_mark.line + 1 if event.start_mark else 1
-                    raise ConfigError(f"{source}:{line}: nested over {MAX_DEPTH} levels deep; a site description "
-                                      "is a few levels deep")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
-            if isinstance(event, yaml.NodeEvent):
-                nodes += 1
-                if nodes > MAX_NODES:
-                    raise ConfigError(f"{source}: over {MAX_NODES} YAML nodes; a site description has a few dozen")
+        _walk(yaml.parse(text, Loader=fast or yaml.SafeLoader), source)
     except yaml.YAMLError:
-        return
+        if fast is None:
+            return
+        # libyaml stops at its own depth (1000) while scanning ahead, before the events reach ours;
+        # the pure-Python parser has no such limit and no recursion: it finds the line.
+        try:
+            _walk(yaml.parse(text, Loader=yaml.SafeLoader), source)
+        except yaml.YAMLError:
+            return
+
+
+def _walk(events, source: str) -> None:
+    import yaml
+
+    depth = nodes = 0
+    for event in events:
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = event.start_mark.line + 1 if event.start_mark else 1
+                raise ConfigError(f"{source}:{line}: nested over {MAX_DEPTH} levels deep; a site description "
+                                  "is a few levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        if isinstance(event, yaml.NodeEvent):
+            nodes += 1
+            if nodes > MAX_NODES:
+                raise ConfigError(f"{source}: over {MAX_NODES} YAML nodes; a site description has a few dozen")

@@ -34,14 +34,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("demo", help="the main job: lab up, an IPU job end to end, the partition gone after")
 
+    site_help = "the site description (default $SLURM_IPU_SITE, else /etc/slurm-ipu/site.yaml from make install)"
     for name, text in (("prolog", "PrologSlurmctld: create the job's V-IPU partition"),
                        ("epilog", "EpilogSlurmctld: remove the job's V-IPU partition"),
                        ("hook", "PrologSlurmctld or EpilogSlurmctld, chosen by $SLURM_SCRIPT_CONTEXT")):
         h = sub.add_parser(name, help=text)
-        h.add_argument("--config", help="default: $SLURM_IPU_CONFIG, else /etc/slurm-ipu/config.yaml")
+        h.add_argument("--site", help=site_help)
 
     p = sub.add_parser("reap", help="remove orphaned and journaled partitions (safe from cron)")
-    p.add_argument("--config")
+    p.add_argument("--site", help=site_help)
     how = p.add_mutually_exclusive_group()
     how.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
     how.add_argument("--watch", action="store_true",
@@ -52,7 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("site", help="the site description (YAML; see etc/site-pod128.yaml)")
     r.add_argument("--out", required=True, help="directory for the fragments (created)")
 
-    site_help = "the site description (default $SLURM_IPU_SITE, else /etc/slurm-ipu/site.yaml from make install)"
     d = sub.add_parser("doctor", help="check the live cluster against the site description (exit 1 on a problem)")
     d.add_argument("--site", help=site_help)
     st = sub.add_parser("status", help="the IPU view of the cluster: capacity, partitions and their jobs")
@@ -121,7 +121,7 @@ def cmd_hook(args) -> int:
 
             raise ConfigError(f"SLURM_SCRIPT_CONTEXT={os.environ.get('SLURM_SCRIPT_CONTEXT', '')!r}: "
                               "use `slurm-ipu hook` as PrologSlurmctld/EpilogSlurmctld, or call prolog/epilog")
-    cfg = config.load(args.config, required=True)
+    cfg = config.load(args.site, twins=False)
     try:
         ctx = jobenv.from_env(dict(os.environ))
     except SlurmIpuError as exc:
@@ -148,14 +148,14 @@ def cmd_hook(args) -> int:
 def _slurm(cfg):
     from .slurm.commands import SlurmCli
 
-    return SlurmCli(cfg["slurm.conf"], cfg["slurm.bin_dir"])
+    return SlurmCli(cfg.slurm_conf, cfg["slurm.bin_dir"])
 
 
 def cmd_reap(args) -> int:
     from . import config
     from .hooks import reap
 
-    cfg = config.load(args.config, required=True)
+    cfg = config.load(args.site, twins=False)
     slurm = _slurm(cfg)
     if args.watch:
         from .hooks.service import Service
@@ -165,11 +165,9 @@ def cmd_reap(args) -> int:
 
 
 def _site_path(args) -> str:
-    import os
+    from .config import locate
 
-    from .config import default_site
-
-    return args.site or os.environ.get("SLURM_IPU_SITE") or default_site()
+    return locate(path=args.site)[0]
 
 
 def cmd_doctor(args) -> int:
@@ -187,9 +185,10 @@ def cmd_status(args) -> int:
 def cmd_render(args) -> int:
     from pathlib import Path
 
-    from .deploy import fragments, site
+    from .config import load
+    from .deploy import fragments
 
-    desc = site.load(args.site)
+    desc = load(args.site)
     for path in fragments.write(desc, Path(args.out)):
         print(path)
     return 0

@@ -1,30 +1,39 @@
-"""slurm-ipu's configuration: one OPTIONS table, from which the YAML schema, the environment
-twins (SLURM_IPU_<KEY>) and the documentation all come.
+"""slurm-ipu's configuration: the site description, one YAML file an admin writes and `make
+install` puts at `install.site`. Every part reads that one file: the controller hooks and the hook
+service, ipurun, doctor, status and render. FIELDS is the only table of options: types, defaults,
+ranges and help; the environment twins (SLURM_IPU_<KEY>), the example site file
+(etc/site-pod128.yaml) and docs/options.md are generated from it (slurm_ipu/deploy/example.py).
 
-Precedence, enforced in `load()` only: explicit overrides (command line) > SLURM_IPU_* env >
-the YAML file (--config, else $SLURM_IPU_CONFIG, else /etc/slurm-ipu/config.yaml) > defaults.
-The file starts with `version: 1`; an unknown key is an error that suggests the closest one.
+Precedence, in `load()` only: command-line overrides > SLURM_IPU_<KEY> environment > the file >
+defaults. Which file: the caller's path (--site), else $SLURM_IPU_SITE, else the one the running
+install recorded (its manifest), else /etc/slurm-ipu/site.yaml.
+
+Errors are one line naming the file and line, the value and the valid range (ConfigError, exit 2).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .pods import Pod
+from .slurm import releases
 
-DEFAULT_PATH = "/etc/slurm-ipu/config.yaml"
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
+SITE_ENV = "SLURM_IPU_SITE"
 MANIFEST = "share/slurm-ipu/manifest.json"  # under the install's PREFIX (deploy/install.py writes it)
+SUPPORTED_SLURM = releases.SUPPORTED
+UPGRADING = "docs/admin.md, Upgrading"
 
 
 def installed(key: str) -> str | None:
-    """What `make install` recorded for this install (its `config` or `site` path), found from the
-    running interpreter: an install's commands run its own venv, PREFIX/venv. So an install
-    with another install.config or PREFIX needs no environment variable. None when this is not
-    such an install (a checkout, a test) or it recorded no site."""
+    """What `make install` recorded for this install (its `site` path), found from the running
+    interpreter: an install's commands run its own venv, PREFIX/venv. So an install with another
+    install.site or PREFIX needs no environment variable. None when this is not such an install
+    (a checkout, a test) or it recorded no site."""
     import json
     import sys
 
@@ -36,17 +45,22 @@ def installed(key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def default_path() -> str:
-    return installed("config") or DEFAULT_PATH
-
-
 def default_site() -> str:
     return installed("site") or DEFAULT_SITE
 
 
-def _between(lo: float, hi: float, what: str = ""):
+def locate(environ: dict | None = None, path: str | None = None) -> tuple[str, bool]:
+    """(the site description's path, whether the caller or the environment named it)."""
+    env = os.environ if environ is None else environ
+    explicit = path or env.get(SITE_ENV)
+    return (explicit, True) if explicit else (default_site(), False)
+
+
+# --- range checks: value -> None if valid, else the valid range in words ---------------------
+
+def _between(lo: float, hi: float):
     def check(v):
-        return None if lo <= v <= hi else f"from {lo:g} to {hi:g}{what}"
+        return None if lo <= v <= hi else f"from {lo:g} to {hi:g}"
     return check
 
 
@@ -54,23 +68,10 @@ def _positive(v):
     return None if 0 < v < float("inf") else "a positive number of seconds"
 
 
-def _pod(v):
+def _pod_size(v):
     from .rules import is_valid_allocation
 
     return None if is_valid_allocation(v) else "a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 (128, 192, 256, ...)"
-
-
-def _parses(name: str, form: str):
-    """A check by the Pod table's own parser (slurm_ipu/pods.py): None, or the form to use."""
-    def check(v):
-        from . import pods
-
-        try:
-            getattr(pods, name)(v)
-        except ConfigError:
-            return form
-        return None
-    return check
 
 
 PREFIX_CHARS = "-_"  # what the SPANK plugin accepts in its prefix= argument (spank/args.c)
@@ -81,99 +82,227 @@ def _prefix(v):
     return None if ok else f"1 to 31 letters, digits and '{PREFIX_CHARS}' (the SPANK plugin's rule)"
 
 
+def _abs(v: str):
+    return None if v.startswith("/") and "\n" not in v else "an absolute path"
+
+
+def _plain_path(v: str):
+    ok = v.startswith("/") and not any(c.isspace() for c in v)
+    return None if ok else "an absolute path without spaces"
+
+
+def _version(v: str):
+    return None if v in SUPPORTED_SLURM else f"one of {', '.join(SUPPORTED_SLURM)}"
+
+
+def name_check(v: str):
+    ok = 0 < len(v) <= 40 and all(c.isascii() and (c.isalnum() or c in "-_") for c in v)
+    return None if ok else "1 to 40 letters, digits, '-' and '_'"
+
+
+def _host(v: str):
+    ok = 0 < len(v) <= 253 and all(c.isascii() and (c.isalnum() or c in "-._:") for c in v)
+    return None if ok else "a host name or address"
+
+
+def _cross_pod(v: str):
+    return None if v in ("refuse", "slow") else "refuse or slow"
+
+
 _port = _between(1, 65535)
 
 
+def parse_bool(text: str) -> bool | None:
+    """yes/no in the spellings admins and users write (1/0, true/false, yes/no, on/off); None:
+    none of them. The one boolean parser of the package."""
+    low = text.strip().lower()
+    return True if low in ("1", "true", "yes", "on") else False if low in ("0", "false", "no", "off") else None
+
+
+# --- the table --------------------------------------------------------------------------------
+
 @dataclass(frozen=True)
-class Option:
+class Field:
     key: str          # dotted YAML path
     type: type
     default: Any
     help: str
-    check: Any = None  # value -> None if valid, else the valid range in words
+    check: Any = None
+    required: bool = False
+    example: Any = None  # the value etc/site-pod128.yaml shows; None: the default
 
     @property
-    def env(self) -> str:
-        return "SLURM_IPU_" + self.key.upper().replace(".", "_")
+    def env(self) -> str | None:
+        """Its environment twin; lists (the Pods) have none."""
+        return None if self.type is list else "SLURM_IPU_" + self.key.upper().replace(".", "_")
 
 
-OPTIONS: tuple[Option, ...] = (
-    Option("vipu.command", str, "vipu", "the V-IPU CLI the hooks run (an absolute path: hooks have no PATH)"),
-    Option("vipu.host", str, None, "V-IPU controller host passed as --api-host; unset: vipu's own config"),
-    Option("vipu.port", int, None, "V-IPU controller port passed as --api-port; unset: vipu's own config", _port),
-    Option("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
-    Option("vipu.retries", int, 2, "extra attempts for transient V-IPU failures", _between(0, 10)),
-    Option("vipu.emulator_flags", bool, False, "pass the emulator's --hosts/--owner-uid (lab and tests only)"),
-    Option("ipuof.host", str, None, "IPUOF_VIPU_API_HOST for tasks; unset: vipu.host"),
-    Option("ipuof.port", int, 8090, "IPUOF_VIPU_API_PORT for tasks", _port),
-    Option("partition.prefix", str, "slurm_", "partition name = prefix + job id (Graphcore's own plugin used slurm_)",
-           _prefix),
-    Option("partition.allocation", str, None, "V-IPU allocation to create partitions in; unset: the server's default"),
-    Option("pod.ipus", int, 64, "IPUs in the Pod (the licence pool and the largest partition)", _pod),
-    Option("pod.pods", str, None, "a multi-Pod cluster: NAME:ILDS:HOSTLIST per Pod, space-separated (rendered "
-           "from the site's pods:); unset: one Pod",
-           _parses("parse", "NAME:ILDS:HOSTLIST words, e.g. 'poda:1:node[1-4] podb:1:node[5-8]'")),
-    Option("pod.groups", str, None, "groups of Pods with an allocation of their own: NAME=POD,POD per group, "
-           "space-separated (rendered from the site's pod_groups:)",
-           _parses("parse_groups", "NAME=POD,POD words, e.g. 'ab=poda,podb cd=podc,podd'")),
-    Option("prolog.deadline", float, 60.0, "seconds the prolog may take in all; keep below PrologEpilogTimeout",
-           _positive),
-    Option("prolog.max_attempts", int, 3, "prolog failures before the job is held instead of requeued",
-           _between(1, 100)),
-    Option("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
-    Option("reap.interval", float, 300.0, "seconds between the removal service's full reaps (orphans whose job "
-           "is gone)", _between(5, 86400)),
-    Option("state_dir", str, "/var/lib/slurm-ipu", "creation records, removal journal, hooks.log, locks "
-           "(root-only)"),
-    Option("slurm.conf", str, "/etc/slurm/slurm.conf", "slurm.conf the hooks pass as SLURM_CONF"),
-    Option("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live (hooks have no PATH)"),
+POD128 = [{"name": "poda", "hosts": "ipu-host[1-4]", "ilds": 1}, {"name": "podb", "hosts": "ipu-host[5-8]", "ilds": 1}]
+
+FIELDS = (
+    Field("cluster", str, None, "the Slurm cluster's name (ClusterName)", name_check, required=True,
+          example="ipupod128"),
+    Field("vipu.host", str, None, "the V-IPU controller's address (vipu --api-host)", _host, required=True,
+          example="vipu.ipupod128.example.org"),
+    Field("vipu.port", int, 8090, "the V-IPU controller's port (vipu --api-port)", _port),
+    Field("vipu.allocation", str, None, "the V-IPU allocation partitions are created in (with pods: the one "
+          "holding every Pod; each Pod has its own, named like the Pod); null: the controller's default",
+          name_check, example="all"),
+    Field("vipu.command", str, "/usr/bin/vipu", "the vipu command the hooks run (an absolute path: hooks have no "
+          "PATH)", _plain_path),
+    Field("vipu.cli_config", str, None, "the vipu CLI's config file with the hooks' V-IPU credentials "
+          "(vipu --config); null: none", _plain_path, example="/etc/slurm-ipu/vipu-cli.hcl"),
+    Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
+    Field("vipu.retries", int, 2, "extra attempts of a vipu call that failed transiently", _between(0, 10)),
+    Field("vipu.emulator", bool, False, "the controller is vipu-emu (labs, drills): pass it each job's hosts "
+          "and owner (--hosts/--owner-uid), which a real controller does not take"),
+    Field("vipu.emulator_cross_pod", str, "refuse", "with vipu.emulator and pods: an attach from a host to another "
+          "Pod's IPUs is refused ('refuse'), or served after vipu.emulator_cross_pod_delay ('slow')", _cross_pod),
+    Field("vipu.emulator_cross_pod_delay", float, 0.5, "seconds a 'slow' cross-Pod attach takes (the emulator)",
+          _between(0, 60)),
+    Field("ipuof.host", str, None, "IPUOF_VIPU_API_HOST in tasks; null: vipu.host", _host),
+    Field("ipuof.port", int, None, "IPUOF_VIPU_API_PORT in tasks; null: vipu.port", _port),
+    Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD); not with pods: (their sum)", _pod_size),
+    Field("pod.hosts", str, None, "the host servers cabled to the Pod, as a Slurm hostlist (ipu-host[1-8]); "
+          "not with pods: (theirs)"),
+    Field("pod.ipus_per_host", int, None, "IPUs each host's jobs may ask for (--gres=ipu:N), its Gres count",
+          _between(1, 64), required=True, example=16),
+    Field("pods", list, None, "a multi-Pod cluster, instead of pod.ipus/pod.hosts: each Pod's name (its V-IPU "
+          "allocation and Slurm switch), hosts (a hostlist) and ilds (IPU-Link domains of 64 IPUs, default 1)",
+          example=POD128),
+    Field("pod_groups", list, None, "with pods: groups of Pods used together (a POD256 as two pairs), each a "
+          "switch above its Pods and a V-IPU allocation holding theirs: name and pods"),
+    Field("partition.prefix", str, "slurm_", "partition name = prefix + job id (Graphcore's own plugin used "
+          "slurm_)", _prefix),
+    Field("prolog.deadline", float, 60.0, "seconds the prolog may take in all, every V-IPU call included",
+          _positive),
+    Field("prolog.max_attempts", int, 3, "prolog failures before the job is held for an admin", _between(1, 100)),
+    Field("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
+    Field("reap.interval", float, 300.0, "seconds between the hook service's full reaps (orphans whose job is "
+          "gone)", _between(5, 86400)),
+    Field("prolog_epilog_timeout", int, 180, "Slurm's PrologEpilogTimeout: above both deadlines",
+          _between(1, 86400)),
+    Field("state_dir", str, "/var/lib/slurm-ipu", "the hooks' state: creation records, the removal journal, "
+          "hooks.log, locks (root-only)", _abs),
+    Field("accounting.slurmdbd_host", str, None, "slurmdbd's host, to track IPUs in accounting; null: none",
+          _host, example="slurmdbd.ipupod128.example.org"),
+    Field("slurm.version", str, "22.05", "the Slurm release the cluster runs", _version),
+    Field("slurm.user", str, "slurm", "SlurmUser: the hooks and the hook service run as this user and own "
+          "state_dir", name_check),
+    Field("slurm.site_prolog_slurmctld", str, None, "the site's own PrologSlurmctld, run by the hook wrapper for "
+          "every job before ours (Slurm takes one PrologSlurmctld); null: none", _plain_path),
+    Field("slurm.site_epilog_slurmctld", str, None, "the site's own EpilogSlurmctld, run by the hook wrapper for "
+          "every job after ours; null: none", _plain_path),
+    Field("slurm.conf_dir", str, "/etc/slurm", "where slurm.conf lives (the hooks pass its slurm.conf as "
+          "SLURM_CONF)", _abs),
+    Field("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live (hooks have no PATH)", _abs),
+    Field("slurm.plugin_dir", str, "/usr/lib/x86_64-linux-gnu/slurm-wlm", "Slurm's plugin directory (the SPANK "
+          "plugin goes there)", _abs),
+    Field("install.site", str, DEFAULT_SITE, "where `make install` puts this file: every installed command reads "
+          "it there", _abs),
+    Field("install.unit_dir", str, "/etc/systemd/system", "where `make install` puts the hook service's unit",
+          _abs),
+    Field("install.prefix", str, "/opt/slurm-ipu", "where `make install` puts slurm-ipu (its venv, the hook "
+          "wrapper); `make install PREFIX=` must name the same", _abs),
 )
-BY_KEY = {o.key: o for o in OPTIONS}
+BY_KEY = {f.key: f for f in FIELDS}
+
+# Keys of the hooks' own config.yaml that earlier releases rendered beside the site description.
+EARLIER = {"vipu.emulator_flags", "partition.allocation", "pod.pods", "pod.groups", "slurm.conf",
+           "install.config"}
 
 
-@dataclass(frozen=True)
-class Config:
+# --- the site ---------------------------------------------------------------------------------
+
+@dataclass
+class Site:
     values: dict[str, Any]
     source: str
+    text: str = ""
+    _lines: dict[str, int] | None = field(default=None, repr=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
 
+    @property
+    def lines(self) -> dict[str, int]:
+        """Dotted key -> its line in the file, for messages (parsed on first use: the hooks never ask)."""
+        if self._lines is None:
+            self._lines = key_lines(self.text)
+        return self._lines
+
+    @property
+    def hosts(self) -> list[str]:
+        from .slurm.hostlist import expand
+
+        return expand(self["pod.hosts"])
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        return {g["name"]: list(g["pods"]) for g in self["pod_groups"] or []}
+
+    @property
+    def pods(self) -> list[Pod]:
+        """The Pods of a multi-Pod site; [] for one Pod (no cabling, no topology)."""
+        return [Pod(p["name"], p["ilds"], p["hosts"]) for p in self["pods"] or []]
+
+    @property
+    def ipuof_host(self) -> str:
+        return self["ipuof.host"] or self["vipu.host"]
+
+    @property
+    def ipuof_port(self) -> int:
+        return self["ipuof.port"] or self["vipu.port"]
+
+    @property
+    def slurm_conf(self) -> str:
+        return f"{self['slurm.conf_dir']}/slurm.conf"
+
+    @property
+    def vipu_command(self) -> list[str]:
+        """The hooks' vipu: the site's command, with its credentials file when there is one."""
+        extra = ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
+        return [self["vipu.command"], *extra]
+
+    @property
+    def python(self) -> str:
+        return f"{self['install.prefix']}/venv/bin/python"
+
+    def path(self, what: str) -> str:
+        """Where an installed file lives (the fragments name installed paths, never the checkout)."""
+        roots = {"wrapper": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
+                 "client": f"{self['install.prefix']}/libexec/slurm-ipu-hook-client",
+                 "site": self["install.site"],
+                 "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",
+                 "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so"}
+        return roots[what]
+
     def vipu_client(self):
         from .vipu import VipuClient
 
-        return VipuClient(command=self["vipu.command"].split(), host=self["vipu.host"], port=self["vipu.port"],
+        return VipuClient(command=self.vipu_command, host=self["vipu.host"], port=self["vipu.port"],
                           timeout=self["vipu.timeout"], retries=self["vipu.retries"],
-                          emulator_flags=self["vipu.emulator_flags"])
+                          emulator_flags=self["vipu.emulator"])
 
 
-def _coerce(opt: Option, value: Any, where: str) -> Any:
-    if value is None:
-        return None
-    typed = _typed(opt, value, where)
-    why = opt.check(typed) if opt.check else None
-    if why:
-        raise ConfigError(f"{where}: {opt.key}={value!r} is out of range; use {why}")
-    return typed
+def key_lines(text: str) -> dict[str, int]:
+    """Dotted key -> 1-based line, from the YAML node tree."""
+    import yaml
 
+    out: dict[str, int] = {}
 
-def _typed(opt: Option, value: Any, where: str) -> Any:
-    if opt.type is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-    else:
-        try:
-            if opt.type is not str and isinstance(value, bool):
-                raise ValueError
-            return opt.type(value)
-        except (TypeError, ValueError):
-            pass
-    raise ConfigError(f"{where}: {opt.key}={value!r} is not a valid {opt.type.__name__} ({opt.help})")
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                name = f"{prefix}{key.value}"
+                out[name] = key.start_mark.line + 1
+                walk(value, name + ".")
+
+    try:
+        walk(yaml.compose(text), "")
+    except yaml.YAMLError:
+        pass  # safe_load reports it with its own line
+    return out
 
 
 def flatten(doc: dict, keys, prefix: str = "") -> dict[str, Any]:
@@ -191,74 +320,228 @@ def flatten(doc: dict, keys, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def read_file(path: str, explicit: bool, required: bool = False) -> dict[str, Any]:
-    from .adminfile import check_yaml_shape, read_text
+def _typed(where, f: Field, value: Any) -> Any:
+    """A YAML value of the field's type (no string-to-number guessing: YAML typed it). where():
+    the file and line, found only for an error (the hooks never pay for it)."""
+    if f.type is bool:
+        ok = isinstance(value, bool)
+    else:
+        ok = not isinstance(value, bool) and (isinstance(value, f.type) or f.type is float and isinstance(value, int))
+    if not ok:
+        raise ConfigError(f"{where()}: {f.key}={value!r} is not a {f.type.__name__} ({f.help})")
+    return f.type(value)
 
-    if not os.path.lexists(path):
-        if explicit or required:
-            raise ConfigError(f"config file {path} not found; create it from etc/slurm-ipu.yaml"
-                              f"{'' if explicit else ' or point SLURM_IPU_CONFIG at yours'}")
-        return {}
-    text = read_text(path, "config file")
+
+def _from_text(f: Field, text: str) -> Any:
+    """An environment twin's value, read as the field's type; the range is checked like the file's."""
+    if f.type is bool:
+        value = parse_bool(text)
+        if value is None:
+            raise ConfigError(f"environment: {f.env}={text!r} is not a bool; use yes or no")
+        return value
+    try:
+        return f.type(text)
+    except ValueError:
+        raise ConfigError(f"environment: {f.env}={text!r} is not a {f.type.__name__} ({f.help})") from None
+
+
+def _checked(where, f: Field, value: Any) -> Any:
+    if value is None:
+        if f.required:
+            raise ConfigError(f"{where()}: {f.key} must be set ({f.help})")
+        return None
+    why = f.check(value) if f.check else None
+    if why:
+        raise ConfigError(f"{where()}: {f.key}={value!r} is out of range; use {why}")
+    return value
+
+
+def _document(text: str, source: str) -> dict:
     import yaml
 
-    check_yaml_shape(text, path)
+    from .adminfile import check_yaml_shape
+
+    check_yaml_shape(text, source)
     try:
-        doc = yaml.safe_load(text) or {}
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path} is not valid YAML{where}: {what}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: expected a mapping starting with 'version: 1'")
-    version = doc.pop("version", None)
-    if version != 1:
-        raise ConfigError(f"{path}: version {version!r} is not supported; start the file with 'version: 1'")
-    flat = flatten(doc, BY_KEY)
-    for key in flat:
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if not isinstance(doc, dict) or doc.get("version") != 1:
+        raise ConfigError(f"{source}: a site description starts with 'version: 1' (see etc/site-pod128.yaml)")
+    return doc
+
+
+def _unknown(source: str, text: str, key: str) -> ConfigError:
+    import difflib
+
+    line = key_lines(text).get(key, 1)
+    if key in EARLIER:
+        return ConfigError(f"{source}:{line}: {key} belongs to an earlier slurm-ipu's config.yaml: the site "
+                           f"description is the one file now; {_earlier_fix(key)} ({UPGRADING})")
+    near = difflib.get_close_matches(key, BY_KEY, n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    return ConfigError(f"{source}:{line}: unknown key {key!r}{hint}")
+
+
+def _earlier_fix(key: str) -> str:
+    if key == "install.config":
+        return "replace it with install.site, where the site description is installed (/etc/slurm-ipu/site.yaml)"
+    return "point --site or SLURM_IPU_SITE at the site description the old file was rendered from"
+
+
+def parse(text: str, source: str, environ: dict | None = None, overrides: dict | None = None) -> Site:
+    """A Site from the file's text; environ holds SLURM_IPU_<KEY> twins (None: none), overrides
+    the command line's values by key."""
+    given = flatten({k: v for k, v in _document(text, source).items() if k != "version"}, BY_KEY)
+    for key in given:
         if key not in BY_KEY:
-            import difflib  # only for a mistake: every hook reads this file
+            raise _unknown(source, text, key)
+    site = Site({}, source, text)
+    for f in FIELDS:
+        value, where = given.get(f.key, f.default), lambda key=f.key: _at(site, key)
+        if f.key in given and value is not None:
+            value = _typed(where, f, value)
+        twin = (environ or {}).get(f.env or "", "")
+        if twin:
+            value, where = _from_text(f, twin), lambda: "environment"
+        if (overrides or {}).get(f.key) is not None:
+            value, where = overrides[f.key], lambda: "command line"
+        site.values[f.key] = _checked(where, f, value)
+    _cross_checks(site)
+    return site
 
-            near = difflib.get_close_matches(key, BY_KEY, n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(BY_KEY)}"
-            raise ConfigError(f"{path}: unknown key {key!r}{hint}")
-    return flat
 
+def load(path: str | None = None, environ: dict | None = None, overrides: dict | None = None,
+         twins: bool = True) -> Site:
+    """The site description: path, else $SLURM_IPU_SITE, else the install's, else /etc/slurm-ipu/site.yaml.
+    twins=False: the file alone decides (the controller hooks and the hook service: nothing a job's
+    environment holds may change where they send V-IPU calls)."""
+    from .adminfile import read_text
 
-def load(path: str | None = None, overrides: dict[str, Any] | None = None,
-         environ: dict[str, str] | None = None, required: bool = False) -> Config:
-    """required: the file must exist (the hooks: defaults would name no controller at all)."""
     env = os.environ if environ is None else environ
-    explicit = path or env.get("SLURM_IPU_CONFIG")
-    source = explicit or default_path()
-    layers = [
-        ("default", {o.key: o.default for o in OPTIONS}),
-        (source, read_file(source, explicit=bool(explicit), required=required)),
-        ("environment", {o.key: env[o.env] for o in OPTIONS if o.env in env}),
-        ("command line", {k: v for k, v in (overrides or {}).items() if v is not None}),
-    ]
-    values: dict[str, Any] = {}
-    for where, layer in layers:
-        for key, value in layer.items():
-            values[key] = _coerce(BY_KEY[key], value, where)
-    return Config(values, source)
+    where, explicit = locate(env, path)
+    if not explicit and not os.path.lexists(where):
+        raise ConfigError(f"site description {where} not found; install slurm-ipu with `make install SITE=...` or "
+                          f"point {SITE_ENV} at the site description")
+    text = read_text(where, "site description", "; start from etc/site-pod128.yaml")
+    return parse(text, str(where), env if twins else None, overrides)
 
 
-def example_yaml() -> str:
-    """The commented example in etc/, generated from the table (a test keeps them equal)."""
-    lines = ["# slurm-ipu configuration (/etc/slurm-ipu/config.yaml). Every key is optional.",
-             "# Precedence: command line > SLURM_IPU_<KEY> environment > this file > defaults.",
-             "version: 1"]
-    section = None
-    for opt in OPTIONS:
-        head, _, leaf = opt.key.rpartition(".")
-        if head != section:
-            section = head
-            if head:
-                lines.append(f"{head}:")
-        indent = "  " if head else ""
-        default = "null" if opt.default is None else str(opt.default).lower() if opt.type is bool else opt.default
-        lines.append(f"{indent}# {opt.help} (env {opt.env})")
-        lines.append(f"{indent}{leaf or opt.key}: {default}")
-    return "\n".join(lines) + "\n"
+def _at(site: Site, key: str) -> str:
+    line = site.lines.get(key) or site.lines.get(key.split(".")[0], 1)
+    return f"{site.source}:{line}"
+
+
+# --- what no single field can check -------------------------------------------------------------
+
+POD_KEYS = ("name", "hosts", "ilds")
+
+
+def _pods(site: Site) -> None:
+    """pods: -> normalised entries, and pod.ipus/pod.hosts derived from them (one place each)."""
+    raw = site["pods"]
+    if raw is None:
+        for key in ("pod.ipus", "pod.hosts"):
+            if site[key] is None:
+                raise ConfigError(f"{_at(site, key)}: {key} must be set ({BY_KEY[key].help}), or describe the "
+                                  "Pods with pods:")
+        return
+    where = _at(site, "pods")
+    for key in ("pod.ipus", "pod.hosts"):
+        if site[key] is not None:
+            raise ConfigError(f"{_at(site, key)}: {key} and pods: both given; pods: says it (remove {key})")
+    if len(raw) < 2:
+        raise ConfigError(f"{where}: pods: lists {len(raw)} Pod(s); a single Pod is pod.ipus and pod.hosts")
+    site.values["pods"] = [_pod_entry(where, k, item) for k, item in enumerate(raw)]
+    pods = site.pods
+    seen: dict[str, str] = {}
+    for pod in pods:
+        for host in pod.hosts:
+            if host in seen:
+                raise ConfigError(f"{where}: host {host} is in Pod {seen[host]} and Pod {pod.name}; a host is "
+                                  "cabled to one Pod")
+            seen[host] = pod.name
+    shapes = {(len(p.hosts), p.ilds) for p in pods}
+    if len(shapes) > 1 or len({p.name for p in pods}) < len(pods):
+        raise ConfigError(f"{where}: Pods must have distinct names and alike sizes (the same number of hosts and "
+                          "ILDs each): a job over several Pods takes whole Pods")
+    site.values["pod.ipus"] = sum(p.ipus for p in pods)
+    site.values["pod.hosts"] = ",".join(p.hostlist for p in pods)
+    if not site["vipu.allocation"] or site["vipu.allocation"] in seen.values():
+        raise ConfigError(f"{_at(site, 'vipu.allocation')}: vipu.allocation={site['vipu.allocation']!r}: with "
+                          "pods: name the V-IPU allocation that holds every Pod (jobs over several Pods go there), "
+                          "not one Pod's")
+    _groups(site, {p.name for p in pods})
+
+
+def _groups(site: Site, pods: set[str]) -> None:
+    """pod_groups: disjoint groups of two or more Pods, named apart from the Pods and the whole."""
+    raw = site["pod_groups"]
+    if raw is None:
+        return
+    where = _at(site, "pod_groups")
+    taken: set[str] = set()
+    names = pods | {site["vipu.allocation"]}
+    for k, item in enumerate(raw):
+        ok = isinstance(item, dict) and set(item) == {"name", "pods"} and isinstance(item["pods"], list)
+        if not ok:
+            raise ConfigError(f"{where}: group {k + 1} must be a mapping of name and pods, e.g. "
+                              "{name: ab, pods: [poda, podb]}")
+        name, members = item["name"], [str(m) for m in item["pods"]]
+        why = name_check(name) if isinstance(name, str) else "a name"
+        if why or name in names:
+            raise ConfigError(f"{where}: group {k + 1}: name={name!r} is out of range; use "
+                              f"{why or 'a name no Pod, group or vipu.allocation has'}")
+        unknown = [m for m in members if m not in pods]
+        if unknown or len(members) < 2 or taken & set(members) or set(members) == pods:
+            raise ConfigError(f"{where}: group {name}: pods={members} must name two or more Pods of pods:, none in "
+                              "another group, not all of them (vipu.allocation is that)")
+        taken |= set(members)
+        names.add(name)
+
+
+def _pod_entry(where: str, k: int, item: object) -> dict:
+    from .slurm.hostlist import expand
+
+    if not isinstance(item, dict) or set(item) - set(POD_KEYS) or "name" not in item or "hosts" not in item:
+        raise ConfigError(f"{where}: Pod {k + 1} must be a mapping of name, hosts and (optionally) ilds, e.g. "
+                          "{name: poda, hosts: ipu-host[1-4], ilds: 1}")
+    name, hosts, ilds = item["name"], item["hosts"], item.get("ilds", 1)
+    why = name_check(name) if isinstance(name, str) else "a name"
+    if why:
+        raise ConfigError(f"{where}: Pod {k + 1}: name={name!r} is out of range; use {why}")
+    if isinstance(ilds, bool) or not isinstance(ilds, int) or not 1 <= ilds <= 16:
+        raise ConfigError(f"{where}: Pod {name}: ilds={ilds!r} is out of range; use 1 to 16 (64 IPUs each)")
+    try:
+        if not isinstance(hosts, str) or not expand(hosts):
+            raise ValueError("empty")
+    except Exception as exc:  # the hostlist parser's own message says what is wrong
+        raise ConfigError(f"{where}: Pod {name}: hosts={hosts!r} is not a Slurm hostlist ({exc})") from None
+    return {"name": name, "hosts": hosts, "ilds": ilds}
+
+
+def _cross_checks(site: Site) -> None:
+    """The Pods against their hosts, deadlines against Slurm's."""
+    _pods(site)
+    try:
+        hosts = site.hosts
+    except Exception as exc:  # the hostlist parser's own message says what is wrong
+        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={site['pod.hosts']!r}: {exc}") from None
+    if len(set(hosts)) != len(hosts) or not hosts:
+        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={site['pod.hosts']!r} names a host twice, or none")
+    per, pod = site["pod.ipus_per_host"], site["pod.ipus"]
+    if per > pod:
+        raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} is more than the Pod's "
+                          f"{pod} IPUs; use 1 to {pod}")
+    for one in site.pods:  # Slurm's view of a Pod's free IPUs is its hosts' GRES: never more than it has
+        if per * len(one.hosts) > one.ipus:
+            raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} on Pod {one.name}'s "
+                              f"{len(one.hosts)} hosts is {per * len(one.hosts)} IPUs, more than its {one.ipus}; use "
+                              f"at most {one.ipus // len(one.hosts)}")
+    timeout = site["prolog_epilog_timeout"]
+    for key in ("prolog.deadline", "epilog.deadline"):
+        if site[key] >= timeout:
+            raise ConfigError(f"{_at(site, key)}: {key}={site[key]:g} must be below prolog_epilog_timeout="
+                              f"{timeout} (Slurm kills the hook at that timeout); lower it or raise the timeout")

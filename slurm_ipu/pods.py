@@ -1,14 +1,11 @@
 """Pods: which host servers sit with which IPU-Link domains (the multi-Pod cabling).
 
-One table, read by the site description (which writes it), the prolog (which places a job's
-partition in its Pods), job_submit.lua (rendered from it), the emulator's cluster file and
-`slurm-ipu status`. A Pod is one switch of Slurm's topology, one V-IPU allocation of its own
-(named like the Pod) and `ilds` IPU-Link domains of 64 IPUs.
-
-In the hooks' config a multi-Pod cluster is one line, `NAME:ILDS:HOSTLIST` per Pod, space
-separated (hostlists hold no spaces), so it has an environment twin like every option. Groups of
-Pods (a POD256 as two pairs) are `NAME=POD,POD` words: each a switch above its Pods and a V-IPU
-allocation holding theirs, so a job over the Pods of one group gets that group's IPU-Machines.
+The site description's `pods:` and `pod_groups:` (slurm_ipu/config.py) are read into these, for
+the prolog (which places a job's partition in its Pods), job_submit.lua (rendered from them), the
+emulator's cluster file and `slurm-ipu status`. A Pod is one switch of Slurm's topology, one V-IPU
+allocation of its own (named like the Pod) and `ilds` IPU-Link domains of 64 IPUs. A group of
+Pods (a POD256 as two pairs) is a switch above its Pods and a V-IPU allocation holding theirs, so
+a job over the Pods of one group gets that group's IPU-Machines.
 """
 
 from __future__ import annotations
@@ -36,37 +33,6 @@ class Pod:
         return isinstance(other, Pod) and (self.name, self.ilds, self.hosts) == (other.name, other.ilds, other.hosts)
 
 
-def parse(text: str | None, where: str = "pod.pods") -> list[Pod]:
-    """'poda:1:node[1-4] podb:1:node[5-8]' -> Pods; '' or None: one Pod (no cabling)."""
-    pods = []
-    for word in (text or "").split():
-        name, _, rest = word.partition(":")
-        ilds, _, hostlist = rest.partition(":")
-        if not name or not ilds.isdigit() or int(ilds) < 1 or not hostlist:
-            raise ConfigError(f"{where}: {word!r} is not NAME:ILDS:HOSTLIST (e.g. poda:1:node[1-4])")
-        try:
-            pods.append(Pod(name, int(ilds), hostlist))
-        except Exception as exc:  # the hostlist parser's own message says what is wrong
-            raise ConfigError(f"{where}: {word!r}: {exc}") from None
-    return pods
-
-
-def parse_groups(text: str | None, where: str = "pod.groups") -> dict[str, list[str]]:
-    """'ab=poda,podb cd=podc,podd' -> {group: its Pods}."""
-    groups = {}
-    for word in (text or "").split():
-        name, _, members = word.partition("=")
-        pods = [m for m in members.split(",") if m]
-        if not name or len(pods) < 2:
-            raise ConfigError(f"{where}: {word!r} is not NAME=POD,POD,... (e.g. ab=poda,podb)")
-        groups[name] = pods
-    return groups
-
-
-def format_groups(groups: dict[str, list[str]]) -> str:
-    return " ".join(f"{name}={','.join(pods)}" for name, pods in groups.items())
-
-
 def allocation_for(used: list[Pod], groups: dict[str, list[str]], everything: str | None) -> str | None:
     """The smallest V-IPU allocation holding the Pods a job uses: its Pod's, its group's, or the
     one holding every Pod."""
@@ -74,10 +40,6 @@ def allocation_for(used: list[Pod], groups: dict[str, list[str]], everything: st
         return used[0].name
     names = {p.name for p in used}
     return next((g for g, members in groups.items() if names <= set(members)), everything)
-
-
-def format_pods(pods: list[Pod]) -> str:
-    return " ".join(f"{p.name}:{p.ilds}:{p.hostlist}" for p in pods)
 
 
 def of_host(pods: list[Pod]) -> dict[str, Pod]:

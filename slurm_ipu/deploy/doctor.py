@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import SUPPORTED_SLURM, Site
 from ..errors import SlurmIpuError
 from ..slurm.conf import parse_show_config, plugstack_lines  # noqa: F401 - doctor's, read by tests
 from .install import built_for
-from .site import SUPPORTED_SLURM, Site
 
 
 @dataclass
@@ -66,7 +66,6 @@ def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
 def gather(site: Site, runner=None) -> Facts:
     import subprocess
 
-    from ..config import load
     from ..slurm.commands import parse_squeue_json
 
     run = runner or subprocess.run
@@ -104,9 +103,8 @@ def gather(site: Site, runner=None) -> Facts:
         text = slurm("slurmdbd", "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
         facts.clusters = text.split() if text is not None else None
     try:
-        cfg = load(site.path("config"), required=True)
-        facts.partitions = cfg.vipu_client().list_partitions(deadline=time.monotonic() + 20)
-        facts.user_create = try_as_job_user(site, cfg.vipu_client())
+        facts.partitions = site.vipu_client().list_partitions(deadline=time.monotonic() + 20)
+        facts.user_create = try_as_job_user(site, site.vipu_client())
     except SlurmIpuError as exc:
         facts.errors["vipu"] = str(exc)
     except Exception as exc:  # doctor reports; it does not crash on one broken part
@@ -297,10 +295,7 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
     words = shlex.split(lines[0])
     plugin = words[1] if len(words) > 1 else ""
     args = dict(w.split("=", 1) for w in words[2:] if "=" in w)
-    from .site import hook_config
-
-    cfg = hook_config(site)
-    want = {"vipu_host": cfg["ipuof"]["host"], "vipu_port": str(cfg["ipuof"]["port"]),
+    want = {"vipu_host": site.ipuof_host, "vipu_port": str(site.ipuof_port),
             "prefix": site["partition.prefix"]}
     wrong = [f"{k}={args.get(k, '(unset)')} (site: {v})" for k, v in want.items() if args.get(k) != v]
     if wrong:
@@ -502,7 +497,7 @@ def diagnose(site: Site, facts: Facts) -> list[Finding]:
 
 
 def main(site_path: str, out=print) -> int:
-    from .site import load
+    from ..config import load
 
     site = load(site_path)
     findings = diagnose(site, gather(site))

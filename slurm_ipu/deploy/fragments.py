@@ -6,23 +6,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from .. import rules
+from ..config import Site
 from ..fsutil import atomic_write
 from ..hooks import transport
 from ..pods import ild_ids
 from ..slurm import licences, limits, releases
 from . import render
-from .site import Site, hook_config
 
-# output file -> template (None: built here)
+# output file -> template
 FILES = {
     "slurm-ipu.conf": "site/slurm-ipu.conf",
     "gres-ipu.conf": "site/gres-ipu.conf",
     "plugstack-ipu.conf": "site/plugstack-ipu.conf",
     "job_submit.lua": "job_submit.lua",
-    "config.yaml": None,
     "slurm-ipu-hook": "slurm-ipu-hook",
     "slurm-ipu-reaper.service": "site/slurm-ipu-reaper.service",
     "topology.conf": "site/topology.conf",  # multi-Pod sites only
@@ -71,13 +68,12 @@ def prolog_wait(deadline: float, slurm_timeout: int) -> int:
 
 
 def context(site: Site) -> dict:
-    cfg = hook_config(site)
     return {
         "site": site.values, "source": Path(site.source).name,
-        "wrapper": site.path("wrapper"), "config": site.path("config"), "plugin": site.path("plugin"),
-        "python": site.python, "ipuof_host": cfg["ipuof"]["host"], "ipuof_port": cfg["ipuof"]["port"],
+        "wrapper": site.path("wrapper"), "site_path": site.path("site"), "plugin": site.path("plugin"),
+        "python": site.python, "ipuof_host": site.ipuof_host, "ipuof_port": site.ipuof_port,
         "hook": hook_paths(site["state_dir"]) | {
-            "config": site.path("config"), "python": site.python, "client": site.path("client"),
+            "site": site.path("site"), "python": site.python, "client": site.path("client"),
             "site_prolog": site["slurm.site_prolog_slurmctld"], "site_epilog": site["slurm.site_epilog_slurmctld"],
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
@@ -88,17 +84,9 @@ def context(site: Site) -> dict:
     }
 
 
-def _config_yaml(site: Site) -> str:
-    head = (f"# slurm-ipu: the hooks' configuration for cluster {site['cluster']}, rendered from "
-            f"{Path(site.source).name}.\n# Goes to: {site.path('config')} on the slurmctld host (root-readable). "
-            "Re-render; do not edit.\n")
-    return head + yaml.safe_dump(hook_config(site), sort_keys=False)
-
-
 def texts(site: Site) -> dict[str, str]:
     ctx = context(site)
-    return {name: _config_yaml(site) if FILES[name] is None else render.render(FILES[name], ctx)
-            for name in names(site)}
+    return {name: render.render(FILES[name], ctx) for name in names(site)}
 
 
 def emulator_cluster(site: Site) -> str:

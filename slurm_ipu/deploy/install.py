@@ -3,9 +3,10 @@
 The Makefile makes PREFIX/venv on the system Python and pip-installs the package into it; this
 module, run by that venv's Python, puts the rest in place: `slurm-ipu` and `ipurun` on the
 default PATH (symlinks into the venv, so every user runs the same install, none of root's
-files), the SPANK plugin in Slurm's plugin directory, and, given a site description, the
-rendered hook wrapper, the hooks' config, the removal service's unit, the state directory and
-the fragments the admin merges (PREFIX/share/slurm-ipu/site/).
+files), the SPANK plugin in Slurm's plugin directory, and, given a site description: the site
+description itself (the one configuration file, at install.site), the rendered hook wrapper, the
+hook service's unit, the state directory and the fragments the admin merges
+(PREFIX/share/slurm-ipu/site/).
 
 Every path written outside PREFIX is listed, with its sha256, in PREFIX/share/slurm-ipu/manifest;
 `uninstall` removes exactly those (a file changed since, it leaves and names) and then PREFIX.
@@ -37,6 +38,7 @@ class Installer:
         self.destdir = destdir.rstrip("/")
         self.dry_run = dry_run
         self.entries: list[dict] = []
+        self.dropped: set[str] = set()  # the earlier install's files this one retired
 
     def staged(self, path: str) -> Path:
         """Where a path is written: under DESTDIR when staging."""
@@ -91,6 +93,36 @@ class Installer:
                 shutil.chown(target, owner, owner)
         self._record(path, "dir")
 
+    def earlier(self) -> dict:
+        """The manifest of the install this one replaces ({} for none)."""
+        try:
+            doc = json.loads(self.staged(f"{self.prefix}/{MANIFEST}").read_text())
+        except (OSError, ValueError):
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def retire_earlier_config(self) -> None:
+        """Upgrading: earlier releases installed a second file, the hooks' config.yaml rendered from
+        the site description; the site description is the one file now. Remove it if it is as that
+        install wrote it; a file edited since is left and named, as uninstall does."""
+        doc = self.earlier()
+        path = doc.get("config")
+        entry = next((e for e in doc.get("entries", []) if e.get("path") == path), None)
+        if not path or entry is None or any(e["path"] == path for e in self.entries):
+            return
+        target = self.staged(path)
+        try:
+            same = hashlib.sha256(target.read_bytes()).hexdigest() == entry.get("sha256")
+        except OSError:
+            same = None
+        if same and not self.dry_run:
+            target.unlink()
+        edited = " (changed since install: compare it with the site description, then delete it)"
+        if same is not None:
+            print(f"install: {'removed' if same else 'left'} {path}: an earlier release's hooks config, read by "
+                  f"nothing now{'' if same else edited}")
+        self.dropped.add(path)
+
     def write_manifest(self, extra: dict) -> None:
         """The new entries, after the earlier install's that this one did not rewrite (an install
         with a site, then one without, still uninstalls the site's files)."""
@@ -99,7 +131,7 @@ class Installer:
             earlier = json.loads(target.read_text())["entries"]
         except (OSError, ValueError, KeyError):
             earlier = []
-        now = {e["path"] for e in self.entries}
+        now = {e["path"] for e in self.entries} | self.dropped
         kept = [e for e in earlier if e["path"] not in now]
         doc = {"prefix": self.prefix, "entries": kept + self.entries, **extra}
         if not self.dry_run:
@@ -144,9 +176,9 @@ def _check(args, prefix: str):
     """Everything that can refuse the install, before anything is written."""
     site = None
     if args.site:
-        from .site import load
+        from ..config import load
 
-        site = load(args.site)
+        site = load(args.site, twins=False)  # the file installed is the file rendered
         if site["install.prefix"] != prefix:
             raise ConfigError(f"install: {args.site} has install.prefix={site['install.prefix']}, but PREFIX="
                               f"{prefix}; make them equal (the rendered files name that prefix)")
@@ -167,8 +199,8 @@ def install(args) -> int:
     extra: dict = {"bindir": args.bindir}
     if site is not None:
         _install_site(inst, site, args.site)
-        extra["site"] = site.path("site")
-        extra["config"] = site.path("config")  # the commands of this install read it (config.installed)
+        extra["site"] = site.path("site")  # the commands of this install read it (config.installed)
+        inst.retire_earlier_config()
     if args.plugin:
         so = Path(args.plugin)
         inst.file(f"{args.plugin_dir}/spank_ipu.so", so.read_bytes(), 0o755)
@@ -176,7 +208,7 @@ def install(args) -> int:
     relocate_venv(inst.prefix, inst.destdir)
     inst.write_manifest(extra)
     if site is None:
-        print("install: no SITE given: render and place the hook wrapper and config with "
+        print("install: no SITE given: install the site description, the hook wrapper and the unit with "
               "`make install SITE=/path/to/site.yaml` (docs/admin.md)")
     return 0
 
@@ -189,7 +221,6 @@ def _install_site(inst: Installer, site, source: str) -> None:
         inst.file(f"{inst.prefix}/share/slurm-ipu/site/{name}", text.encode())
     inst.file(site.path("wrapper"), texts["slurm-ipu-hook"].encode(), 0o755)
     inst.file(site.path("client"), _hook_client(), 0o755)
-    inst.file(site.path("config"), texts["config.yaml"].encode(), 0o644)
     inst.file(site.path("site"), Path(source).read_bytes(), 0o644)
     inst.file(site.path("unit"), texts["slurm-ipu-reaper.service"].encode())
     user = site["slurm.user"]
@@ -282,10 +313,10 @@ def _refuse_if_slurm_uses(doc: dict) -> None:
 
 
 def _site_of(doc: dict):
-    from .site import load
+    from ..config import load
 
     try:
-        return load(doc["site"]) if doc.get("site") else None
+        return load(doc["site"], twins=False) if doc.get("site") else None
     except ConfigError:
         return None
 

@@ -15,11 +15,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..config import Site
 from ..errors import SlurmIpuError
 from ..pods import ilds_given
 from ..rules import IPUS_PER_ILD
 from .fragments import pod_context
-from .site import Site
 
 
 @dataclass
@@ -71,7 +71,6 @@ def parse_usage(text: str, since: float, now: float) -> dict[str, float]:
 
 
 def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None) -> dict:
-    from ..config import load
     from ..hooks.journal import Journal
     from ..hooks.ledger import Ledger
 
@@ -92,7 +91,7 @@ def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None)
         return proc.stdout
 
     try:
-        partitions = load(site.path("config"), required=True).vipu_client().list_partitions(time.monotonic() + 20)
+        partitions = site.vipu_client().list_partitions(time.monotonic() + 20)
     except SlurmIpuError as exc:
         partitions, errors["vipu"] = None, str(exc)
     text = slurm("squeue", "--json")
@@ -210,7 +209,7 @@ def table(view: dict) -> list[str]:
 
 
 def main(site_path: str, as_json: bool = False, out=print, days: float = 7.0) -> int:
-    from .site import load
+    from ..config import load
 
     site = load(site_path)
     view = build(site, gather(site, days=days))

@@ -75,9 +75,9 @@ def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int, set[int] 
     allocation (its IPU-Machines sit with the job's hosts); a job over several Pods (job_submit.lua
     gives it whole Pods) gets the cluster's allocation and one partition ILD per ILD of those
     Pods, so each Pod holds the share its hosts' GRES count."""
-    found = pods.parse(cfg["pod.pods"])
+    found = cfg.pods
     if not found:
-        return cfg["partition.allocation"], ctx.ilds, max(1, cfg["pod.ipus"] // rules.IPUS_PER_ILD), None
+        return cfg["vipu.allocation"], ctx.ilds, max(1, cfg["pod.ipus"] // rules.IPUS_PER_ILD), None
     used = pods.spanned(found, ctx.nodes)
     if len(used) == 1:
         return used[0].name, ctx.ilds, used[0].ilds, None
@@ -86,7 +86,7 @@ def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int, set[int] 
         raise InvalidPartition(f"--ipu-ilds={ctx.ilds}: the job's hosts are in Pods "
                                f"{','.join(p.name for p in used)}, whose partition spans {need} ILD(s)")
     ids = pods.ild_ids(found)
-    where = pods.allocation_for(used, pods.parse_groups(cfg["pod.groups"]), cfg["partition.allocation"])
+    where = pods.allocation_for(used, cfg.groups, cfg["vipu.allocation"])
     return where, need, need, {i for p in used for i in ids[p.name]}
 
 

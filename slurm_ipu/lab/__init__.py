@@ -73,9 +73,9 @@ class LabSpec:
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["SLURM_CONF"] = str(self.path("etc", "slurm.conf"))
-        # ipurun in an salloc shell reads the site's partition prefix and V-IPU from it.
-        env["SLURM_IPU_CONFIG"] = str(self.path("etc", "slurm-ipu.yaml"))
-        env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))  # doctor and status
+        # ipurun in an salloc shell reads the site's partition prefix and V-IPU from it; doctor and
+        # status read it too.
+        env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))
         env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
 
@@ -158,7 +158,7 @@ def site_description(spec: LabSpec) -> str:
         "slurm": {"version": _slurm_release(), "user": "root", "conf_dir": str(spec.path("etc")),
                   "bin_dir": "/usr/bin", "plugin_dir": str(spec.path("lib"))},
         "install": {"prefix": spec.prefix or str(spec.path("install")),
-                    "config": str(spec.path("etc", "slurm-ipu.yaml")), "unit_dir": str(spec.path("systemd"))},
+                    "site": str(spec.path("etc", "site.yaml")), "unit_dir": str(spec.path("systemd"))},
     }
     if spec.pods > 1:
         doc["pods"] = _pods(spec)
@@ -215,11 +215,11 @@ def _link(path: Path, to: str) -> None:
 def install_site(spec: LabSpec):
     """Render the lab's site description and put each fragment where its header says, as an admin
     merges them; the lab's 'install' is its interpreter's environment, linked as PREFIX/venv."""
-    from ..deploy import fragments, site
+    from ..deploy import fragments
 
     etc = spec.path("etc")
     atomic_write(etc / "site.yaml", site_description(spec))
-    desc = site.load(etc / "site.yaml")
+    desc = config.load(str(etc / "site.yaml"), twins=False)
     texts = fragments.write(desc, etc / "site")
     texts = {p.name: p.read_text() for p in texts}
     atomic_write(etc / "slurm-ipu.conf", texts["slurm-ipu.conf"])
@@ -235,7 +235,6 @@ def install_site(spec: LabSpec):
     if spec.prefix:
         _check_installed(spec, desc, texts)
         return desc
-    atomic_write(desc.path("config"), texts["config.yaml"])
     libexec = spec.path("install", "libexec")
     libexec.mkdir(parents=True, exist_ok=True)
     _link(spec.path("install", "venv"), sys.prefix)
@@ -251,13 +250,13 @@ def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
     """Installed mode: what make install put in place must be what this lab's site renders."""
     fix = (f"run `make install PREFIX={spec.prefix} SITE=<(slurm-ipu lab site --dir {spec.dir} "
            f"--prefix {spec.prefix})` first")
-    for what, path in (("slurm-ipu-hook", desc.path("wrapper")), ("config.yaml", desc.path("config"))):
-        try:
-            same = Path(path).read_text() == texts[what]
-        except OSError:
-            same = False
-        if not same:
-            raise LabError(f"{path} is missing or not rendered from this lab's site; {fix}")
+    path = desc.path("wrapper")
+    try:
+        same = Path(path).read_text() == texts["slurm-ipu-hook"]
+    except OSError:
+        same = False
+    if not same:
+        raise LabError(f"{path} is missing or not rendered from this lab's site; {fix}")
     if not Path(desc.path("plugin")).is_file():
         raise LabError(f"{desc.path('plugin')} is missing; {fix}")
     if Path(sys.prefix).resolve() != Path(spec.prefix, "venv").resolve():
@@ -580,7 +579,6 @@ def _spec_key(spec: LabSpec) -> dict:
 
 def print_exports(spec: LabSpec) -> None:
     print(f"export SLURM_CONF={spec.path('etc', 'slurm.conf')}")
-    print(f"export SLURM_IPU_CONFIG={spec.path('etc', 'slurm-ipu.yaml')}")
     print(f"export SLURM_IPU_SITE={spec.path('etc', 'site.yaml')}")
     print(f"export PATH={spec.path('bin')}:$PATH")
 

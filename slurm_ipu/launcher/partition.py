@@ -119,12 +119,16 @@ def locate(opts, env: dict, inside: bool) -> Target:
         return Target(name, host, port, given or ["vipu"])
     from .. import config
 
-    cfg = config.load(environ=env)
-    name = name or f"{cfg['partition.prefix']}{env['SLURM_JOB_ID']}"
-    target = Target(name, host or cfg["vipu.host"], port or cfg["vipu.port"], given or cfg["vipu.command"].split())
-    if not (target.host or os.path.exists(cfg.source)):  # nothing says where V-IPU is
-        target.unknown = cfg.source
-    return target
+    path, _ = config.locate(env)
+    if not os.path.exists(path):
+        prefix = config.BY_KEY["partition.prefix"].default
+        target = Target(name or f"{prefix}{env['SLURM_JOB_ID']}", host, port, given or ["vipu"])
+        target.unknown = None if host else path  # nothing says where V-IPU is
+        return target
+    site = config.load(path, environ=env)
+    name = name or f"{site['partition.prefix']}{env['SLURM_JOB_ID']}"
+    # the site's vipu, without the hooks' credentials file (root's): a user's own vipu config applies
+    return Target(name, host or site["vipu.host"], port or site["vipu.port"], given or [site["vipu.command"]])
 
 
 def requested_shape(extra: list[str]) -> Shape:
@@ -272,7 +276,7 @@ def make_client_factory(opts, target: Target):
         if target.unknown:  # vipu would fall back to localhost:8090 and fail far from the cause
             raise ConfigError(f"no V-IPU controller known here: {target.unknown} does not exist and "
                               "IPUOF_VIPU_API_HOST is unset (this is no task of an IPU job); give "
-                              "--vipu-server-host, or SLURM_IPU_CONFIG, or install slurm-ipu with SITE= on this host")
+                              "--vipu-server-host, or SLURM_IPU_SITE, or install slurm-ipu with SITE= on this host")
         if not made:
             from ..vipu import VipuClient
 

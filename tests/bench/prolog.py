@@ -19,8 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from slurm_ipu import lab  # noqa: E402
-from slurm_ipu.deploy import site  # noqa: E402
+from slurm_ipu import config, lab  # noqa: E402
 from tests.bench.common import temporary_lab  # noqa: E402
 
 
@@ -53,7 +52,7 @@ def main() -> int:
     args = parser.parse_args()
     n = args.runs
     with temporary_lab() as spec:
-        wrapper = site.load(spec.path("etc", "site.yaml")).path("wrapper")
+        wrapper = config.load(str(spec.path("etc", "site.yaml")), twins=False).path("wrapper")
         vipu = [str(spec.path("bin", "vipu")), "--api-host", "127.0.0.1", "--api-port", str(spec.vipu_port)]
         plain = [timed([wrapper], job_env(980000 + i, "", "prolog")) for i in range(n)]
         served_p, served_e = hook_pair(wrapper, 981000, n)

@@ -68,8 +68,8 @@ class Lab:
         return self.spec.env()
 
     @property
-    def config(self) -> str:
-        return str(self.spec.path("etc", "slurm-ipu.yaml"))
+    def site(self) -> str:
+        return str(self.spec.path("etc", "site.yaml"))
 
     def run(self, *argv: str, timeout: float = 60, check: bool = False, env: dict | None = None,
             stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -229,7 +229,7 @@ def clean_lab(lab):
     if not _settled(lab):
         # A previous test failed and left a partition (its own report says so): restore a clean
         # lab with the product's cleanup so one failure does not fail every test after it.
-        lab.run("slurm-ipu", "reap", "--config", lab.config)
+        lab.run("slurm-ipu", "reap", "--site", lab.site)
         wait_for("no partition left by a previous test", lambda: lab.partitions() == {}, 10)
     admin.close()
     yield lab

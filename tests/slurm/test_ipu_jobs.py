@@ -264,13 +264,13 @@ def test_without_the_service_the_epilog_removes_it_and_reap_is_the_backstop(with
     wait_for("partition removed by the epilog itself", lambda: lab.partitions() == {}, 30)
     assert not _queued(lab)
     job, admin = _cancel_while_vipu_is_down(lab)
-    down = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--config", lab.config)
+    down = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--site", lab.site)
     assert down.returncode == 2 and "unable to connect to VIRM/V-IPU Controller" in down.stderr
     assert "Traceback" not in down.stderr
     admin.up()
-    dry = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--dry-run", "--config", lab.config, check=True)
+    dry = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--dry-run", "--site", lab.site, check=True)
     assert f"would remove slurm_{job}" in dry.stdout and f"slurm_{job}" in lab.partitions()
-    done = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--config", lab.config, check=True)
+    done = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--site", lab.site, check=True)
     assert f"removed slurm_{job}" in done.stdout
     assert lab.partitions() == {} and not _queued(lab)
 

@@ -80,7 +80,7 @@ def test_two_hundred_jobs_through_cancels_failures_timeouts_and_an_outage_leave_
              interval=1.0)
     admin.up()
     admin.clear_faults()
-    lab.run("slurm-ipu", "reap", "--config", lab.config, check=True)
+    lab.run("slurm-ipu", "reap", "--site", lab.site, check=True)
     wait_for("no partition left", lambda: lab.partitions() == {}, 30)
     journal = lab.spec.path("state", "pending-removal")
     wait_for("nothing queued for removal", lambda: not list(journal.glob("*.json")) if journal.exists() else True,

@@ -36,7 +36,7 @@ def test_a_squatters_partition_is_neither_adopted_nor_removed(clean_lab):
         assert info.get("JobState") == "PENDING"
         lab.run("scancel", str(job), check=True)
         wait_gone(lab, job)
-        reap = lab.run("slurm-ipu", "reap", "--config", lab.config)
+        reap = lab.run("slurm-ipu", "reap", "--site", lab.site)
         assert f"left alone {squat}" in reap.stdout, reap.stdout + reap.stderr
         part = lab.partitions()[squat]  # still there, still the squatter's
         assert part["spec"]["owner_uid"] == 4242

@@ -21,9 +21,16 @@ def fake(mocker):
 
 
 def write_conf(tmp_path, **extra):
+    """A site description for one Pod of 64 IPUs on node[1-4]; extra sections are merged in
+    (pods= replaces the Pod's ipus and hosts)."""
     path = tmp_path / "c.yaml"
-    body = {"version": 1, "state_dir": str(tmp_path / "state"), "vipu": {"retries": 1}, "prolog": {"deadline": 5}}
-    body.update(extra)
+    body = {"version": 1, "cluster": "c", "state_dir": str(tmp_path / "state"),
+            "vipu": {"host": "v", "command": "/usr/bin/vipu", "retries": 1},
+            "pod": {"ipus": 64, "hosts": "node[1-4]", "ipus_per_host": 16}, "prolog": {"deadline": 5}}
+    if "pods" in extra:
+        body["pod"] = {"ipus_per_host": 16}
+    for key, value in extra.items():
+        body[key] = {**body[key], **value} if isinstance(value, dict) and isinstance(body.get(key), dict) else value
     path.write_text(json.dumps(body))
     return path
 

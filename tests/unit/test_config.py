@@ -1,130 +1,151 @@
-"""Configuration: one precedence order, each layer tested; strict keys; the example stays true."""
+"""The one configuration table: the site description's precedence (each layer tested), strict
+keys, environment twins, the files generated from the table, an install finding its own file,
+and the upgrade from the earlier two-file layout."""
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from slurm_ipu import config
+from slurm_ipu.deploy import example
 from slurm_ipu.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
+BASE = "version: 1\ncluster: c1\nvipu:\n  host: v\npod:\n  ipus: 64\n  hosts: n[1-4]\n  ipus_per_host: 16\n"
 
 
-def write(tmp_path, text):
-    p = tmp_path / "c.yaml"
+def write(tmp_path, text, name="site.yaml"):
+    p = tmp_path / name
     p.write_text(text)
     return str(p)
 
 
-def test_defaults_without_a_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
-    cfg = config.load(environ={})
-    assert cfg["partition.prefix"] == "slurm_" and cfg["vipu.port"] is None
-
-
 def test_each_layer_overrides_the_one_below(tmp_path):
-    path = write(tmp_path, "version: 1\nvipu:\n  timeout: 5\n  retries: 4\npartition:\n  prefix: ipu_\n")
+    path = write(tmp_path, BASE.replace("  host: v\n", "  host: v\n  timeout: 5\n  retries: 4\n") +
+                 "partition:\n  prefix: ipu_\n")
     env = {"SLURM_IPU_VIPU_RETRIES": "7", "SLURM_IPU_PARTITION_PREFIX": "env_"}
-    cfg = config.load(path, overrides={"partition.prefix": "cli_"}, environ=env)
-    assert cfg["vipu.timeout"] == 5.0          # file over default
-    assert cfg["vipu.retries"] == 7            # env over file
-    assert cfg["partition.prefix"] == "cli_"   # command line over env
-    assert cfg["prolog.deadline"] == 60.0      # default
+    site = config.load(path, overrides={"partition.prefix": "cli_"}, environ=env)
+    assert site["vipu.timeout"] == 5.0          # file over default
+    assert site["vipu.retries"] == 7            # env over file
+    assert site["partition.prefix"] == "cli_"   # command line over env
+    assert site["prolog.deadline"] == 60.0      # default
 
 
-def test_config_path_from_env(tmp_path):
-    path = write(tmp_path, "version: 1\npod:\n  ipus: 256\n")
-    assert config.load(environ={"SLURM_IPU_CONFIG": path})["pod.ipus"] == 256
+def test_the_hooks_read_the_file_alone(tmp_path):
+    """A job's environment must not move the hooks' V-IPU calls: twins=False ignores every twin."""
+    path = write(tmp_path, BASE)
+    env = {"SLURM_IPU_VIPU_HOST": "evil.example.org", "SLURM_IPU_STATE_DIR": "/tmp/x"}
+    site = config.load(path, environ=env, twins=False)
+    assert (site["vipu.host"], site["state_dir"]) == ("v", "/var/lib/slurm-ipu")
+    assert config.load(path, environ=env)["vipu.host"] == "evil.example.org"
 
 
-@pytest.mark.parametrize("text,words", [
-    ("version: 1\nvipu:\n  comand: x\n", "did you mean 'vipu.command'"),
-    ("version: 2\n", "start the file with 'version: 1'"),
-    ("vipu:\n  port: 1\n", "version None"),
-    ("version: 1\nvipu:\n  port: many\n", "vipu.port='many' is not a valid int"),
-    ("version: 1\nvipu:\n  emulator_flags: maybe\n", "not a valid bool"),
-    ("- 1\n", "expected a mapping"),
-    ("version: 1\n  bad: [\n", "not valid YAML at line 2, column 6"),
-    ("version: 1\nprolog:\n  deadline: -5\n", "prolog.deadline=-5 is out of range; use a positive number of seconds"),
-    ("version: 1\nvipu:\n  port: 99999\n", "vipu.port=99999 is out of range; use from 1 to 65535"),
-    ("version: 1\npod:\n  ipus: 96\n", "pod.ipus=96 is out of range; use a Pod size"),
-    ("version: 1\npartition:\n  prefix: slurm job\n", "partition.prefix='slurm job' is out of range; use 1 to 31 "
-     "letters, digits and '-_'"),
-    ("version: 1\nprolog:\n  max_attempts: 0\n", "prolog.max_attempts=0 is out of range; use from 1 to 100"),
-    ("version: 1\nepilog:\n  deadline: .nan\n", "epilog.deadline=nan is out of range"),
-])
-def test_bad_files_name_the_key_and_the_fix(tmp_path, text, words):
-    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        config.load(write(tmp_path, text), environ={})
-
-
-def test_explicit_missing_file_is_an_error(tmp_path):
-    with pytest.raises(ConfigError, match="not found"):
-        config.load(str(tmp_path / "missing.yaml"), environ={})
+def test_site_path_from_env(tmp_path):
+    path = write(tmp_path, BASE.replace("ipus: 64", "ipus: 256"))
+    assert config.load(environ={"SLURM_IPU_SITE": path})["pod.ipus"] == 256
 
 
 @pytest.mark.parametrize("raw,value", [("yes", True), ("on", True), ("1", True), ("no", False), ("off", False)])
-def test_booleans_from_env(raw, value):
-    assert config.load(environ={"SLURM_IPU_VIPU_EMULATOR_FLAGS": raw})["vipu.emulator_flags"] is value
+def test_booleans_from_env(tmp_path, raw, value):
+    assert config.load(write(tmp_path, BASE), environ={"SLURM_IPU_VIPU_EMULATOR": raw})["vipu.emulator"] is value
 
 
-def test_example_file_is_generated_from_the_table_and_loads():
-    example = ROOT / "etc" / "slurm-ipu.yaml"
-    assert example.read_text() == config.example_yaml(), (
-        "regenerate: python -c 'from slurm_ipu.config import example_yaml; print(example_yaml(), end=\"\")' "
-        "> etc/slurm-ipu.yaml")
-    cfg = config.load(str(example), environ={})
-    assert all(cfg[o.key] == o.default for o in config.OPTIONS)
+@pytest.mark.parametrize("env,words", [
+    ({"SLURM_IPU_VIPU_PORT": "0"}, "environment: vipu.port=0 is out of range; use from 1 to 65535"),
+    ({"SLURM_IPU_VIPU_PORT": "many"}, "environment: SLURM_IPU_VIPU_PORT='many' is not a int"),
+    ({"SLURM_IPU_VIPU_EMULATOR": "maybe"}, "SLURM_IPU_VIPU_EMULATOR='maybe' is not a bool; use yes or no"),
+])
+def test_environment_values_are_checked_like_the_file_s(tmp_path, env, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        config.load(write(tmp_path, BASE), environ=env)
 
 
-def test_hooks_name_a_missing_default_file(tmp_path, monkeypatch):
-    """A hook without /etc/slurm-ipu/config.yaml would talk to no controller at all: say so."""
-    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
-    with pytest.raises(ConfigError, match="absent.yaml not found; create it from etc/slurm-ipu.yaml or point "
-                                          "SLURM_IPU_CONFIG at yours"):
-        config.load(environ={}, required=True)
+def test_lists_have_no_twin():
+    assert config.BY_KEY["pods"].env is None and config.BY_KEY["vipu.host"].env == "SLURM_IPU_VIPU_HOST"
 
 
-def test_environment_values_are_range_checked_too():
-    with pytest.raises(ConfigError, match="environment: vipu.port='0' is out of range"):
-        config.load(environ={"SLURM_IPU_VIPU_PORT": "0"})
+@pytest.mark.parametrize("rel", sorted(example.generated()))
+def test_the_example_and_the_options_reference_are_generated_from_the_table(rel):
+    assert (ROOT / rel).read_text() == example.generated()[rel], f"regenerate {rel}: make generated"
 
 
-@pytest.mark.skipif(Path(config.DEFAULT_PATH).exists(), reason="this machine has a site configuration")
+def test_the_example_loads_and_sets_every_option():
+    site = config.load(str(ROOT / example.EXAMPLE), environ={})
+    assert (site["cluster"], site["pod.ipus"], [p.name for p in site.pods]) == ("ipupod128", 128, ["poda", "podb"])
+    text = (ROOT / example.EXAMPLE).read_text()
+    assert all(f"{f.key.rpartition('.')[2]}:" in text for f in config.FIELDS)
+    options = (ROOT / example.OPTIONS).read_text()
+    assert all(f"| `{f.key}` |" in options for f in config.FIELDS)
+
+
+def test_a_missing_default_file_names_itself_and_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "DEFAULT_SITE", str(tmp_path / "absent.yaml"))
+    with pytest.raises(ConfigError, match=f"site description {tmp_path}/absent.yaml not found; install slurm-ipu "
+                                          "with `make install SITE=...` or point SLURM_IPU_SITE at"):
+        config.load(environ={})
+    with pytest.raises(ConfigError, match="missing.yaml: No such file or directory; start from etc/site-pod128.yaml"):
+        config.load(str(tmp_path / "missing.yaml"), environ={})
+
+
+@pytest.mark.skipif(Path(config.DEFAULT_SITE).exists(), reason="this machine has a site description")
 def test_a_hook_without_its_configuration_says_which_file_in_one_line():
-    import subprocess
-    import sys
-
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "epilog"], capture_output=True, text=True,
                           timeout=60, env={"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "5"})
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"slurm-ipu: config file {config.DEFAULT_PATH} not found; create it from "
-                                   "etc/slurm-ipu.yaml or point SLURM_IPU_CONFIG at yours")
+    assert proc.stderr.strip() == (f"slurm-ipu: site description {config.DEFAULT_SITE} not found; install "
+                                   "slurm-ipu with `make install SITE=...` or point SLURM_IPU_SITE at the site "
+                                   "description")
 
 
-def test_an_install_s_commands_find_its_own_config_and_site(tmp_path, monkeypatch):
-    """make install records where it put the config and the site description (PREFIX's manifest);
-    its commands, which run PREFIX/venv, read them with no environment variable (issue 24, item 4)."""
-    import json
-    import sys
-
+def test_an_install_s_commands_find_its_own_site(tmp_path, monkeypatch):
+    """make install records where it put the site description (PREFIX's manifest); its commands,
+    which run PREFIX/venv, read it with no environment variable (issue 24, item 4)."""
     prefix = tmp_path / "opt" / "slurm-ipu"
     (prefix / "share" / "slurm-ipu").mkdir(parents=True)
-    conf = tmp_path / "elsewhere" / "config.yaml"
-    conf.parent.mkdir()
-    conf.write_text("version: 1\nvipu: {host: 10.1.2.3, port: 8091}\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path = write(elsewhere, BASE.replace("host: v", "host: 10.1.2.3\n  port: 8091"))
     (prefix / "share" / "slurm-ipu" / "manifest.json").write_text(json.dumps(
-        {"prefix": str(prefix), "entries": [], "config": str(conf), "site": str(tmp_path / "elsewhere/site.yaml")}))
+        {"prefix": str(prefix), "entries": [], "site": path}))
     monkeypatch.setattr(sys, "prefix", str(prefix / "venv"))
-    assert config.default_path() == str(conf) and config.default_site() == str(tmp_path / "elsewhere/site.yaml")
-    cfg = config.load(environ={})
-    assert (cfg["vipu.host"], cfg["vipu.port"], cfg.source) == ("10.1.2.3", 8091, str(conf))
-    (tmp_path / "x.yaml").write_text("version: 1\n")
-    assert config.load(environ={"SLURM_IPU_CONFIG": str(tmp_path / "x.yaml")}).source == str(tmp_path / "x.yaml")
+    assert config.default_site() == path
+    site = config.load(environ={})
+    assert (site["vipu.host"], site["vipu.port"], site.source) == ("10.1.2.3", 8091, path)
+    other = write(tmp_path, BASE, "x.yaml")
+    assert config.load(environ={"SLURM_IPU_SITE": other}).source == other
 
 
-def test_outside_an_install_the_defaults_are_etc(tmp_path, monkeypatch):
-    import sys
-
+def test_outside_an_install_the_default_is_etc(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
-    assert (config.default_path(), config.default_site()) == (config.DEFAULT_PATH, config.DEFAULT_SITE)
+    assert config.default_site() == config.DEFAULT_SITE
+
+
+@pytest.mark.parametrize("text,words", [
+    (BASE + "install:\n  config: /etc/slurm-ipu/config.yaml\n",
+     "site.yaml:10: install.config belongs to an earlier slurm-ipu's config.yaml: the site description is the one "
+     "file now; replace it with install.site"),
+    ("version: 1\nvipu:\n  command: vipu\n  emulator_flags: true\npod:\n  ipus: 64\n  pods: 'a:1:n[1-4]'\n",
+     "site.yaml:4: vipu.emulator_flags belongs to an earlier slurm-ipu's config.yaml: the site description is the "
+     "one file now; point --site or SLURM_IPU_SITE at the site description"),
+])
+def test_an_earlier_release_s_files_name_the_upgrade(tmp_path, text, words):
+    with pytest.raises(ConfigError) as err:
+        config.load(write(tmp_path, text), environ={})
+    assert words in str(err.value) and "docs/admin.md, Upgrading" in str(err.value)
+
+
+def test_error_lines_cost_the_hooks_nothing(tmp_path, mocker):
+    """The key-to-line map is a second YAML parse: made only for an error message."""
+    lines = mocker.spy(config, "key_lines")
+    config.load(write(tmp_path, BASE), environ={})
+    assert lines.call_count == 0
+    with pytest.raises(ConfigError, match="site.yaml:4: vipu.host='a b'"):
+        config.load(write(tmp_path, BASE.replace("host: v", "host: a b")), environ={})
+
+
+@pytest.mark.parametrize("text,value", [("yes", True), ("Off", False), ("1", True), ("perhaps", None)])
+def test_one_boolean_parser(text, value):
+    assert config.parse_bool(text) is value

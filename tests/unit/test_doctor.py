@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ipu.deploy import doctor, fragments, site, status
+from slurm_ipu import config
+from slurm_ipu.deploy import doctor, fragments, status
 from slurm_ipu.vipu.types import Partition
 
 
@@ -31,10 +32,10 @@ epilog: {{deadline: 20}}
 prolog_epilog_timeout: 60
 state_dir: {state}
 slurm: {{user: root, conf_dir: {conf}, plugin_dir: {lib}}}
-install: {{prefix: {prefix}, config: {conf}/config.yaml}}
+install: {{prefix: {prefix}, site: {conf}/site.yaml}}
 """
     (tmp_path / "site.yaml").write_text(text)
-    desc = site.load(tmp_path / "site.yaml")
+    desc = config.load(tmp_path / "site.yaml")
     texts = fragments.texts(desc)
     wrapper = Path(desc.path("wrapper"))
     wrapper.parent.mkdir(parents=True)
@@ -192,7 +193,7 @@ def test_accounting_is_checked_only_when_the_site_has_slurmdbd(here, tmp_path):
     assert doctor.check_accounting(desc, facts).ok  # no slurmdbd_host: nothing to check
     text = (tmp_path / "site.yaml").read_text() + "accounting: {slurmdbd_host: dbd.example.org}\n"
     (tmp_path / "acct.yaml").write_text(text)
-    acct = site.load(tmp_path / "acct.yaml")
+    acct = config.load(tmp_path / "acct.yaml")
     good = {"AccountingStorageType": "accounting_storage/slurmdbd",
             "AccountingStorageTRES": "cpu,mem,energy,node,billing,fs/disk,vmem,pages,gres/ipu,license/ipu"}
     facts.config.update(good)

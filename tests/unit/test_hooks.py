@@ -127,7 +127,7 @@ def test_prolog_creates_the_job_partition_sized_by_the_licence(fake, cfg):
 
 
 def test_prolog_passes_hosts_and_owner_to_the_emulator(fake, tmp_path):
-    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator": True})), environ={})
     prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
     argv = fake.partitions["slurm_42"]["argv"]
     assert argv[argv.index("--hosts") + 1] == "node1,node2" and argv[argv.index("--owner-uid") + 1] == "1000"
@@ -299,7 +299,7 @@ def test_a_planted_partition_is_refused_even_after_an_attempt_of_ours(fake, cfg)
 
 
 def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, tmp_path):
-    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator": True})), environ={})
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
     epilog.run(env(), cfg, cfg.vipu_client())  # V-IPU down: journaled, the partition stays
@@ -312,7 +312,7 @@ def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, 
 
 
 def test_a_rerun_on_the_same_nodes_adopts_its_own_partition(fake, tmp_path):
-    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator_flags": True})), environ={})
+    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator": True})), environ={})
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
     assert [c[0] for c in fake.calls].count("remove") == 0 and list(fake.partitions) == ["slurm_42"]

@@ -10,21 +10,22 @@ import sys
 
 import pytest
 
+SITE = ("version: 1\ncluster: c\nvipu: {host: 127.0.0.1, port: 8090}\n"
+        "pod: {ipus: 64, hosts: 'n[1-4]', ipus_per_host: 16}\n")
 JOB = {"SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", "SLURM_JOB_ID": "5", "SLURM_JOB_UID": "0",
        "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_LICENSES": "ipu:4"}
 
 
 def hook(env: dict, config: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "hook"], capture_output=True, text=True,
-                          timeout=60, env={"PATH": "/usr/bin:/bin", "SLURM_IPU_CONFIG": config, **env})
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "SLURM_IPU_SITE": config, **env})
 
 
 @pytest.fixture
 def conf(tmp_path):
-    path = tmp_path / "config.yaml"
+    path = tmp_path / "site.yaml"
     # No Slurm here: a refused prolog's hold fails at once (scontrol not found) and is logged.
-    path.write_text(f"version: 1\nvipu: {{host: 127.0.0.1, port: 8090}}\nstate_dir: {tmp_path / 'state'}\n"
-                    f"slurm: {{bin_dir: {tmp_path / 'no-slurm'}}}\n")
+    path.write_text(f"{SITE}state_dir: {tmp_path / 'state'}\nslurm: {{bin_dir: {tmp_path / 'no-slurm'}}}\n")
     return path
 
 
@@ -52,16 +53,19 @@ def test_a_hostile_job_environment(conf, tmp_path, change, line):
 
 
 @pytest.mark.parametrize("text,line", [
-    (None, "slurm-ipu: config file {path} not found; create it from etc/slurm-ipu.yaml"),
-    ("vipu: {port: 8090}\n", "slurm-ipu: {path}: version None is not supported; start the file with 'version: 1'"),
-    ("version: 1\nvipu: {port: 99999}\n", "slurm-ipu: {path}: vipu.port=99999 is out of range; use from 1 to 65535"),
-    ("version: 1\nprolog: {deadline: -5}\n", "slurm-ipu: {path}: prolog.deadline=-5 is out of range; use a positive "
+    (None, "slurm-ipu: site description {path}: No such file or directory; start from etc/site-pod128.yaml"),
+    ("vipu: {port: 8090}\n", "slurm-ipu: {path}: a site description starts with 'version: 1' (see "
+     "etc/site-pod128.yaml)"),
+    (SITE.replace("8090", "99999"), "slurm-ipu: {path}:3: vipu.port=99999 is out of range; use from 1 to 65535"),
+    (SITE + "prolog: {deadline: -5}\n", "slurm-ipu: {path}:5: prolog.deadline=-5.0 is out of range; use a positive "
      "number of seconds"),
-    ("version: 1\nvipu: {port: [\n", "slurm-ipu: {path} is not valid YAML at line 3, column 1: expected the node "
-     "content, but found '<stream end>'"),
+    ("version: 1\nvipu: {port: [\n", "slurm-ipu: {path}:3: not valid YAML: expected the node content, but found "
+     "'<stream end>'"),
+    (SITE.replace("cluster: c\n", ""), "slurm-ipu: {path}:1: cluster must be set (the Slurm cluster's name "
+     "(ClusterName))"),
 ])
 def test_a_broken_config_file(tmp_path, text, line):
-    path = tmp_path / "config.yaml"
+    path = tmp_path / "site.yaml"
     if text is not None:
         path.write_text(text)
     proc = hook(JOB, str(path))

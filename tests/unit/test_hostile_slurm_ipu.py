@@ -41,8 +41,8 @@ def here(tmp_path):
      "use a number of days above 0, at most 3660"),
     (["doctor", "--site", "{d}/none.yaml"], "slurm-ipu: site description {d}/none.yaml: No such file or directory; "
      "start from etc/site-pod128.yaml"),
-    (["reap", "--config", "{d}/none.yaml"], "slurm-ipu: config file {d}/none.yaml not found; create it from "
-     "etc/slurm-ipu.yaml"),
+    (["reap", "--site", "{d}/none.yaml"], "slurm-ipu: site description {d}/none.yaml: No such file or directory; "
+     "start from etc/site-pod128.yaml"),
     (["lab", "up", "--dir", "{d}/lab", "--nodes", "3"], "slurm-ipu lab: 3 nodes x 16 IPUs = 48 IPUs is not a Pod: "
      "use 4, 8, 16, 32, 64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)"),
     (["lab", "up", "--dir", "{d}/lab", "--ctld-port", "99999"], "slurm-ipu lab: --ctld-port 99999 is not a port the "

@@ -44,7 +44,8 @@ def test_install_places_every_file_and_uninstall_leaves_nothing(stage, capsys):
     wrapper = dest / "opt/slurm-ipu/libexec/slurm-ipu-hook"
     assert wrapper.read_text() == (GOLDEN / "pod64" / "slurm-ipu-hook").read_text()
     assert os.access(wrapper, os.X_OK)
-    assert (dest / "etc/slurm-ipu/config.yaml").read_text() == (GOLDEN / "pod64" / "config.yaml").read_text()
+    assert (dest / "etc/slurm-ipu/site.yaml").read_bytes() == (GOLDEN / "site-pod64.yaml").read_bytes()
+    assert sorted(p.name for p in (dest / "etc/slurm-ipu").iterdir()) == ["site.yaml"]  # the one configuration file
     assert os.readlink(dest / "usr/local/bin/ipurun") == f"{PREFIX}/venv/bin/ipurun"
     assert (dest / "usr/lib/x86_64-linux-gnu/slurm-wlm/spank_ipu.so").read_bytes() == plugin.read_bytes()
     assert (dest / "etc/systemd/system/slurm-ipu-reaper.service").is_file()
@@ -58,11 +59,54 @@ def test_install_places_every_file_and_uninstall_leaves_nothing(stage, capsys):
 def test_a_file_changed_since_install_is_left_and_named(stage, capsys):
     dest, plugin = stage
     run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml"))
-    (dest / "etc/slurm-ipu/config.yaml").write_text("# edited by hand\n")
+    (dest / "etc/slurm-ipu/site.yaml").write_text("# edited by hand\n")
     assert run_uninstall(dest) == 1
     out = capsys.readouterr().out
-    assert "left /etc/slurm-ipu/config.yaml: changed since install" in out
-    assert (dest / "etc/slurm-ipu/config.yaml").exists() and not (dest / "opt/slurm-ipu").exists()
+    assert "left /etc/slurm-ipu/site.yaml: changed since install" in out
+    assert (dest / "etc/slurm-ipu/site.yaml").exists() and not (dest / "opt/slurm-ipu").exists()
+
+
+def _earlier_install(dest: Path, config_text: str) -> None:
+    """What an earlier release's install left: its hooks' config.yaml beside the site description,
+    recorded in the manifest with its sha256."""
+    import hashlib
+
+    conf = dest / "etc/slurm-ipu/config.yaml"
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text(config_text)
+    manifest = dest / "opt/slurm-ipu/share/slurm-ipu/manifest.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(config_text.encode()).hexdigest()
+    manifest.write_text(json.dumps({"prefix": PREFIX, "config": "/etc/slurm-ipu/config.yaml",
+                                    "site": "/etc/slurm-ipu/site.yaml",
+                                    "entries": [{"path": "/etc", "kind": "mkdir", "sha256": None},
+                                                {"path": "/etc/slurm-ipu", "kind": "mkdir", "sha256": None},
+                                                {"path": "/etc/slurm-ipu/config.yaml", "kind": "file",
+                                                 "sha256": digest}]}))
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_upgrading_from_two_files_leaves_one(stage, capsys, edited):
+    """docs/admin.md, Upgrading: the earlier release's config.yaml goes as that install wrote it; an
+    edited one is left, named, and read by nothing (uninstall no longer owns it)."""
+    dest, plugin = stage
+    _earlier_install(dest, "version: 1\nvipu: {host: v}\n")
+    if edited:
+        (dest / "etc/slurm-ipu/config.yaml").write_text("version: 1\nvipu: {host: edited}\n")
+    assert run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml")) == 0
+    out = capsys.readouterr().out
+    conf = dest / "etc/slurm-ipu/config.yaml"
+    if edited:
+        assert "install: left /etc/slurm-ipu/config.yaml: an earlier release's hooks config, read by nothing now " \
+               "(changed since install: compare it with the site description, then delete it)" in out
+        assert conf.exists()
+    else:
+        assert "install: removed /etc/slurm-ipu/config.yaml: an earlier release's hooks config" in out
+        assert not conf.exists()
+    manifest = json.loads((dest / "opt/slurm-ipu/share/slurm-ipu/manifest.json").read_text())
+    assert "config" not in manifest and all(e["path"] != str(conf)[len(str(dest)):] for e in manifest["entries"])
+    assert run_uninstall(dest) == 0
+    assert files_under(dest) == ({"opt", "etc", "etc/slurm-ipu", "etc/slurm-ipu/config.yaml"} if edited else {"opt"})
 
 
 def test_a_state_dir_with_a_live_record_is_kept(stage, capsys):

@@ -233,11 +233,13 @@ def test_gcds_come_from_the_partition_v_ipu_reports_in_one_read():
 
 def test_salloc_shell_finds_the_jobs_partition_from_the_site_prefix(tmp_path):
     """No task, so no IPUOF_*: the partition is the site's prefix + the job id, and V-IPU is
-    reached as the site configuration says."""
-    site = tmp_path / "config.yaml"
-    site.write_text("version: 1\npartition:\n  prefix: pod7_\nvipu:\n  command: /opt/vipu/bin/vipu\n"
-                    "  host: ctl\n  port: 8091\n")
-    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_IPU_CONFIG": str(site)}
+    reached as the site description says, with the site's vipu but not the hooks' credentials
+    file (root's: a user's own vipu configuration applies)."""
+    site = tmp_path / "site.yaml"
+    site.write_text("version: 1\ncluster: c\npartition:\n  prefix: pod7_\nvipu:\n  command: /opt/vipu/bin/vipu\n"
+                    "  host: ctl\n  port: 8091\n  cli_config: /etc/slurm-ipu/hooks.hcl\n"
+                    "pod: {ipus: 64, hosts: 'node[1-4]', ipus_per_host: 16}\n")
+    env = {"SLURM_JOB_ID": "9", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_IPU_SITE": str(site)}
     ns, extra, cmd = cli.parse(["--num-instances", "4", "--num-replicas", "4", "x"])
     target = partition.locate(ns, env, inside=True)
     assert (target.name, target.host, target.port, target.command) == ("pod7_9", "ctl", 8091, ["/opt/vipu/bin/vipu"])
@@ -394,7 +396,7 @@ def test_in_an_allocation_shell_with_nothing_configured_ipurun_says_what_to_set(
     instead of letting vipu try localhost:8090 (issue 24, item 4)."""
     from slurm_ipu import config
 
-    monkeypatch.setattr(config, "DEFAULT_PATH", str(tmp_path / "absent.yaml"))
+    monkeypatch.setattr(config, "DEFAULT_SITE", str(tmp_path / "absent.yaml"))
     monkeypatch.setattr(config, "installed", lambda key: None)
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_CPUS_PER_NODE": "4(x2)"}
     ns, extra, cmd = cli.parse(["--num-instances", "2", "--num-replicas", "2", "x"])

@@ -6,26 +6,26 @@ from __future__ import annotations
 import pytest
 
 from slurm_ipu import config, pods, rules
-from slurm_ipu.deploy import site
 from slurm_ipu.errors import ConfigError
 from slurm_ipu.hooks import prolog
 
 from .conftest import write_conf
 from .test_hooks import FakeSlurm, env, hooks_log
 
-TWO = "poda:1:node[1-4] podb:1:node[5-8]"
+TWO = [{"name": "poda", "hosts": "node[1-4]"}, {"name": "podb", "hosts": "node[5-8]"}]
 
 
-def test_the_pod_table_round_trips_and_finds_a_jobs_pods():
-    found = pods.parse(TWO)
-    assert pods.parse(pods.format_pods(found)) == found
+def pod_list(text: str) -> list[dict]:
+    """'poda:1:h[1-2] podb:1:h[3-4]' -> the site description's pods: entries (a short test notation)."""
+    return [{"name": n, "ilds": int(i), "hosts": h} for n, i, h in (w.split(":", 2) for w in text.split())]
+
+
+def test_the_pod_table_finds_a_jobs_pods():
+    found = [pods.Pod(p["name"], 1, p["hosts"]) for p in TWO]
     assert [p.name for p in pods.spanned(found, ["node6", "node5"])] == ["podb"]
     assert [p.name for p in pods.spanned(found, ["node8", "node1"])] == ["poda", "podb"]
     with pytest.raises(ConfigError, match=r"node\(s\) node9 belong to no Pod"):
         pods.spanned(found, ["node1", "node9"])
-    for bad in ("poda", "poda:x:node1", "poda:0:node1", "poda:1:node[1-"):
-        with pytest.raises(ConfigError, match="pod.pods"):
-            pods.parse(bad)
 
 
 def test_default_gcds_are_valid_where_an_ilds_share_is_no_gcd_size():
@@ -36,7 +36,7 @@ def test_default_gcds_are_valid_where_an_ilds_share_is_no_gcd_size():
 
 @pytest.fixture
 def two_pods(tmp_path):
-    path = write_conf(tmp_path, pod={"ipus": 128, "pods": TWO}, partition={"allocation": "all"})
+    path = write_conf(tmp_path, pods=TWO, vipu={"allocation": "all"})
     return config.load(str(path), environ={})
 
 
@@ -86,9 +86,8 @@ pods:
 
 
 def test_a_site_of_two_pods():
-    s = site.parse(BASE, "s.yaml")
+    s = config.parse(BASE, "s.yaml")
     assert (s["pod.ipus"], s.hosts[-1], [p.name for p in s.pods]) == (128, "h8", ["poda", "podb"])
-    assert site.hook_config(s)["pod"]["pods"] == "poda:1:h[1-4] podb:1:h[5-8]"
 
 
 @pytest.mark.parametrize("change,words", [
@@ -106,7 +105,7 @@ def test_a_site_of_two_pods():
 ])
 def test_bad_pods_name_the_line_and_the_fix(change, words):
     with pytest.raises(ConfigError, match=words) as err:
-        site.parse(BASE.replace(*change), "s.yaml")
+        config.parse(BASE.replace(*change), "s.yaml")
     assert str(err.value).startswith("s.yaml:")
 
 
@@ -171,7 +170,7 @@ def test_status_shows_each_pods_ipus_and_where_each_partition_lies(tmp_path):
     from slurm_ipu.deploy import status
     from slurm_ipu.vipu.parse import partition_from_json
 
-    s = site.parse(BASE + f"state_dir: {tmp_path}\n", "s.yaml")
+    s = config.parse(BASE + f"state_dir: {tmp_path}\n", "s.yaml")
 
     def part(name, ipus):
         spec = {"size": len(ipus), "ipus": [{"id": i, "ild": i // 64} for i in ipus]}
@@ -193,7 +192,7 @@ def test_doctor_sees_pods_slurm_cannot_keep_together(tmp_path):
     from slurm_ipu.deploy import doctor
     from slurm_ipu.slurm.topology import leaf_switches
 
-    s = site.parse(BASE, "s.yaml")
+    s = config.parse(BASE, "s.yaml")
     good = {"TopologyPlugin": "topology/tree", "SchedulerParameters": "sched_interval=2,max_switch_wait=31536000"}
     topo = leaf_switches(TOPOLOGY.replace("node", "h"))
     check = doctor.check_pods
@@ -206,15 +205,14 @@ def test_doctor_sees_pods_slurm_cannot_keep_together(tmp_path):
     ]:
         finding = check(s, doctor.Facts(config=conf, topology=topology))
         assert not finding.ok and words in finding.detail and "max_switch_wait=31536000" in finding.fix
-    one = site.parse("version: 1\ncluster: c\nvipu: {host: v}\npod: {ipus: 64, hosts: 'n[1-4]', ipus_per_host: 16}\n",
+    one = config.parse("version: 1\ncluster: c\nvipu: {host: v}\npod: {ipus: 64, hosts: 'n[1-4]', ipus_per_host: 16}\n",
                      "one.yaml")
     assert check(one, doctor.Facts()).ok
 
 
 @pytest.mark.parametrize("placed,ok", [(lambda i: i // 64, True), (lambda i: 2 * (i // 64), False)])
 def test_a_partition_v_ipu_put_beyond_the_jobs_pods_is_removed_and_the_job_requeued(fake, tmp_path, placed, ok):
-    three = write_conf(tmp_path, pod={"ipus": 192, "pods": TWO + " podc:1:node[9-12]"},
-                       partition={"allocation": "all"})
+    three = write_conf(tmp_path, pods=[*TWO, {"name": "podc", "hosts": "node[9-12]"}], vipu={"allocation": "all"})
     cfg = config.load(str(three), environ={})
     fake.ipu_ild = placed  # the ILDs V-IPU shows beside the IPUs: 0,1 (Pods a, b) or 0,2 (a, c)
     slurm = FakeSlurm()
@@ -235,12 +233,12 @@ def test_the_emulator_cluster_is_the_sites_pods_and_says_how_a_cross_pod_attach_
     from slurm_ipu.emulator.model import cluster_from_dict
 
     text = BASE.replace("allocation: all}", "allocation: all, emulator_cross_pod: slow, emulator_cross_pod_delay: 0.2}")
-    emu = cluster_from_dict(yaml.safe_load(fragments.emulator_cluster(site.parse(text, "s.yaml"))))
+    emu = cluster_from_dict(yaml.safe_load(fragments.emulator_cluster(config.parse(text, "s.yaml"))))
     assert (emu.ilds, emu.remote_attach, emu.remote_attach_delay) == (2, "slow", 0.2)
     assert emu.allocation_ipus("podb") == set(range(64, 128)) and emu.allocation_ipus("all") == set(range(128))
     assert emu.remote_ilds("h5", range(0, 128, 63)) == [0]
     with pytest.raises(ConfigError, match="emulator_cross_pod='sideways' is out of range; use refuse or slow"):
-        site.parse(BASE.replace("allocation: all}", "allocation: all, emulator_cross_pod: sideways}"), "s.yaml")
+        config.parse(BASE.replace("allocation: all}", "allocation: all, emulator_cross_pod: sideways}"), "s.yaml")
 
 
 FOUR = """version: 1
@@ -261,11 +259,11 @@ pod_groups:
 def test_groups_of_pods_are_switches_and_allocations_of_their_own():
     from slurm_ipu.deploy import fragments
 
-    s = site.parse(FOUR, "s.yaml")
+    s = config.parse(FOUR, "s.yaml")
     text = fragments.texts(s)
     assert ("SwitchName=ab Switches=poda,podb\nSwitchName=cd Switches=podc,podd\nSwitchName=all Switches=ab,cd"
             in text["topology.conf"])
-    assert "groups: ab=poda,podb cd=podc,podd" in text["config.yaml"]
+    assert s.groups == {"ab": ["poda", "podb"], "cd": ["podc", "podd"]}
     import yaml
 
     from slurm_ipu.emulator.model import cluster_from_dict
@@ -284,15 +282,16 @@ def test_groups_of_pods_are_switches_and_allocations_of_their_own():
 ])
 def test_bad_groups_name_the_fix(change, words):
     with pytest.raises(ConfigError, match=words):
-        site.parse(FOUR.replace(*change), "s.yaml")
+        config.parse(FOUR.replace(*change), "s.yaml")
 
 
 @pytest.mark.parametrize("nodes,allocation", [("h[1-2]", "poda"), ("h[5-8]", "cd"), ("h[3-6]", "all"),
                                               ("h[1-8]", "all")])
 def test_a_job_over_the_pods_of_one_group_gets_the_groups_allocation(fake, tmp_path, nodes, allocation):
-    conf = write_conf(tmp_path, pod={"ipus": 256, "pods": "poda:1:h[1-2] podb:1:h[3-4] podc:1:h[5-6] podd:1:h[7-8]",
-                                     "groups": "ab=poda,podb cd=podc,podd"}, partition={"allocation": "all"})
+    conf = write_conf(tmp_path, pods=pod_list("poda:1:h[1-2] podb:1:h[3-4] podc:1:h[5-6] podd:1:h[7-8]"),
+                      pod_groups=[{"name": "ab", "pods": ["poda", "podb"]}, {"name": "cd", "pods": ["podc", "podd"]}],
+                      vipu={"allocation": "all"})
     cfg = config.load(str(conf), environ={})
-    ctx = env(SLURM_JOB_NODELIST=nodes, SLURM_JOB_LICENSES=f"ipu:{32 * len(pods.parse('x:1:' + nodes)[0].hosts)}")
+    ctx = env(SLURM_JOB_NODELIST=nodes, SLURM_JOB_LICENSES=f"ipu:{32 * len(pods.Pod('x', 1, nodes).hosts)}")
     assert prolog.run(ctx, cfg, cfg.vipu_client(), FakeSlurm()) == 0
     assert _create(fake)["--allocation"] == allocation

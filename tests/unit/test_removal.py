@@ -131,7 +131,7 @@ def wrapper(tmp_path):
     python.chmod(0o755)
     script = tmp_path / "slurm-ipu-hook"
     script.write_text(render.render("slurm-ipu-hook", {"hook": fragments.hook_paths(str(state)) | {
-        "config": str(tmp_path / "it's config.yaml"), "python": str(python), "prolog_wait": 2,
+        "site": str(tmp_path / "it's site.yaml"), "python": str(python), "prolog_wait": 2,
         "client": str(tmp_path / "client")}}))  # the service's side: tests/unit/test_transport.py
     script.chmod(0o755)
     return tmp_path, state, script

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ipu import config
-from slurm_ipu.deploy import fragments, site
+from slurm_ipu.deploy import fragments
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -25,7 +25,7 @@ REGEN = os.environ.get("SLURM_IPU_REGEN_GOLDEN") == "1"
 def test_rendered_fragments_match_the_golden_files(name):
     """A change to a template shows up here as a diff a reviewer reads; regenerate with
     SLURM_IPU_REGEN_GOLDEN=1 after checking it."""
-    rendered = fragments.texts(site.load(SITES[name]))
+    rendered = fragments.texts(config.load(SITES[name]))
     folder = GOLDEN / name
     if REGEN:
         folder.mkdir(exist_ok=True)
@@ -37,29 +37,31 @@ def test_rendered_fragments_match_the_golden_files(name):
 
 
 def test_the_site_s_values_reach_every_fragment():
-    text = fragments.texts(site.load(SITES["pod128"]))
+    text = fragments.texts(config.load(SITES["pod128"]))
     assert "Licenses=ipu:128\n" in text["slurm-ipu.conf"]
     assert "AccountingStorageTRES=gres/ipu,license/ipu" in text["slurm-ipu.conf"]
-    assert "AccountingStorageTRES" not in fragments.texts(site.load(SITES["pod64"]))["slurm-ipu.conf"]
+    assert "AccountingStorageTRES" not in fragments.texts(config.load(SITES["pod64"]))["slurm-ipu.conf"]
     assert "NodeName=ipu-host[1-4],ipu-host[5-8] Name=ipu Count=16" in text["gres-ipu.conf"]
     assert "TopologyPlugin=topology/tree" in text["slurm-ipu.conf"]
     switches = ("SwitchName=poda Nodes=ipu-host[1-4]\nSwitchName=podb Nodes=ipu-host[5-8]\n"
                 "SwitchName=all Switches=poda,podb")
     assert switches in text["topology.conf"]
-    assert "topology.conf" not in fragments.texts(site.load(SITES["pod64"]))
+    assert "topology.conf" not in fragments.texts(config.load(SITES["pod64"]))
     assert "vipu_host=vipu.ipupod128.example.org vipu_port=8090 prefix=slurm_" in text["plugstack-ipu.conf"]
     assert "local POD_IPUS = 128" in text["job_submit.lua"]
     assert "ExecStart=/opt/slurm-ipu/venv/bin/python -m slurm_ipu.cli reap --watch" in text[
         "slurm-ipu-reaper.service"]
 
 
-def test_the_rendered_hooks_config_loads_with_the_hooks_own_schema(tmp_path):
-    path = tmp_path / "config.yaml"
-    path.write_text(fragments.texts(site.load(SITES["pod128"]))["config.yaml"])
-    cfg = config.load(str(path), environ={}, required=True)
-    assert (cfg["vipu.host"], cfg["pod.ipus"], cfg["reap.interval"], cfg["slurm.conf"]) == (
-        "vipu.ipupod128.example.org", 128, 300.0, "/etc/slurm/slurm.conf")
-    assert cfg["pod.pods"] == "poda:1:ipu-host[1-4] podb:1:ipu-host[5-8]"
+def test_the_hooks_read_the_installed_site_description_itself():
+    """One file: the wrapper and the hook service name install.site; nothing else is rendered."""
+    desc = config.load(SITES["pod128"], environ={})
+    text = fragments.texts(desc)
+    assert "SLURM_IPU_SITE=/etc/slurm-ipu/site.yaml exec /opt/slurm-ipu/venv/bin/python" in text["slurm-ipu-hook"]
+    assert "Environment=SLURM_IPU_SITE=/etc/slurm-ipu/site.yaml\n" in text["slurm-ipu-reaper.service"]
+    assert not [name for name in text if name.endswith(".yaml")]
+    assert (desc.slurm_conf, desc.vipu_command, desc.ipuof_port) == (
+        "/etc/slurm/slurm.conf", ["/usr/bin/vipu", "--config", "/etc/slurm-ipu/vipu-cli.hcl"], 8090)
 
 
 BASE = "version: 1\ncluster: c1\nvipu:\n  host: v\npod:\n  ipus: 64\n  hosts: n[1-4]\n  ipus_per_host: 16\n"
@@ -80,8 +82,8 @@ def test_bad_values_name_the_line_and_the_valid_range(tmp_path, extra, words):
     path = tmp_path / "site.yaml"
     text = BASE.replace("  host: v\n", "  host: v\n" + extra) if extra.startswith("  ") else BASE + extra
     path.write_text(text)
-    with pytest.raises(site.ConfigError) as err:
-        site.load(path)
+    with pytest.raises(config.ConfigError) as err:
+        config.load(path)
     for word in words:
         assert word in str(err.value)
     assert "\n" not in str(err.value)
@@ -97,8 +99,8 @@ def test_bad_values_name_the_line_and_the_valid_range(tmp_path, extra, words):
 def test_a_wrong_pod_is_refused(tmp_path, change, words):
     path = tmp_path / "site.yaml"
     path.write_text(BASE.replace(*change))
-    with pytest.raises(site.ConfigError) as err:
-        site.load(path)
+    with pytest.raises(config.ConfigError) as err:
+        config.load(path)
     for word in words:
         assert word in str(err.value)
 
@@ -153,7 +155,7 @@ print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. table.concat(msgs, "|"))
 ])
 def test_job_submit_lua_as_a_module_of_the_site_s_own_script(tmp_path, job, expected):
     ours = tmp_path / "job_submit_ipu.lua"
-    ours.write_text(fragments.texts(site.load(SITES["pod128"]))["job_submit.lua"])
+    ours.write_text(fragments.texts(config.load(SITES["pod128"]))["job_submit.lua"])
     theirs = tmp_path / "job_submit.lua"
     theirs.write_text(site_script(ours))
     code = HARNESS % {"site": str(theirs), "job": job}

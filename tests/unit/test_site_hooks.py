@@ -26,7 +26,7 @@ def wrapper(tmp_path):
                                               'exit "${SITE_PROLOG_EXIT:-0}"\n')
     epilog = script(tmp_path / "site-epilog", f'echo "site-epilog $SLURM_JOB_ID" >> {trace}\nexit 0\n')
     hook = fragments.hook_paths(str(tmp_path / "state")) | {
-        "config": str(tmp_path / "c.yaml"), "python": python, "prolog_wait": 2, "client": str(tmp_path / "none"),
+        "site": str(tmp_path / "c.yaml"), "python": python, "prolog_wait": 2, "client": str(tmp_path / "none"),
         "site_prolog": prolog, "site_epilog": epilog}
     path = tmp_path / "slurm-ipu-hook"
     path.write_text(render.render("slurm-ipu-hook", {"hook": hook}))
@@ -65,6 +65,6 @@ def test_the_site_s_epilog_runs_after_ours_for_every_job(wrapper, licences, ours
 
 
 def test_without_site_hooks_the_wrapper_is_ours_alone(tmp_path):
-    hook = fragments.hook_paths(str(tmp_path)) | {"config": "c", "python": "p", "prolog_wait": 2, "client": "x"}
+    hook = fragments.hook_paths(str(tmp_path)) | {"site": "c", "python": "p", "prolog_wait": 2, "client": "x"}
     text = render.render("slurm-ipu-hook", {"hook": hook})
     assert "site" not in text.split("ours() {")[0] + text.split("\n}\n")[-1]

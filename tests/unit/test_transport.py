@@ -41,7 +41,7 @@ def hook(tmp_path, cfg, client_bin):
     python.chmod(0o755)
     script = tmp_path / "slurm-ipu-hook"
     script.write_text(render.render("slurm-ipu-hook", {"hook": fragments.hook_paths(cfg["state_dir"]) | {
-        "config": str(tmp_path / "c.yaml"), "python": str(python), "client": str(client_bin), "prolog_wait": 2}}))
+        "site": str(tmp_path / "c.yaml"), "python": str(python), "client": str(client_bin), "prolog_wait": 2}}))
     script.chmod(0o755)
     Path(cfg["state_dir"]).mkdir(parents=True, exist_ok=True)
     return script
