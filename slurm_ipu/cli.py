@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("render", help="render a site description into the fragments a site merges")
     r.add_argument("site", help="the site description (YAML; see etc/site-pod128.yaml)")
     r.add_argument("--out", required=True, help="directory for the fragments (created)")
+    r.add_argument("--slurm-conf", help="the site's slurm.conf to merge with (its list-valued keys carry its own "
+                   "values too, and slurm.conf.diff comments out its own lines for them); default: "
+                   "slurm.conf_dir/slurm.conf when it exists; 'none': do not merge")
 
     d = sub.add_parser("doctor", help="check the live cluster against the site description (exit 1 on a problem)")
     d.add_argument("--site", help=site_help)
@@ -189,8 +192,13 @@ def cmd_render(args) -> int:
     from .deploy import fragments
 
     desc = load(args.site)
-    for path in fragments.write(desc, Path(args.out)):
+    conf = args.slurm_conf or (desc.slurm_conf if Path(desc.slurm_conf).is_file() else "none")
+    for path in fragments.write(desc, Path(args.out), None if conf == "none" else conf):
         print(path)
+    if conf == "none":
+        why = "--slurm-conf none" if args.slurm_conf else f"{desc.slurm_conf} does not exist"
+        print(f"render: not merged with a slurm.conf ({why}): merge each key of slurm-ipu.conf your slurm.conf "
+              "also sets by hand (docs/admin.md)", file=sys.stderr)
     return 0
 
 

@@ -8,7 +8,7 @@ tests feed facts without a cluster.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import re
 import shlex
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..config import SUPPORTED_SLURM, Site
 from ..errors import SlurmIpuError
+from ..slurm import slurmconf
 from ..slurm.conf import parse_show_config, plugstack_lines  # noqa: F401 - doctor's, read by tests
 from .install import built_for
 
@@ -29,8 +30,11 @@ class Finding:
     ok: bool
     detail: str
     fix: str = ""
+    skipped: bool = False  # not tried: the user running doctor may not (only root may act as another user)
 
     def line(self) -> str:
+        if self.skipped:
+            return f"skipped  {self.item:<12} {self.detail}"
         if self.ok:
             return f"ok       {self.item:<12} {self.detail}"
         return f"PROBLEM  {self.item:<12} {self.detail}; fix: {self.fix}"
@@ -48,6 +52,9 @@ class Facts:
     clusters: list[str] | None = None  # what slurmdbd knows (accounting only)
     topology: dict[str, str] | None = None  # multi-Pod sites: host -> leaf switch, as Slurm sees it
     user_create: str | None = None  # a job user's own create in the site's allocation: refused/created/why
+    declared: list | None = None  # the settings slurm.conf and its includes declare (slurmconf.Setting)
+    canary: str | None = None  # the hooks' own create and remove of a 1-IPU partition: "ok" or why not
+    test_submit: str | None = None  # `sbatch --test-only --gres=ipu:1` through job_submit.lua: "ok" or why not
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -102,8 +109,20 @@ def gather(site: Site, runner=None) -> Facts:
     if site["accounting.slurmdbd_host"]:
         text = slurm("slurmdbd", "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
         facts.clusters = text.split() if text is not None else None
+    conf = facts.config.get("SLURM_CONF") or site.slurm_conf
+    try:
+        facts.declared = slurmconf.read(conf).settings
+    except SlurmIpuError as exc:
+        facts.errors["declared"] = str(exc)
+    said = slurm("test_submit", "sbatch", "--test-only", "-N1", "--gres=ipu:1", "--time=1", "--job-name",
+                 PROBE_NAME, "--wrap", "true")
+    facts.test_submit = "ok" if said is not None else facts.errors.get("test_submit")
     try:
         facts.partitions = site.vipu_client().list_partitions(deadline=time.monotonic() + 20)
+        if os.getuid() == 0:
+            facts.canary = canary(site)
+        else:
+            facts.errors["canary"] = f"needs root (it acts as slurm.user {site['slurm.user']})"
         facts.user_create = try_as_job_user(site, site.vipu_client())
     except SlurmIpuError as exc:
         facts.errors["vipu"] = str(exc)
@@ -114,6 +133,61 @@ def gather(site: Site, runner=None) -> Facts:
 
 PROBE_UID = 65534  # nobody: a user with no V-IPU grant, as a job's user
 PROBE_NAME = "slurm-ipu-doctor-probe"  # never a job's: those are the prefix and a job id
+CANARY_NAME = "slurm-ipu-doctor-canary"
+
+
+def _as_user(name: str) -> list[str]:
+    """The argv prefix that runs a command as `name` (root only; [] when already that user)."""
+    import pwd
+    import shutil
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return []
+    setpriv = shutil.which("setpriv")
+    if entry.pw_uid == os.getuid() or os.getuid() != 0 or setpriv is None:
+        return []
+    return [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--"]
+
+
+def canary(site: Site) -> str:
+    """What a job start does at V-IPU, done once: as the hooks' user (slurm.user), with the hooks'
+    vipu command, credentials and flags, a 1-IPU partition for a job's user (uid 65534) on the
+    first host, in the allocation a job there gets, created and removed. "ok", or why not."""
+    from ..vipu import VipuClient
+
+    client = VipuClient(command=[*_as_user(site["slurm.user"]), *site.vipu_command], host=site["vipu.host"],
+                        port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1,
+                        emulator_flags=site["vipu.emulator"])
+    allocation = site.pods[0].name if site.pods else site["vipu.allocation"]
+    deadline = time.monotonic() + 3 * site["vipu.timeout"]
+    with _quiet():  # the finding carries the error: one line per item
+        try:
+            client.ensure_partition(CANARY_NAME, 1, deadline, allocation=allocation, hosts=site.hosts[:1],
+                                    owner_uid=PROBE_UID)
+        except SlurmIpuError as exc:
+            return str(exc)
+        finally:
+            try:
+                client.remove_partition(CANARY_NAME, missing_ok=True,
+                                        deadline=time.monotonic() + site["vipu.timeout"])
+            except SlurmIpuError:
+                pass
+    return "ok"
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The V-IPU client's own error log off: doctor reports each failure in its finding."""
+    import logging
+
+    log = logging.getLogger("slurm_ipu.vipu")
+    was, log.disabled = log.disabled, True
+    try:
+        yield
+    finally:
+        log.disabled = was
 
 
 def try_as_job_user(site: Site, hooks) -> str | None:
@@ -133,18 +207,13 @@ def try_as_job_user(site: Site, hooks) -> str | None:
                                *site["vipu.command"].split()],
                       host=site["vipu.host"], port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1)
     deadline = time.monotonic() + 2 * site["vipu.timeout"]
-    import logging
-
-    quiet = logging.getLogger("slurm_ipu.vipu")
-    was, quiet.disabled = quiet.disabled, True  # a refusal is the answer hoped for, not an error to log
     try:
-        user.create_partition(PROBE_NAME, 1, deadline=deadline, allocation=site["vipu.allocation"])
+        with _quiet():  # a refusal is the answer hoped for, not an error to log
+            user.create_partition(PROBE_NAME, 1, deadline=deadline, allocation=site["vipu.allocation"])
     except PermissionDenied:
         return "refused"
     except SlurmIpuError as exc:
         return f"could not tell: {exc}"
-    finally:
-        quiet.disabled = was
     hooks.remove_partition(PROBE_NAME, missing_ok=True, deadline=time.monotonic() + site["vipu.timeout"])
     return "created"
 
@@ -332,6 +401,69 @@ def check_vipu(site: Site, facts: Facts) -> Finding:
                    f"partition(s), {used} of {site['pod.ipus']} IPUs in use")
 
 
+def check_merged(site: Site, facts: Facts) -> Finding:
+    """What the site's own files declare is what slurmctld runs: no key of the fragment set twice
+    (Slurm keeps the last, silently dropping a site's GRES or licence), and every item the site
+    declared for a list-valued key in effect."""
+    from .merge import ours
+
+    if facts.declared is None:
+        return Finding("merged", False, f"cannot read slurm.conf ({facts.errors.get('declared')})",
+                       "run doctor on the slurmctld host, where slurm.conf is")
+    keys = {k.lower() for k in ours(site)}
+    twice = {k: v for k, v in slurmconf.defined_twice(facts.declared).items() if k in keys}
+    fix = ("slurm-ipu render --out DIR (merges them into slurm-ipu.conf), then apply DIR/slurm.conf.diff "
+           "(docs/admin.md, step 3)")
+    if twice:
+        key, where = next(iter(twice.items()))
+        places = " and ".join(f"{s.key}={s.value} at {s.where}" for s in where)
+        return Finding("merged", False, f"{places}: Slurm keeps the last", fix)
+    for setting in facts.declared:
+        if setting.key.lower() not in LISTS:
+            continue
+        name = LISTS[setting.key.lower()]
+        live = {name(i) for i in _items(facts.config.get(_canonical(setting.key), ""))}
+        lost = [i for i in _items(setting.value) if name(i) not in live]
+        if lost:
+            return Finding("merged", False, f"{setting.key} item {lost[0]} of {setting.where} is not in effect "
+                           f"({_canonical(setting.key)}={facts.config.get(_canonical(setting.key)) or '(none)'})", fix)
+    return Finding("merged", True, "every key slurm-ipu.conf sets is set once, with the site's own values in effect")
+
+
+def _items(value: str) -> list[str]:
+    return [i.strip() for i in value.split(",") if i.strip() and i.strip() != "(null)"]
+
+
+LISTS = {"grestypes": lambda i: i, "licenses": lambda i: i.replace("*", ":").split(":")[0],
+         "jobsubmitplugins": lambda i: i.removeprefix("job_submit/"), "accountingstoragetres": lambda i: i}
+
+
+def _canonical(key: str) -> str:
+    return {"grestypes": "GresTypes", "licenses": "Licenses", "jobsubmitplugins": "JobSubmitPlugins",
+            "accountingstoragetres": "AccountingStorageTRES"}[key.lower()]
+
+
+def check_canary(site: Site, facts: Facts) -> Finding:
+    """A job start's two steps, tried: job_submit.lua accepting an IPU job, and the hooks' create
+    of its partition as the hooks' user."""
+    if facts.test_submit != "ok":
+        return Finding("canary", False, f"sbatch --test-only --gres=ipu:1 was refused: {facts.test_submit}",
+                       "every IPU job is refused so: see job_submit.lua and the slurm.conf fragment")
+    if facts.canary is None and "canary" in facts.errors:
+        return Finding("canary", True, f"the hooks' create: {facts.errors['canary']}", skipped=True)
+    if facts.canary is None:
+        return Finding("canary", False, f"not tried: V-IPU did not answer ({facts.errors.get('vipu')})",
+                       "see the vipu item")
+    if facts.canary != "ok":
+        how = (f"grant the allocation to slurm.user ({site['slurm.user']}) in the emulator's cluster file (grants:)"
+               if site["vipu.emulator"] else f"give the hooks' V-IPU user (vipu.cli_config) the right to create "
+               f"partitions in allocation {site['vipu.allocation'] or '(the default)'} for jobs' users")
+        return Finding("canary", False, f"the hooks' create of a 1-IPU partition as {site['slurm.user']} failed: "
+                       f"{facts.canary}", f"every IPU job start fails so: {how}")
+    return Finding("canary", True, f"an IPU job passes job_submit.lua (sbatch --test-only), and the hooks create and "
+                   f"remove a 1-IPU partition as {site['slurm.user']}")
+
+
 def check_grants(site: Site, facts: Facts) -> Finding:
     """V-IPU only through Slurm: a job's user cannot make partitions in the allocation Slurm
     schedules (docs/admin.md)."""
@@ -372,13 +504,9 @@ def check_state_dir(site: Site, facts: Facts) -> Finding:
 
 
 def _queued(site: Site) -> list[dict]:
-    out = []
-    for path in sorted((Path(site["state_dir"]) / "pending-removal").glob("*.json")):
-        try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            out.append({"partition": path.stem, "time": 0})
-    return out
+    from ..hooks.journal import Journal
+
+    return Journal(site["state_dir"]).entries()
 
 
 def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding:
@@ -488,12 +616,22 @@ def check_pods(site: Site, facts: Facts) -> Finding:
 
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
-          check_plugstack, check_vipu, check_grants, check_state_dir, check_journal, check_orphans, check_service,
-          check_accounting, check_pods)
+          check_plugstack, check_vipu, check_canary, check_merged, check_grants, check_state_dir, check_journal,
+          check_orphans, check_service, check_accounting, check_pods)
 
 
 def diagnose(site: Site, facts: Facts) -> list[Finding]:
-    return [check(site, facts) for check in CHECKS]
+    return [_checked(check, site, facts) for check in CHECKS]
+
+
+def _checked(check, site: Site, facts: Facts) -> Finding:
+    """A check reading what its user may not (the state directory is root's and slurm.user's)
+    says so in its one line instead of stopping doctor."""
+    try:
+        return check(site, facts)
+    except PermissionError as exc:
+        return Finding(check.__name__.removeprefix("check_"), True, f"{exc.filename or exc}: not readable by uid "
+                       f"{os.getuid()} (run doctor as root for this item)", skipped=True)
 
 
 def main(site_path: str, out=print) -> int:
@@ -503,6 +641,8 @@ def main(site_path: str, out=print) -> int:
     findings = diagnose(site, gather(site))
     for f in findings:
         out(f.line())
-    bad = sum(not f.ok for f in findings)
-    out(f"{len(findings) - bad} ok, {bad} problem(s)" if bad else f"all {len(findings)} checks ok")
+    bad, skipped = sum(not f.ok for f in findings), sum(f.skipped for f in findings)
+    ok = len(findings) - bad - skipped
+    tail = f", {skipped} skipped (they need root)" if skipped else ""
+    out(f"{ok} ok, {bad} problem(s){tail}" if bad else f"all {ok} checks ok{tail}")
     return 1 if bad else 0

@@ -12,7 +12,7 @@ from ..fsutil import atomic_write
 from ..hooks import transport
 from ..pods import ild_ids
 from ..slurm import licences, limits, releases
-from . import render
+from . import merge, render
 
 # output file -> template
 FILES = {
@@ -25,6 +25,7 @@ FILES = {
     "topology.conf": "site/topology.conf",  # multi-Pod sites only
 }
 EXECUTABLE = {"slurm-ipu-hook"}
+DIFF = "slurm.conf.diff"  # with --slurm-conf: the edit of the site's own files (merge.py)
 
 
 
@@ -67,8 +68,9 @@ def prolog_wait(deadline: float, slurm_timeout: int) -> int:
     return max(int(deadline) + 1, int((deadline + slurm_timeout) / 2))
 
 
-def context(site: Site) -> dict:
+def context(site: Site, merged: merge.Merged | None = None, merged_from: str | None = None) -> dict:
     return {
+        "conf": (merged or merge.merge(site, None)).values, "merged_from": merged_from,
         "site": site.values, "source": Path(site.source).name,
         "wrapper": site.path("wrapper"), "site_path": site.path("site"), "plugin": site.path("plugin"),
         "python": site.python, "ipuof_host": site.ipuof_host, "ipuof_port": site.ipuof_port,
@@ -84,9 +86,15 @@ def context(site: Site) -> dict:
     }
 
 
-def texts(site: Site) -> dict[str, str]:
-    ctx = context(site)
-    return {name: render.render(FILES[name], ctx) for name in names(site)}
+def texts(site: Site, slurm_conf: str | None = None) -> dict[str, str]:
+    """The fragments; with slurm_conf, merged with that file's own values, and the diff that
+    merges it (slurm.conf.diff) when it needs one."""
+    merged = merge.merge(site, slurm_conf)
+    out = {name: render.render(FILES[name], context(site, merged, slurm_conf)) for name in names(site)}
+    patch = merge.diff(merged, slurm_conf)
+    if patch:
+        out[DIFF] = patch
+    return out
 
 
 def emulator_cluster(site: Site) -> str:
@@ -95,10 +103,10 @@ def emulator_cluster(site: Site) -> str:
     return render.render("vipu-emu.yaml", context(site))
 
 
-def write(site: Site, out_dir: Path) -> list[Path]:
+def write(site: Site, out_dir: Path, slurm_conf: str | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in texts(site).items():
+    for name, text in texts(site, slurm_conf).items():
         path = out_dir / name
         atomic_write(path, text, 0o755 if name in EXECUTABLE else 0o644)
         written.append(path)

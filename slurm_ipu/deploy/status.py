@@ -10,6 +10,7 @@ the site description a fourth, `sacct`, for the IPU-hours each user's jobs held 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -107,11 +108,16 @@ def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None)
         text = slurm("sacct", "-a", "-X", "-n", "-P", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
                      "-E", "now", "-o", "User,AllocTRES,Start,End", extra={"SLURM_TIME_FORMAT": "%s"})
         usage = None if text is None else {"days": days, "ipu_hours": parse_usage(text, since, now)}
-    ledger = Ledger(site["state_dir"])
-    created = {p.name: (ledger.get(p.name) or {}).get("time") for p in partitions or []}
-    queued = Journal(site["state_dir"]).entries()
+    created, queued, restricted = {}, [], []
+    if os.access(site["state_dir"], os.R_OK | os.X_OK):
+        ledger = Ledger(site["state_dir"])
+        created = {p.name: (ledger.get(p.name) or {}).get("time") for p in partitions or []}
+        queued = Journal(site["state_dir"]).entries()
+    else:  # root's and slurm.user's: a user sees the rest
+        restricted.append(f"partition ages and queued removals: {site['state_dir']} is not readable by uid "
+                          f"{os.getuid()} (run status as root)")
     return {"partitions": partitions, "jobs": jobs, "licenses": lic, "created": created, "queued": queued,
-            "usage": usage, "errors": errors}
+            "usage": usage, "errors": errors, "restricted": restricted}
 
 
 def build(site: Site, facts: dict, now: float | None = None) -> dict:
@@ -150,6 +156,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
         "queued_removals": [q.get("partition") for q in facts["queued"]],
         "usage": facts.get("usage"),
         "errors": facts["errors"],
+        "restricted": facts.get("restricted", []),
     }
 
 
@@ -199,6 +206,7 @@ def table(view: dict) -> list[str]:
         lines.append("(no partitions)")
     lines.append(f"orphans: {', '.join(view['orphans']) or 'none'}")
     lines.append(f"queued removals: {', '.join(view['queued_removals']) or 'none'}")
+    lines += [f"restricted: {what}" for what in view.get("restricted", [])]
     usage = view.get("usage")
     if usage is not None:
         users = ", ".join(f"{u} {h:.2f}" for u, h in usage["ipu_hours"].items()) or "none"

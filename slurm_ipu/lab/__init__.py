@@ -134,8 +134,6 @@ def context(spec: LabSpec) -> dict:
 
         ctx["accounting"] = accounting.context(spec)
     ctx.update(render.pod_values(spec.pod_ipus))
-    if spec.pods > 1:  # merged into the lab's own line, as the slurm-ipu.conf fragment asks a site to
-        ctx["scheduler_parameters"] = f"sched_interval=2,max_switch_wait={render.SWITCH_WAIT}"
     return ctx
 
 
@@ -215,12 +213,15 @@ def _link(path: Path, to: str) -> None:
 def install_site(spec: LabSpec):
     """Render the lab's site description and put each fragment where its header says, as an admin
     merges them; the lab's 'install' is its interpreter's environment, linked as PREFIX/venv."""
-    from ..deploy import fragments
+    from ..deploy import fragments, merge
 
     etc = spec.path("etc")
     atomic_write(etc / "site.yaml", site_description(spec))
     desc = config.load(str(etc / "site.yaml"), twins=False)
-    texts = fragments.write(desc, etc / "site")
+    conf = str(etc / "slurm.conf")  # merged as a site's is (deploy/merge.py): its own keys, the diff applied
+    texts = fragments.write(desc, etc / "site", conf)
+    for path, (_, merged) in merge.edits(merge.merge(desc, conf), conf).items():
+        atomic_write(path, merged)
     texts = {p.name: p.read_text() for p in texts}
     atomic_write(etc / "slurm-ipu.conf", texts["slurm-ipu.conf"])
     atomic_write(etc / "gres.conf", texts["gres-ipu.conf"])

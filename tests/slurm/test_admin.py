@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 
 import pytest
@@ -29,7 +30,8 @@ def test_doctor_all_ok_and_status_shows_the_running_job(clean_lab):
     lab = clean_lab
     proc, problems = doctor(lab)
     assert proc.returncode == 0 and not problems, proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "all 15 checks ok"
+    assert proc.stdout.strip().splitlines()[-1] == f"all {len(doctor_checks())} checks ok"
+    assert "ok       canary       an IPU job passes job_submit.lua" in proc.stdout
     job = lab.sbatch("-N2", "--gres=ipu:4", "--wrap", "sleep 300")
     wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
     view = json.loads(lab.run("slurm-ipu", "status", "--json", check=True).stdout)
@@ -155,11 +157,46 @@ def _breakers(lab, tmp_path):
         "orphans": lambda: _orphan(lab),
         "service": lambda: _service_stopped(lab),
         "accounting": lambda: _slurmdbd_stopped(lab),
+        # a site line after the fragment's Include: the site's own value would win over ours
+        "merged": lambda: _edited(etc / "slurm.conf", lambda t: t + "GresTypes=gpu\n"),
+        # the hooks' user has no grant in the site's allocation: every job start would fail
+        "canary": lambda: contextlib.nullcontext(_site_copy(lab, tmp_path, slurm__user="nobody")),
     }
 
 
 ITEMS = ("slurm", "hooks", "timeout", "job_submit", "licenses", "nodes", "plugstack", "vipu", "state_dir",
-         "journal", "orphans", "service", "accounting")
+         "journal", "orphans", "service", "accounting", "merged", "canary")
+
+
+def doctor_checks():
+    from slurm_ipu.deploy import doctor as doctor_module
+
+    return doctor_module.CHECKS
+
+
+def test_doctor_and_status_as_a_user_skip_what_needs_root_in_one_line_each(clean_lab, tmp_path):
+    """Issue 24, item 3c: no traceback, each restricted item one line, the rest checked."""
+    import tempfile
+    from pathlib import Path
+
+    lab = clean_lab
+    with tempfile.TemporaryDirectory(prefix="slurm-ipu-nonroot-") as where:  # pytest's tmp_path is root's (0700)
+        Path(where).chmod(0o755)
+        with _chmod(lab.spec.path("state"), 0o700):  # as an installed state_dir is: root's and slurm.user's
+            _as_nobody(lab, _site_copy(lab, Path(where)))
+
+
+def _as_nobody(lab, site: str) -> None:
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    for command in ("doctor", "status"):
+        proc = lab.run(*nobody, sys.executable, "-m", "slurm_ipu.cli", command, "--site", site, timeout=120)
+        assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+        assert proc.returncode in (0, 1), proc.stderr
+        if command == "doctor":
+            assert "skipped  canary       the hooks' create: needs root" in proc.stdout, proc.stdout
+            assert "skipped (they need root)" in proc.stdout.splitlines()[-1]
+        else:
+            assert "restricted: partition ages and queued removals" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("item", ITEMS)

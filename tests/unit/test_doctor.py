@@ -4,6 +4,7 @@ in the real lab)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from slurm_ipu import config
-from slurm_ipu.deploy import doctor, fragments, status
+from slurm_ipu.deploy import doctor, fragments, merge, status
+from slurm_ipu.slurm import slurmconf
 from slurm_ipu.vipu.types import Partition
 
 
@@ -46,18 +48,76 @@ install: {{prefix: {prefix}, site: {conf}/site.yaml}}
     (conf / "plugstack.conf").write_text(f"include {conf}/plugstack.conf.d/*.conf\n")
     (conf / "plugstack.conf.d" / "ipu.conf").write_text(texts["plugstack-ipu.conf"])
     (lib / "spank_ipu.so").write_bytes(b"ELF slurm-ipu-spank built-for-slurm 0x160508\0")
+    # A site that had its own gpu GRES, merged as docs/admin.md says (render, then the diff).
+    (conf / "slurm.conf").write_text("ClusterName=t\nGresTypes=gpu\n")
+    merged = fragments.texts(desc, str(conf / "slurm.conf"))
+    (conf / "slurm-ipu.conf").write_text(merged["slurm-ipu.conf"])
+    for path, (_, text) in merge.edits(merge.merge(desc, str(conf / "slurm.conf")), str(conf / "slurm.conf")).items():
+        Path(path).write_text(text)
     facts = doctor.Facts(
         slurm_version="22.05.8",
         config={"PrologSlurmctld": str(wrapper), "EpilogSlurmctld": str(wrapper), "PrologEpilogTimeout": "60 sec",
                 "JobSubmitPlugins": "lua", "Licenses": "ipu:64", "GresTypes": "gpu,ipu",
                 "PlugStackConfig": str(conf / "plugstack.conf"), "SLURM_CONF": str(conf / "slurm.conf")},
         nodes={f"node{i}": {"NodeName": f"node{i}", "Gres": "ipu:16"} for i in range(1, 5)},
-        jobs={7: "RUNNING"}, partitions=[Partition("slurm_7", 8)])
+        jobs={7: "RUNNING"}, partitions=[Partition("slurm_7", 8)], canary="ok", test_submit="ok",
+        declared=slurmconf.read(str(conf / "slurm.conf")).settings)
     return desc, facts
 
 
 def items(findings):
     return {f.item: f for f in findings}
+
+
+def test_a_site_gres_dropped_or_a_key_set_twice_is_named(here):
+    """Issue 24: a fragment merged literally (Include plus the site's own GresTypes line) drops the
+    site's gpu GRES; doctor said "all ok". Now it names the key, both places and the fix."""
+    desc, facts = here
+    conf = Path(facts.config["SLURM_CONF"])
+    conf.write_text(f"ClusterName=t\nGresTypes=gpu\nInclude {conf.parent}/slurm-ipu.conf\n")
+    (conf.parent / "slurm-ipu.conf").write_text(fragments.texts(desc)["slurm-ipu.conf"])  # not merged
+    facts.declared = slurmconf.read(str(conf)).settings
+    facts.config["GresTypes"] = "ipu"
+    found = items(doctor.diagnose(desc, facts))["merged"]
+    assert not found.ok and f"GresTypes=gpu at {conf}:2 and GresTypes=ipu at {conf.parent}/slurm-ipu.conf:" in \
+        found.detail and "slurm.conf.diff" in found.fix
+    conf.write_text(f"ClusterName=t\n# slurm-ipu merged into slurm-ipu.conf: GresTypes=gpu\nInclude {conf.parent}/x\n")
+    facts.declared = slurmconf.read(str(conf)).settings
+    found = items(doctor.diagnose(desc, facts))["merged"]
+    assert not found.ok and f"GresTypes item gpu of {conf}:2 is not in effect (GresTypes=ipu)" in found.detail
+
+
+@pytest.mark.parametrize("canary,submit,words,fix", [
+    ("uid 64030 may not create a partition owned by uid 1001 [PERMISSION_DENIED]", "ok",
+     "the hooks' create of a 1-IPU partition as root failed: uid 64030 may not", "vipu.cli_config"),
+    ("ok", "`sbatch --test-only -N1`: sbatch: error: Invalid generic resource (gres) specification",
+     "sbatch --test-only --gres=ipu:1 was refused: `sbatch", "job_submit.lua"),
+])
+def test_doctor_tries_what_a_job_start_does(here, canary, submit, words, fix):
+    desc, facts = here
+    facts.canary, facts.test_submit = canary, submit
+    found = items(doctor.diagnose(desc, facts))["canary"]
+    assert not found.ok and words in found.detail and fix in found.fix
+
+
+def test_the_canary_runs_as_the_hooks_user_with_the_hooks_flags(here, mocker):
+    desc, _ = here
+    calls = []
+
+    def run(argv, **kw):
+        calls.append(argv)
+        import subprocess
+
+        if "create" in argv:
+            return subprocess.CompletedProcess(argv, 1, "", "uid 64030 may not create a partition owned by uid "
+                                               "65534 [PERMISSION_DENIED]")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=run)
+    assert "may not create a partition owned by uid 65534" in doctor.canary(desc)
+    create = next(c for c in calls if "create" in c)
+    assert create[create.index("create") + 2] == doctor.CANARY_NAME and "--size" in create
+    assert any("remove" in c or "delete" in c for c in calls)  # removed whatever happened
 
 
 def test_a_matching_cluster_is_all_ok(here):
@@ -271,3 +331,26 @@ def test_a_site_hook_named_in_the_site_description_must_exist(here, tmp_path):
     desc.values["slurm.site_epilog_slurmctld"] = str(tmp_path / "missing-epilog")
     finding = items(doctor.diagnose(desc, facts))["hooks"]
     assert not finding.ok and "slurm.site_epilog_slurmctld" in finding.line() and "not executable" in finding.line()
+
+
+def test_a_user_who_may_not_read_the_state_directory_gets_one_line_per_item_and_no_traceback(here, mocker):
+    """Issue 24, item 3c: doctor and status run by a user. What they may not read (the state
+    directory is root's and slurm.user's) is skipped with one line naming it; the rest is checked."""
+    desc, facts = here
+    denied = PermissionError(13, "Permission denied")
+    denied.filename = f"{desc['state_dir']}/pending-removal"
+    mocker.patch("slurm_ipu.hooks.journal.Journal.names", side_effect=denied)
+    mocker.patch("slurm_ipu.hooks.journal.Journal.entries", side_effect=denied)
+    lines = []
+    mocker.patch.object(doctor, "gather", return_value=facts)
+    mocker.patch.object(doctor, "CHECKS", (doctor.check_slurm, doctor.check_journal))
+    assert doctor.main(desc.source, out=lines.append) == 0
+    assert lines[1] == (f"skipped  journal      {desc['state_dir']}/pending-removal: not readable by uid "
+                        f"{os.getuid()} (run doctor as root for this item)")
+    assert lines[-1] == "all 1 checks ok, 1 skipped (they need root)"
+    facts = {"partitions": [], "jobs": {}, "licenses": {}, "created": {}, "queued": [], "errors": {},
+             "restricted": ["partition ages and queued removals: /var/lib/slurm-ipu is not readable by uid 1000 "
+                            "(run status as root)"]}
+    text = status.table(status.build(desc, facts))
+    assert text[-1] == ("restricted: partition ages and queued removals: /var/lib/slurm-ipu is not readable by "
+                        "uid 1000 (run status as root)")

@@ -1,0 +1,132 @@
+"""Merge, never override (issue 24, item 1): `render` against a hand-written site's slurm.conf.
+The fragment carries the site's own values of every key it sets, slurm.conf.diff (applied with
+GNU patch, as an admin would) leaves no key defined twice, a re-render after the merge changes
+nothing, `patch -R` gives the site's files back byte for byte, and two values that cannot both
+stand are one line naming the key, both values and the way out."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu import config
+from slurm_ipu.deploy import fragments, merge
+from slurm_ipu.errors import ConfigError
+from slurm_ipu.slurm import slurmconf
+
+ROOT = Path(__file__).resolve().parents[2]
+PATCH = shutil.which("patch")
+
+SITE_CONF = """\
+# A site that ran Slurm before slurm-ipu.
+ClusterName=ipupod128
+SlurmctldHost=ctl
+GresTypes=gpu
+SlurmctldTimeout=60 Licenses=matlab:10,fluent*4   # two keys on a line
+JobSubmitPlugins=job_submit/lua,require_timelimit
+PrologEpilogTimeout=600
+SchedulerParameters=bf_continue,max_switch_wait=600
+TaskPlugin=task/affinity,task/cgroup
+Include site-accounting.conf
+NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4
+PartitionName=all Nodes=ALL Default=YES
+"""
+ACCOUNTING = "AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageTRES=gres/gpu\n"
+
+
+@pytest.fixture
+def site(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "slurm.conf").write_text(SITE_CONF)
+    (etc / "site-accounting.conf").write_text(ACCOUNTING)
+    text = (ROOT / "etc" / "site-pod128.yaml").read_text().replace("conf_dir: /etc/slurm", f"conf_dir: {etc}")
+    (tmp_path / "site.yaml").write_text(text)
+    return config.load(str(tmp_path / "site.yaml"), environ={}), etc
+
+
+def fragment_values(text: str) -> dict[str, str]:
+    return {s.key: s.value for s in slurmconf.read_text(text)}
+
+
+def test_the_fragment_carries_the_site_s_own_values(site):
+    desc, etc = site
+    values = merge.merge(desc, str(etc / "slurm.conf")).values
+    assert values["GresTypes"] == "gpu,ipu"
+    assert values["Licenses"] == "matlab:10,fluent*4,ipu:128"
+    assert values["JobSubmitPlugins"] == "job_submit/lua,require_timelimit"  # lua once, as the site spells it
+    assert values["PrologEpilogTimeout"] == "600"  # the site's, above our deadlines
+    assert values["SchedulerParameters"] == "bf_continue,max_switch_wait=31536000"  # ours replaces the site's wait
+    assert values["AccountingStorageTRES"] == "gres/gpu,gres/ipu,license/ipu"  # from the included file
+    rendered = fragments.texts(desc, str(etc / "slurm.conf"))
+    assert fragment_values(rendered["slurm-ipu.conf"])["Licenses"] == "matlab:10,fluent*4,ipu:128"
+
+
+@pytest.mark.skipif(PATCH is None, reason="GNU patch is not installed")
+def test_the_diff_merges_and_unmerges_mechanically(site, tmp_path):
+    desc, etc = site
+    before = {p.name: p.read_bytes() for p in etc.iterdir()}
+    out = tmp_path / "out"
+    fragments.write(desc, out, str(etc / "slurm.conf"))
+    subprocess.run([PATCH, "-s", "-d", "/", "-p1", "-i", str(out / "slurm.conf.diff")], check=True, timeout=30)
+    shutil.copy(out / "slurm-ipu.conf", etc / "slurm-ipu.conf")
+    merged = slurmconf.read(str(etc / "slurm.conf"))
+    assert slurmconf.defined_twice(merged.settings) == {}  # no key is set twice: Slurm logs no error
+    live = slurmconf.last(merged.settings)
+    assert (live["grestypes"].value, live["slurmctldtimeout"].value) == ("gpu,ipu", "60")
+    assert live["grestypes"].path == str(etc / "slurm-ipu.conf")
+    # A re-render after the merge reads the moved values back: the same fragment, nothing to change.
+    again = fragments.texts(desc, str(etc / "slurm.conf"))
+    assert again["slurm-ipu.conf"] == (out / "slurm-ipu.conf").read_text() and fragments.DIFF not in again
+    subprocess.run([PATCH, "-s", "-R", "-d", "/", "-p1", "-i", str(out / "slurm.conf.diff")], check=True, timeout=30)
+    (etc / "slurm-ipu.conf").unlink()
+    assert {p.name: p.read_bytes() for p in etc.iterdir()} == before
+
+
+@pytest.mark.parametrize("line,words", [
+    ("PrologSlurmctld=/etc/slurm/prolog-ctld.sh", "slurm.conf:13: PrologSlurmctld=/etc/slurm/prolog-ctld.sh is the "
+     "site's own, and Slurm runs one PrologSlurmctld: name it in the site description "
+     "(slurm.site_prolog_slurmctld: /etc/slurm/prolog-ctld.sh) and render again"),
+    ("EpilogSlurmctld=/etc/slurm/epilog-ctld.sh", "(slurm.site_epilog_slurmctld: /etc/slurm/epilog-ctld.sh)"),
+    ("TopologyPlugin=topology/block", "TopologyPlugin=topology/block, and the site's Pods need topology/tree"),
+    ("Licenses=ipu:64", "Licenses has ipu:64, and the Pod is ipu:128: the ipu licence is slurm-ipu's"),
+    ("PropagateResourceLimits=ALL", "PropagateResourceLimits=ALL passes the submitting shell's memlock limit"),
+    ("GresTypes=gpu,\\\n  fpga", "GresTypes is on a line continued with '\\'; put it on a line of its own"),
+])
+def test_values_that_cannot_both_stand_are_one_line(site, line, words):
+    desc, etc = site
+    (etc / "slurm.conf").write_text(SITE_CONF + line + "\n")
+    with pytest.raises(ConfigError) as err:
+        fragments.texts(desc, str(etc / "slurm.conf"))
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_site_prolog_named_in_the_site_description_is_run_by_the_wrapper(site, tmp_path):
+    desc, etc = site
+    (etc / "slurm.conf").write_text(SITE_CONF + "PrologSlurmctld=/etc/slurm/prolog-ctld.sh\n")
+    text = (tmp_path / "site.yaml").read_text().replace("site_prolog_slurmctld: null",
+                                                         "site_prolog_slurmctld: /etc/slurm/prolog-ctld.sh")
+    (tmp_path / "site.yaml").write_text(text)
+    rendered = fragments.texts(config.load(str(tmp_path / "site.yaml"), environ={}), str(etc / "slurm.conf"))
+    assert fragment_values(rendered["slurm-ipu.conf"])["PrologSlurmctld"] == "/opt/slurm-ipu/libexec/slurm-ipu-hook"
+    assert "prolog_slurmctld) /etc/slurm/prolog-ctld.sh || exit $?" in rendered["slurm-ipu-hook"]
+    assert "+# slurm-ipu merged into slurm-ipu.conf: PrologSlurmctld=/etc/slurm/prolog-ctld.sh" in rendered[
+        fragments.DIFF]
+
+
+def test_a_site_limiting_what_it_propagates_keeps_its_own_line(site):
+    desc, etc = site
+    (etc / "slurm.conf").write_text(SITE_CONF + "PropagateResourceLimits=NOFILE,STACK\n")
+    values = merge.merge(desc, str(etc / "slurm.conf")).values
+    assert "PropagateResourceLimitsExcept" not in values  # the two exclude each other; theirs passes no memlock
+
+
+def test_render_says_when_it_did_not_merge(tmp_path):
+    site = ROOT / "tests" / "unit" / "golden" / "site-pod64.yaml"
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(site), "--out", str(tmp_path / "o"),
+                           "--slurm-conf", "none"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "render: not merged with a slurm.conf (--slurm-conf none)" in proc.stderr
