@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .boolean import parse_bool
 from .errors import ConfigError
 from .pods import Pod
 from .slurm import releases
@@ -110,13 +111,6 @@ def _cross_pod(v: str):
 
 
 _port = _between(1, 65535)
-
-
-def parse_bool(text: str) -> bool | None:
-    """yes/no in the spellings admins and users write (1/0, true/false, yes/no, on/off); None:
-    none of them. The one boolean parser of the package."""
-    low = text.strip().lower()
-    return True if low in ("1", "true", "yes", "on") else False if low in ("0", "false", "no", "off") else None
 
 
 # --- the table --------------------------------------------------------------------------------

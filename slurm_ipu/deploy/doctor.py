@@ -71,26 +71,17 @@ def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
 
 
 def gather(site: Site, runner=None) -> Facts:
-    import subprocess
+    from ..slurm.commands import SlurmCli, parse_squeue_json
 
-    from ..slurm.commands import parse_squeue_json
-
-    run = runner or subprocess.run
     facts = Facts()
-    env = {"SLURM_CONF": f"{site['slurm.conf_dir']}/slurm.conf", "PATH": f"{site['slurm.bin_dir']}:/usr/bin:/bin"}
+    cli = SlurmCli.of_site(site, runner=runner)
 
     def slurm(name: str, tool: str, *args: str) -> str | None:
-        argv = [str(Path(site["slurm.bin_dir"]) / tool), *args]
         try:
-            proc = run(argv, env=env, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            facts.errors[name] = f"`{tool} {' '.join(args)}`: {exc}"
+            return cli.output(tool, *args)
+        except SlurmIpuError as exc:
+            facts.errors[name] = str(exc)  # doctor prints one line per item
             return None
-        if proc.returncode != 0:
-            said = (proc.stderr or proc.stdout).strip().splitlines() or ["no message"]
-            facts.errors[name] = f"`{tool} {' '.join(args)}`: {said[0][:200]}"  # doctor prints one line per item
-            return None
-        return proc.stdout
 
     text = slurm("slurm", "scontrol", "--version")
     facts.slurm_version = text.split()[-1] if text else None

@@ -281,24 +281,18 @@ def _refuse_if_slurm_uses(doc: dict) -> None:
     missing SPANK plugin, every job start on a missing PrologSlurmctld. The running slurmctld's
     configuration (`scontrol show config`) and the plugstack files it names are read; a slurmctld
     that does not answer names nothing (the lab, down)."""
-    import subprocess
-
-    from ..slurm.conf import parse_show_config, plugstack_lines
+    from ..errors import SlurmIpuError
+    from ..slurm.commands import SlurmCli
+    from ..slurm.conf import plugstack_lines
 
     ours = [e["path"] for e in doc["entries"] if e["kind"] == "file" and
             e["path"].endswith(("/slurm-ipu-hook", "/spank_ipu.so", "/slurm-ipu-hook-client"))]
-    env = {"PATH": "/usr/bin:/bin"}
     site = _site_of(doc)
-    if site is not None:
-        env["SLURM_CONF"] = f"{site['slurm.conf_dir']}/slurm.conf"
+    cli = SlurmCli.of_site(site) if site is not None else SlurmCli(None, timeout=15.0)
     try:
-        proc = subprocess.run(["scontrol", "show", "config"], env=env, capture_output=True, text=True, timeout=15,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+        config = cli.show_config()
+    except SlurmIpuError:
         return
-    if proc.returncode != 0:
-        return
-    config = parse_show_config(proc.stdout)
     for key in ("PrologSlurmctld", "EpilogSlurmctld"):
         named = [p for p in ours if p in (config.get(key) or "").split(",")]
         if named:

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from ..config import Site
 from ..errors import SlurmIpuError
@@ -74,22 +72,17 @@ def parse_usage(text: str, since: float, now: float) -> dict[str, float]:
 def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None) -> dict:
     from ..hooks.journal import Journal
     from ..hooks.ledger import Ledger
+    from ..slurm.commands import SlurmCli
 
-    run = runner or subprocess.run
-    env = {"SLURM_CONF": f"{site['slurm.conf_dir']}/slurm.conf", "PATH": f"{site['slurm.bin_dir']}:/usr/bin:/bin"}
+    cli = SlurmCli.of_site(site, runner=runner)
     errors = {}
 
     def slurm(tool: str, *args: str, extra: dict | None = None) -> str | None:
         try:
-            proc = run([str(Path(site["slurm.bin_dir"]) / tool), *args], env={**env, **(extra or {})},
-                       capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
-        except (OSError, subprocess.TimeoutExpired) as exc:
+            return cli.output(tool, *args, extra=extra)
+        except SlurmIpuError as exc:
             errors[tool] = str(exc)
             return None
-        if proc.returncode != 0:
-            errors[tool] = (proc.stderr or proc.stdout).strip()[:200]
-            return None
-        return proc.stdout
 
     try:
         partitions = site.vipu_client().list_partitions(time.monotonic() + 20)

@@ -477,9 +477,26 @@ def _drain_journal(spec: LabSpec, timeout: float = 15.0) -> None:
     poll(lambda: not journal.names(), timeout)
 
 
+def slurm_cli(spec: LabSpec, timeout: float = 15.0):
+    """The lab's Slurm commands, through the product's one Slurm interface."""
+    from ..slurm.commands import SlurmCli
+
+    return SlurmCli(str(spec.path("etc", "slurm.conf")), str(SBIN.parent / "bin"), timeout, environ=spec.env())
+
+
+def _slurm(spec: LabSpec, tool: str, *args: str) -> str | None:
+    """What a Slurm command prints, None when it fails (a lab starting or stopping)."""
+    from ..errors import SlurmIpuError
+
+    try:
+        return slurm_cli(spec).output(tool, *args)
+    except SlurmIpuError:
+        return None
+
+
 def node_states(spec: LabSpec) -> dict[str, str]:
-    proc = _run(["sinfo", "-h", "-N", "-o", "%N %T"], spec, timeout=15, check=False)
-    return dict(line.split()[:2] for line in proc.stdout.splitlines() if len(line.split()) >= 2)
+    text = _slurm(spec, "sinfo", "-h", "-N", "-o", "%N %T") or ""
+    return dict(line.split()[:2] for line in text.splitlines() if len(line.split()) >= 2)
 
 
 def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
@@ -502,7 +519,7 @@ def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
             return
         bad = [n for n in spec.node_names if states.get(n, "").startswith(("down", "drain"))]
         if bad and not resumed:
-            _run(["scontrol", "update", f"NodeName={','.join(bad)}", "State=RESUME"], spec, check=False)
+            _slurm(spec, "scontrol", "update", f"NodeName={','.join(bad)}", "State=RESUME")
             resumed = True
         time.sleep(0.3)
     raise LabError(f"nodes not up after {timeout:g}s ({last}); see {spec.path('log')}")
@@ -585,15 +602,14 @@ def print_exports(spec: LabSpec) -> None:
 
 
 def cancel_all(spec: LabSpec, timeout: float = 60.0) -> None:
-    proc = _run(["squeue", "-h", "-o", "%A"], spec, check=False)
-    jobs = proc.stdout.split()
-    if proc.returncode != 0 or not jobs:
+    jobs = (_slurm(spec, "squeue", "-h", "-o", "%A") or "").split()
+    if not jobs:
         return
     say(f"cancelling {len(jobs)} job(s)")
-    _run(["scancel", *jobs], spec, check=False)
+    _slurm(spec, "scancel", *jobs)
+
     def left() -> list[str]:
-        proc = _run(["squeue", "-h", "-o", "%A"], spec, check=False)
-        return [] if proc.returncode != 0 else proc.stdout.split()
+        return (_slurm(spec, "squeue", "-h", "-o", "%A") or "").split()
 
     if not poll(lambda: not left(), timeout):
         say(f"jobs still present after {timeout:g}s: {left()}")

@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import sys
 
+from ..boolean import FALSE, TRUE, parse_bool
 from ..errors import ConfigError
 from .numa import STRATEGIES
 
-TRUE, FALSE = ("1", "yes", "on", "true"), ("0", "no", "off", "false")
-
 
 def boolean(text) -> bool:
-    if isinstance(text, bool):
-        return text
-    low = str(text).strip().lower()
-    if low in TRUE:
-        return True
-    if low in FALSE:
-        return False
-    raise ValueError(f"{text!r} is not a boolean; use yes/no, 1/0, on/off")
+    value = parse_bool(text)
+    if value is None:
+        raise ValueError(f"{text!r} is not a boolean; use yes/no, 1/0, on/off")
+    return value
 
 
 def flag(_text) -> bool:

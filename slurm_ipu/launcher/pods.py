@@ -11,9 +11,7 @@ reads neither.
 from __future__ import annotations
 
 import json
-import subprocess
 
-from ..slurm.topology import leaf_switches
 from .plan import Plan, PlanError
 
 
@@ -89,24 +87,19 @@ def read(part, client_factory, env: dict, show: bool = False,
     several = part is not None and part.num_gcds > 1 and spans_ilds(part)
     if not several and not show:
         return {}, []
-    switches = leaf_switches(_output(["scontrol", "show", "topology"], env, timeout))
-    if not switches or not several:
-        return switches, []
     import time
 
     from ..errors import SlurmIpuError
+    from ..slurm.commands import SlurmCli
 
     try:
-        text = client_factory().run(["list", "allocations", "--showjson"], time.monotonic() + timeout)
+        switches = SlurmCli.of_user(env, timeout).topology()
+    except SlurmIpuError:
+        switches = {}
+    if not switches or not several:
+        return switches, []
+    try:
+        text = client_factory().allocations_json(time.monotonic() + timeout)
     except SlurmIpuError:
         text = ""
     return switches, gcd_pods(gcd_agents(part), allocation_agents(text), set(switches.values()))
-
-
-def _output(argv: list[str], env: dict, timeout: float) -> str:
-    try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout if proc.returncode == 0 else ""

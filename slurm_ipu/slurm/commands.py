@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -76,23 +77,61 @@ def parse_squeue_json(text: str) -> dict[int, str]:
 
 @dataclass
 class SlurmCli:
-    conf: str
+    """Every Slurm command slurm-ipu runs: the hooks' (a bare environment: SLURM_CONF and absolute
+    paths set here), and doctor's, status's, ipurun's, install's and the lab's queries. Each call
+    has a timeout; a failure is a SlurmError naming the command and Slurm's first words."""
+    conf: str | None                  # SLURM_CONF; None: the caller's own (ipurun in a job)
     bin_dir: str = "/usr/bin"
     timeout: float = 10.0
+    runner: Callable[..., subprocess.CompletedProcess] | None = None  # default: subprocess.run
+    environ: dict | None = None       # the caller's environment (ipurun); None: a bare one
 
-    def _run(self, tool: str, *args: str) -> str:
+    @classmethod
+    def of_site(cls, site, timeout: float = 15.0, runner=None) -> SlurmCli:
+        return cls(site.slurm_conf, site["slurm.bin_dir"], timeout, runner)
+
+    @classmethod
+    def of_user(cls, environ: dict, timeout: float = 20.0) -> SlurmCli:
+        """The user's Slurm (ipurun): the commands on their PATH, their SLURM_CONF if any."""
+        import shutil
+
+        found = shutil.which("scontrol", path=environ.get("PATH"))
+        return cls(None, str(Path(found).parent) if found else "/usr/bin", timeout, environ=environ)
+
+    def output(self, tool: str, *args: str, extra: dict | None = None) -> str:
+        """What `tool args` prints; SlurmError when it cannot run or fails."""
+        return self._run(tool, *args, extra=extra)
+
+    def _run(self, tool: str, *args: str, extra: dict | None = None) -> str:
         argv = [str(Path(self.bin_dir) / tool), *args]
-        env = {"SLURM_CONF": self.conf, "PATH": f"{self.bin_dir}:/usr/bin:/bin"}
+        env = dict(self.environ) if self.environ is not None else {"PATH": f"{self.bin_dir}:/usr/bin:/bin"}
+        if self.conf:
+            env["SLURM_CONF"] = self.conf
+        env.update(extra or {})
         try:
-            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=self.timeout,
-                                  stdin=subprocess.DEVNULL)
+            proc = (self.runner or subprocess.run)(argv, env=env, capture_output=True, text=True,
+                                                   timeout=self.timeout, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
-            raise SlurmError(f"{argv[0]} not found; set slurm.bin_dir in the slurm-ipu config") from None
+            raise SlurmError(f"{argv[0]} not found; set slurm.bin_dir in the site description") from None
+        except OSError as exc:
+            raise SlurmError(f"`{tool}`: {exc}") from None
         except subprocess.TimeoutExpired:
             raise SlurmError(f"`{tool} {' '.join(args[:2])}` timed out after {self.timeout:g}s") from None
         if proc.returncode != 0:
-            raise SlurmError(f"`{tool} {' '.join(args[:3])}` failed: {(proc.stderr or proc.stdout).strip()[:200]}")
+            said = (proc.stderr or proc.stdout).strip().splitlines() or ["no message"]
+            raise SlurmError(f"`{tool} {' '.join(args[:3])}` failed: {said[0][:200]}")
         return proc.stdout
+
+    def show_config(self) -> dict[str, str]:
+        from .conf import parse_show_config
+
+        return parse_show_config(self._run("scontrol", "show", "config"))
+
+    def topology(self) -> dict[str, str]:
+        """host -> its leaf switch (a Pod), from `scontrol show topology`."""
+        from .topology import leaf_switches
+
+        return leaf_switches(self._run("scontrol", "show", "topology"))
 
     def active_jobs(self) -> dict[int, str]:
         return parse_squeue_json(self._run("squeue", "--json"))

@@ -103,6 +103,10 @@ class VipuClient:
     def list_partitions(self, deadline: float | None = None) -> list[Partition]:
         return parse_partitions(self.run(["list", "partitions", "--showjson"], deadline))
 
+    def allocations_json(self, deadline: float | None = None) -> str:
+        """`vipu list allocations --showjson` as printed (ipurun reads each allocation's agents)."""
+        return self.run(["list", "allocations", "--showjson"], deadline)
+
     def get_partition(self, name: str, deadline: float | None = None) -> Partition | None:
         return next((p for p in self.list_partitions(deadline) if p.name == name), None)
 

@@ -38,3 +38,19 @@ def write_conf(tmp_path, **extra):
 @pytest.fixture
 def cfg(tmp_path):
     return config.load(str(write_conf(tmp_path)), environ={})
+
+
+SPANK = __import__("pathlib").Path(__file__).resolve().parents[2] / "spank"
+C_FLAGS = ("-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-O2")  # spank/Makefile's, and stricter
+
+
+def build_driver(tmp_path_factory, name: str, *sources: str) -> str:
+    """A C test driver from spank/tests/<name>.c and the plugin's sources it exercises, with the
+    one set of flags every C differential test uses."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("spank") / name
+    argv = ["gcc", *C_FLAGS, "-o", str(out), str(SPANK / "tests" / f"{name}.c"), *(str(SPANK / s) for s in sources)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return str(out)

@@ -128,3 +128,49 @@ def test_no_import_circle_in_the_package():
         if node not in state:
             visit(node, [node])
     assert circles == [], [" -> ".join(c) for c in circles]
+
+
+# Slurm's query and control commands, and V-IPU's: run only by their one interface each.
+SLURM_TOOLS = {"scontrol", "squeue", "sinfo", "sacct", "sacctmgr", "sbatch", "scancel", "sreport"}
+OWNERS = {"scontrol": "slurm/commands.py", "vipu": "vipu/client.py"}
+
+
+def _with_parents(tree):
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            child.parent = node
+    return tree
+
+
+@pytest.mark.parametrize("path", sorted(p for p in PKG.rglob("*.py") if "emulator" not in p.parts),
+                         ids=lambda p: str(p.relative_to(PKG)))
+def test_slurm_and_vipu_commands_run_through_their_interface(path):
+    """Issue 27, item 4: every Slurm command the product runs goes through slurm/commands.py
+    (SlurmCli), every vipu call through vipu/client.py (VipuClient). A module may name a tool as
+    the first argument of SlurmCli.output (the words after it are the caller's)."""
+    rel = str(path.relative_to(PKG))
+    if rel in OWNERS.values():
+        return
+    stray = hand_built_commands(path.read_text())
+    assert not stray, f"{rel} runs {', '.join(stray)} itself: use SlurmCli / VipuClient"
+
+
+def hand_built_commands(source: str) -> list[str]:
+    """Argv lists a module builds for a Slurm tool or vipu (`["scontrol", "show", ...]`); a bare
+    `["vipu"]` is a command name handed to VipuClient, not a call."""
+    stray = []
+    for node in ast.walk(_with_parents(ast.parse(source))):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        parent = node.parent
+        if node.value in SLURM_TOOLS and isinstance(parent, (ast.List, ast.Tuple)):
+            stray.append(f"{node.value} (line {node.lineno})")
+        elif node.value == "vipu" and isinstance(parent, ast.List) and parent.elts[0] is node and len(parent.elts) > 1:
+            stray.append(f"vipu (line {node.lineno})")
+    return stray
+
+
+def test_the_command_checker_sees_hand_built_argv():
+    assert hand_built_commands('subprocess.run(["scontrol", "show", "topology"])') == ["scontrol (line 1)"]
+    assert hand_built_commands('run(["vipu", "list", "partitions"])') == ["vipu (line 1)"]
+    assert hand_built_commands('cli.output("squeue", "--json"); c = ["vipu"]') == []

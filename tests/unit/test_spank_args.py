@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import build_driver
+
 SPANK = Path(__file__).resolve().parents[2] / "spank"
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/usr/include/slurm/spank.h").exists(),
                                 reason="gcc and libslurm-dev missing: `make test` installs them")
@@ -16,12 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/usr/in
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("spank") / "args_driver"
-    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o", str(out),
-                           str(SPANK / "tests" / "args_driver.c"), str(SPANK / "args.c")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return str(out)
+    return build_driver(tmp_path_factory, "args_driver", "args.c")
 
 
 def run(driver: str, *args: str) -> str:

@@ -14,6 +14,8 @@ import pytest
 
 from slurm_ipu.launcher import task
 
+from .conftest import build_driver
+
 SPANK = Path(__file__).resolve().parents[2] / "spank"
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/usr/include/slurm/spank.h").exists(),
                                 reason="gcc and libslurm-dev missing: `make test` installs them")
@@ -25,12 +27,7 @@ PLAN = {"IPURUN_NUM_INSTANCES": "4", "IPURUN_NUM_REPLICAS": "8", "IPURUN_IPUS_PE
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("spank") / "instance_driver"
-    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-o", str(out),
-                           str(SPANK / "tests" / "instance_driver.c"), str(SPANK / "instance.c"),
-                           str(SPANK / "placement.c")], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return str(out)
+    return build_driver(tmp_path_factory, "instance_driver", "instance.c", "placement.c")
 
 
 def in_c(driver: str, env: dict, k: int, local: int, job: int = 7):

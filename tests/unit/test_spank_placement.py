@@ -12,6 +12,7 @@ import pytest
 
 from slurm_ipu.launcher import numa
 
+from .conftest import build_driver
 from .test_numa import make_machine
 
 SPANK = Path(__file__).resolve().parents[2] / "spank"
@@ -30,12 +31,7 @@ MACHINES = {  # name: make_machine arguments
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    out = tmp_path_factory.mktemp("spank") / "placement_driver"
-    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-O2", "-o", str(out),
-                           str(SPANK / "tests" / "placement_driver.c"), str(SPANK / "placement.c")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return str(out)
+    return build_driver(tmp_path_factory, "placement_driver", "placement.c")
 
 
 def reference(root: str, strategy: str, n: int) -> list[str]:
