@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     how = p.add_mutually_exclusive_group()
     how.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
     how.add_argument("--watch", action="store_true",
-                     help="run as the removal service: remove ended jobs' partitions as the epilog queues them, "
+                     help="run as the hook service: remove ended jobs' partitions as the epilog queues them, "
                           "and reap every reap.interval seconds (until SIGTERM)")
 
     r = sub.add_parser("render", help="render a site description into the fragments a site merges")

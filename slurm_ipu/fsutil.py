@@ -12,7 +12,7 @@ from pathlib import Path
 
 def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable: bool = False) -> None:
     """Readers see the old file or the new one, never half of one: write a temporary file in the
-    same directory (one per process and thread, so concurrent writers, the removal service's
+    same directory (one per process and thread, so concurrent writers, the hook service's
     threads among them, do not share it) and rename it over.
     durable: fsync before the rename (state that must survive a crash: records, the journal)."""
     path = Path(path)

@@ -251,14 +251,14 @@ int ipu_instance_task(spank_t sp)
 
     if (spank_get_item(sp, S_TASK_GLOBAL_ID, &gid) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_TASK_ID, &lid) != ESPANK_SUCCESS)
-        return fail("task wrapper: cannot read this task's ids from Slurm");
+        return fail("task setup: cannot read this task's ids from Slurm");
     p.k = gid, p.local = lid;
     p.n = number(sp, "IPURUN_NUM_INSTANCES", -1);
     p.replicas = number(sp, "IPURUN_NUM_REPLICAS", -1);
     p.per_host = number(sp, "IPURUN_INSTANCES_PER_HOST", -1);
     p.gcds = number(sp, "IPURUN_NUM_GCDS", 1);
     if (p.n < 1 || p.replicas < 1 || p.per_host < 1 || p.gcds < 1 || p.gcds > p.n || number(sp, "IPURUN_IPUS_PER_REPLICA", -1) < 1)
-        return fail("task wrapper: missing or bad IPURUN_* plan in the environment (run it through ipurun)");
+        return fail("task setup: missing or bad IPURUN_* plan in the environment (run it through ipurun)");
     if (!get(sp, "SLURMD_NODENAME", host, sizeof(host))[0])
         snprintf(host, sizeof(host), "%s", uname(&un) == 0 ? un.nodename : "?");
     if (popdist_env(sp, &p) || given_env(sp, p.k))

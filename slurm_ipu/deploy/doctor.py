@@ -508,7 +508,7 @@ def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding
     if stale:
         names = ", ".join(q.get("partition", "?") for q in stale[:5])
         return Finding("journal", False, f"{len(stale)} removal(s) queued for over {limit:g} s: {names}",
-                       "check V-IPU and the removal service's log (journalctl -u slurm-ipu-reaper)")
+                       "check V-IPU and the hook service's log (journalctl -u slurm-ipu-reaper)")
     return Finding("journal", True, f"{len(queued)} removal(s) queued, none older than {limit:g} s")
 
 
@@ -524,7 +524,7 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
     if found:
         names = ", ".join(name for name, _ in found[:5])
         return Finding("orphans", False, f"{len(found)} partition(s) whose job is gone: {names}",
-                       "slurm-ipu reap (the removal service does it every reap.interval)")
+                       "slurm-ipu reap (the hook service does it every reap.interval)")
     return Finding("orphans", True, "every partition under the prefix belongs to a live job")
 
 
@@ -559,17 +559,17 @@ def check_service(site: Site, facts: Facts) -> Finding:
     from ..locks import is_held
 
     if not is_held(service_lock(site["state_dir"])):
-        return Finding("service", False, "the removal service is not running: every IPU job's prolog and epilog "
+        return Finding("service", False, "the hook service is not running: every IPU job's prolog and epilog "
                        "start Python (slower job turnover) and orphans wait for a manual reap",
                        "systemctl enable --now slurm-ipu-reaper")
     if not stat.S_ISSOCK(_lstat_mode(socket_path(site["state_dir"]))):
-        return Finding("service", False, "the removal service runs, but without its hook socket (a slurm-ipu "
+        return Finding("service", False, "the hook service runs, but without its hook socket (a slurm-ipu "
                        "older than the hook wrapper?): every IPU job's hooks start Python",
                        "systemctl restart slurm-ipu-reaper")
     if not os.access(site.path("client"), os.X_OK):
         return Finding("service", False, f"{site.path('client')} is missing: every IPU job's hooks start Python",
                        "make install SITE=... (it builds the hook client)")
-    return Finding("service", True, "the removal service runs (slurm-ipu reap --watch) and takes IPU jobs' "
+    return Finding("service", True, "the hook service runs (slurm-ipu reap --watch) and takes IPU jobs' "
                    "prologs and epilogs on its socket")
 
 

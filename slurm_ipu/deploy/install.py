@@ -316,7 +316,7 @@ def _site_of(doc: dict):
 
 
 def _stop_service(doc: dict) -> None:
-    """The removal service runs from the venv about to go: stop it first (systemd where its unit is
+    """The hook service runs from the venv about to go: stop it first (systemd where its unit is
     installed, else its pid from the lock it holds), so it cannot re-create the state directory
     with its last log line after the uninstall removed it."""
     import subprocess
@@ -344,7 +344,7 @@ def _stop_service(doc: dict) -> None:
         return
     # it finishes the prologs it runs first (bounded by their deadline)
     poll(lambda: not pid_alive(pid), site["prolog.deadline"] + site["epilog.deadline"] + 10)
-    print(f"uninstall: stopped the removal service (pid {pid})")
+    print(f"uninstall: stopped the hook service (pid {pid})")
 
 
 def _remove(path: Path, entry: dict) -> int:

@@ -56,7 +56,7 @@ class Cluster:
 
     def granted(self, allocation: str, uid: int) -> bool | None:
         """True: `uid` holds every grant over `allocation`; False: some grant leaves it out;
-        None: no grant covers the allocation (anyone may use it, as before grants)."""
+        None: no grant covers the allocation (anyone may use it)."""
         lists = self.grants_over(allocation)
         return None if not lists else all(uid in uids for uids in lists)
 

@@ -1,5 +1,5 @@
 /*
- * vipu-fast: the lab's `vipu` for the two calls on every IPU job's path, in C, so the emulator's
+ * vipu-fast: the lab's `vipu` for the calls on every IPU job's path, in C, so the emulator's
  * command costs what a native `vipu` costs (about a millisecond, not a Python start-up):
  *
  *   vipu [--api-host H] [--api-port P] [--api-timeout S] create partition NAME --size N

@@ -1,9 +1,10 @@
 """A durable journal of partitions waiting for removal, in STATE_DIR/pending-removal/.
 
-Two writers: the epilog, when V-IPU refused the removal (reason given), and the hook wrapper's
-fast path, which queues an ended job's partition for the removal service (`slurm-ipu reap
---watch`) without starting Python. One small file per partition, written whole (tmp + rename),
-so parallel hooks never contend and a crash leaves either the whole entry or none.
+Entries are written only through `Journal.add` (one format, fsynced before the hook answers):
+by the hook service, which queues an ended job's partition the wrapper's client hands it, and
+by the Python hooks when V-IPU refused a removal (reason given). One small file per partition,
+written whole (tmp + rename), so parallel hooks never contend and a crash leaves either the
+whole entry or none.
 
 Whoever works an entry off (the service, the prolog short of IPUs, `slurm-ipu reap`) does it
 under `lock()`, and so does a prolog dropping its own job's stale entry: an entry is never

@@ -39,7 +39,7 @@ class Misplaced(SlurmIpuError):
 
 
 class Abandoned(SlurmIpuError):
-    """Nobody waits for this prolog any more (the removal service ran it; Slurm killed the
+    """Nobody waits for this prolog any more (the hook service ran it; Slurm killed the
     wrapper because the job was cancelled)."""
 
 
@@ -128,7 +128,7 @@ def _ensure_with_room(ctx, shape, allocation, cfg, client, name: str, deadline: 
 
 def _claim_name(cfg, name: str, deadline: float) -> None:
     """A removal queued by this job's previous attempt (requeue) must never take the partition
-    this attempt adopts or creates: drop it under the journal lock, so the removal service
+    this attempt adopts or creates: drop it under the journal lock, so the hook service
     either finished it already or never starts it. Slurm runs this job's epilog before its
     next prolog, so no new entry for the name can appear after this."""
     journal = Journal(cfg["state_dir"])

@@ -59,14 +59,14 @@ def orphans(partitions, jobs: dict[int, str], prefix: str) -> list[tuple[str, in
 
 
 def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic, wait: float | None = None) -> int:
-    """wait: seconds to wait for a reap already running (the removal service's periodic one)
+    """wait: seconds to wait for a reap already running (the hook service's periodic one)
     to finish; by default as long as one reap may take."""
     lock = _lock(cfg["state_dir"], cfg["epilog.deadline"] * 4 if wait is None else wait)
     try:
         deadline = clock() + cfg["epilog.deadline"] * 4
         journal, ledger = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"])
         # Only entries older than the listings below are settled: one queued after them (a job
-        # that ended meanwhile) is the removal service's, or the next run's.
+        # that ended meanwhile) is the hook service's, or the next run's.
         queued = journal.names()
         recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
         before = time.time()
@@ -76,7 +76,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
         for name, job in orphans(parts, jobs, cfg["partition.prefix"]):
             if ledger.owns(name, job):
                 found.append((name, job))
-            elif name in recorded:  # ours, removed meanwhile by its epilog or the removal service
+            elif name in recorded:  # ours, removed meanwhile by its epilog or the hook service
                 continue
             else:  # made under our prefix by someone else: not ours to remove
                 out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not create it")

@@ -34,7 +34,7 @@ def service_lock(state_dir: str) -> Path:
 
 
 class Service:
-    """The long-running removal service: the journal within POLL_S, a full `reap` (orphans
+    """The long-running hook service: the journal within POLL_S, a full `reap` (orphans
     whose job is gone; one squeue) every reap.interval seconds as the backstop, and the
     prologs the hook wrapper hands over (transport.py), each in its own thread."""
 
@@ -55,7 +55,7 @@ class Service:
                 self.backoff = 1.0
             else:  # V-IPU trouble: no hammering; every entry stays queued
                 self.retry_at = self.clock() + self.backoff
-                report(self.cfg["state_dir"], f"removal service: V-IPU failed ({failed}); "
+                report(self.cfg["state_dir"], f"hook service: V-IPU failed ({failed}); "
                                               f"retrying in {self.backoff:g}s")
                 self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
         if now >= self.next_reap:
@@ -69,7 +69,7 @@ class Service:
             reap.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line),
                      wait=0)  # an admin's reap is running: it does the same work
         except SlurmIpuError as exc:  # slurmctld or V-IPU down, or a cron reap running: next time
-            report(self.cfg["state_dir"], f"removal service: periodic reap skipped: {exc}")
+            report(self.cfg["state_dir"], f"hook service: periodic reap skipped: {exc}")
 
     def run(self) -> int:
         from ..locks import try_lock
@@ -77,14 +77,14 @@ class Service:
 
         # A short wait: doctor probes the lock by taking it for an instant, which must not stop a start.
         lock = try_lock(service_lock(self.cfg["state_dir"]),
-                        f"a removal service already runs for {self.cfg['state_dir']} (it holds reaper.lock)", wait=2.0)
+                        f"a hook service already runs for {self.cfg['state_dir']} (it holds reaper.lock)", wait=2.0)
         Journal(self.cfg["state_dir"]).dir.mkdir(parents=True, exist_ok=True)
         transport.remove_legacy(self.cfg["state_dir"])
         listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
         os.write(lock, f"{os.getpid()}\n".encode())
-        report(self.cfg["state_dir"], f"removal service: started, pid {os.getpid()}")
+        report(self.cfg["state_dir"], f"hook service: started, pid {os.getpid()}")
         # Removals in their own thread: a slow V-IPU removal never delays a waiting prolog.
         removals = threading.Thread(target=self._removals, name="removals", daemon=True)
         removals.start()
@@ -98,7 +98,7 @@ class Service:
             removals.join(self.cfg["epilog.deadline"] + 5)
             listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
             os.close(lock)
-            report(self.cfg["state_dir"], "removal service: stopped")
+            report(self.cfg["state_dir"], "hook service: stopped")
         return 0
 
     def _removals(self) -> None:

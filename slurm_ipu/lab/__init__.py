@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"
-REAP_INTERVAL = 30.0  # the removal service's full reap: short, so drills see orphans go
+REAP_INTERVAL = 30.0  # the hook service's full reap: short, so drills see orphans go
 
 
 @dataclass(frozen=True)
@@ -287,7 +287,7 @@ def write_files(spec: LabSpec) -> None:
     _script(spec.path("bin", "vipu-py"),
             f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n"
             f"{address} exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
-    # The lab's `vipu`: create and remove in C, as cheap as a native vipu; the rest in Python.
+    # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in Python.
     fast = build_vipu_fast(spec)
     _script(spec.path("bin", "vipu"),
             "#!/bin/sh\n# The lab's V-IPU CLI: the emulator's vipu-compatible command line.\n" +
@@ -427,7 +427,7 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
 
 
 def start_reaper(spec: LabSpec, pids: dict) -> None:
-    """The removal service, as a site runs it from systemd: the hook wrapper queues ended jobs'
+    """The hook service, as a site runs it from systemd: the hook wrapper queues ended jobs'
     partitions for it while it holds its lock."""
     if _running(pids.get("reaper")):
         return
@@ -447,12 +447,12 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
             return False
 
     if not poll(lambda: started() or proc.poll() is not None, 15) or not started():
-        raise LabError(f"the removal service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
-    say(f"started the removal service (slurm-ipu reap --watch, pid {proc.pid})")
+        raise LabError(f"the hook service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
+    say(f"started the hook service (slurm-ipu reap --watch, pid {proc.pid})")
 
 
 def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
-    """Stop the removal service by its recorded pid (drills: the hooks without it, a crash)."""
+    """Stop the hook service by its recorded pid (drills: the hooks without it, a crash)."""
     pids = load_pids(spec)
     rec = pids.pop("reaper", None)
     pid = _pid(rec)

@@ -47,7 +47,7 @@ class VipuClient:
         self.runner, self.sleep, self.clock = runner, sleep, clock
 
     def with_sleep(self, sleep: Callable[[float], None]) -> VipuClient:
-        """The same client pausing through `sleep` (the removal service watches its prologs)."""
+        """The same client pausing through `sleep` (the hook service watches its prologs)."""
         return VipuClient(self.command, self.host, self.port, self.timeout, self.retries, self.backoff,
                           self.emulator_flags, self.runner, sleep, self.clock)
 

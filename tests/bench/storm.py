@@ -70,7 +70,7 @@ def _scriptd(ctld: int) -> int | None:
 
 class CpuMeter:
     """slurmctld's CPU (itself and slurmscriptd) and our hooks' (the wrapper scripts slurmscriptd
-    reaps, and the removal service with its `vipu` calls) over one storm."""
+    reaps, and the hook service with its `vipu` calls) over one storm."""
 
     def __init__(self, spec: lab.LabSpec):
         pids = lab.load_pids(spec)
@@ -79,7 +79,7 @@ class CpuMeter:
         self.service = pids["reaper"]["pid"]
 
     def sample(self) -> tuple[float, float, float]:
-        """(slurmctld, the hook wrappers, the removal service with its `vipu` calls) in seconds."""
+        """(slurmctld, the hook wrappers, the hook service with its `vipu` calls) in seconds."""
         ctld, _ = _ticks(self.ctld)
         scriptd, scripts = _ticks(self.scriptd) if self.scriptd else (0, 0)
         own, children = _ticks(self.service)
@@ -91,7 +91,7 @@ def leaks(spec: lab.LabSpec) -> list[str]:
     from slurm_ipu.emulator.api import Api
 
     api = Api(admin_socket=str(spec.path("vipu-emu", "admin.sock")), timeout=10)
-    # The removal service works the epilogs' queue off within a poll interval of each job's end.
+    # The hook service works the epilogs' queue off within a poll interval of each job's end.
     queue = spec.path("state", "pending-removal")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(queue.glob("*.json")):
@@ -136,7 +136,7 @@ def main() -> int:
         hooks = scripts + service
         print(f"  CPU {name:<13} slurmctld {ctld:6.2f} s, our hooks {hooks:6.2f} s "
               f"({100 * hooks / max(ctld + hooks, 1e-9):4.1f}% of the two; wrappers {scripts:.2f} s, "
-              f"removal service {service:.2f} s)")
+              f"hook service {service:.2f} s)")
     print(f"  left behind     {', '.join(left) if left else 'nothing'}")
     return 1 if left else 0
 

@@ -127,7 +127,7 @@ def cancel_and_expect_clean(lab: Lab, job_id: int) -> None:
     """scancel, then what a user must see: the job gone, its partition removed, the nodes idle.
 
     Slurm now and then SIGKILLs the EpilogSlurmctld of a job cancelled while its prolog runs
-    (a race inside slurmscriptd, docs/slurm.md). Then the removal service's periodic reap, with
+    (a race inside slurmscriptd, docs/slurm.md). Then the hook service's periodic reap, with
     nobody's help, must remove the recorded orphan within its interval (30 s in the lab)."""
     lab.run("scancel", str(job_id), check=True)
     wait_gone(lab, job_id)

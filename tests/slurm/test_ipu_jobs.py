@@ -188,7 +188,7 @@ def test_srun_and_salloc_users_see_why_their_ipu_job_ended(clean_lab, tool):
 
 @pytest.fixture
 def without_service(clean_lab):
-    """The lab with its removal service stopped (by pid), as on a site that has not enabled it:
+    """The lab with its hook service stopped (by pid), as on a site that has not enabled it:
     the hooks must do all the work themselves. Restarted afterwards."""
     labmod.stop_reaper(clean_lab.spec)
     try:
@@ -216,7 +216,7 @@ def _cancel_while_vipu_is_down(lab):
 
 
 def test_vipu_down_at_job_end_keeps_nodes_idle_and_the_service_removes_it_later(clean_lab):
-    """V-IPU is down when the job ends and the removal service crashes (SIGKILL) meanwhile:
+    """V-IPU is down when the job ends and the hook service crashes (SIGKILL) meanwhile:
     the nodes stay idle, the removal waits in the journal, and the restarted service removes
     the partition once V-IPU is back, with nobody running reap by hand."""
     lab = clean_lab
@@ -228,7 +228,7 @@ def test_vipu_down_at_job_end_keeps_nodes_idle_and_the_service_removes_it_later(
 
 
 def _served(lab, job: int) -> bool:
-    """The removal service ran this job's prolog: its log (the service's stderr) has the line
+    """The hook service ran this job's prolog: its log (the service's stderr) has the line
     the Python prolog would have written to slurmctld's."""
     return f"job {job}: partition slurm_{job} ACTIVE" in lab.spec.path("log", "reaper.log").read_text()
 

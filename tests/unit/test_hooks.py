@@ -252,7 +252,7 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
 
 
 def test_reap_never_overlaps_another_it_waits_for_it_or_says_so(fake, cfg):
-    """An admin's reap while the removal service's periodic one runs waits for it to finish; the
+    """An admin's reap while the hook service's periodic one runs waits for it to finish; the
     service's own (wait=0) skips its turn instead."""
     import os
     import threading

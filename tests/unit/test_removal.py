@@ -1,4 +1,4 @@
-"""The removal service (`slurm-ipu reap --watch`) and the hook wrapper's fast epilog path: an
+"""The hook service (`slurm-ipu reap --watch`) and the hook wrapper's fast epilog path: an
 ended job's partition goes, only ours goes, a requeued job keeps the partition it adopted, and
 V-IPU trouble loses nothing. The wrapper is the real rendered shell script."""
 

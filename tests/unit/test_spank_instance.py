@@ -95,7 +95,7 @@ def test_another_instance_s_output_is_silenced(driver):
 def test_a_step_without_the_plan_fails_the_task_with_the_fix(driver, missing):
     env = {k: v for k, v in PLAN.items() if k != missing}
     rc, _, err = in_c(driver, env, 0, 0)
-    assert rc == -1 and err.startswith("ipurun: task wrapper: missing or bad") and "run it through ipurun" in err
+    assert rc == -1 and err.startswith("ipurun: task setup: missing or bad") and "run it through ipurun" in err
 
 
 def test_a_placement_that_cannot_be_made_is_refused_as_in_python(driver):
