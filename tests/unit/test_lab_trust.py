@@ -15,7 +15,7 @@ import pytest
 
 from slurm_ipu import lab
 from slurm_ipu.errors import LabError
-from slurm_ipu.lab import trust
+from slurm_ipu.lab import procs, trust
 
 OTHER = 4242
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user, and the lab, need root")
@@ -175,7 +175,7 @@ def test_lab_down_refuses_a_rewritten_pids_json_and_signals_nothing(base):
     victim = subprocess.Popen(["sleep", "60"])
     try:
         # a root process of the planter's choosing, start time and all: as root's own file, down would stop it
-        (path / "pids.json").write_text(json.dumps({"munged": lab._record(victim.pid)}))
+        (path / "pids.json").write_text(json.dumps({"munged": procs._record(victim.pid)}))
         assert lab._running(lab.load_pids(lab.LabSpec(dir=path))["munged"])
         os.chown(path / "pids.json", OTHER, OTHER)
         for action in ("down", "status"):

@@ -1,0 +1,254 @@
+"""The lab's processes: munge, the V-IPU emulator, slurmctld and the slurmd nodes, the hook
+service; each recorded by pid and start time in LAB/pids.json (procs.py), stopped only by those
+records. Slurm is asked through the product's SlurmCli."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..errors import LabError
+from ..fsutil import atomic_write, pid_alive, poll
+from ..hooks.journal import Journal
+from ..hooks.service import service_lock
+from ..hooks.transport import socket_path
+from . import trust
+from .procs import _log_tail, _pid, _pid_in, _record, _run, _running, _stop_pid, _wait_pidfile, say
+from .spec import SBIN, LabSpec
+
+
+def check_trusted(spec: LabSpec) -> None:
+    """Before the lab reads, runs or signals anything from its directory: refuse it if another user
+    could have written it, or any file the lab executes or takes a pid from (trust.py's rule)."""
+    trust.check_dir(spec.dir)
+    trust.check_files(spec.dir, _used_files(spec))
+
+
+def _used_files(spec: LabSpec) -> list[Path]:
+    """pids.json and the pid files the lab reads (the pids it records, then signals; MariaDB's it
+    never reads: the lab records the pid it started); bin/ (first on the PATH of every command the
+    lab runs), lib/ (the SPANK plugin srun and slurmd load) and etc/ (the daemons' configuration,
+    which names what they run), whatever is in them; the hook wrapper and its client slurmctld runs
+    for every job (under the installed prefix in installed mode)."""
+    daemons = ["slurmctld", "munged", "slurmdbd", *(f"slurmd-{n}" for n in spec.node_names)]
+    prefix = Path(spec.prefix) if spec.prefix else spec.path("install")
+    files = [spec.path("pids.json"), *(spec.path("run", f"{d}.pid") for d in daemons),
+             prefix / "libexec" / "slurm-ipu-hook", prefix / "libexec" / "slurm-ipu-hook-client"]
+    for sub in ("bin", "lib", "etc"):
+        files.append(spec.path(sub))
+        try:
+            files += sorted(spec.path(sub).iterdir())
+        except OSError:  # not made yet, or refused by the check that follows
+            pass
+    return files
+
+
+def load_pids(spec: LabSpec) -> dict:
+    check_trusted(spec)
+    try:
+        pids = json.loads(spec.path("pids.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return _follow_restarts(spec, pids)
+
+
+def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
+    """From 23.11 `scontrol reconfigure` restarts slurmctld and slurmd as new processes: a
+    recorded daemon that is gone is followed to the pid in its pid file when that process runs
+    this lab's slurm.conf (its command line says so), so `down` still stops exactly the lab's."""
+    conf = str(spec.path("etc", "slurm.conf"))
+    daemons = {"slurmctld": spec.path("run", "slurmctld.pid")}
+    daemons.update({f"slurmd-{n}": spec.path("run", f"slurmd-{n}.pid") for n in spec.node_names})
+    for key, pidfile in daemons.items():
+        if key not in pids or _running(pids[key]):
+            continue
+        pid = _pid_in(pidfile)
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if pid else []
+        except OSError:
+            argv = []
+        if conf.encode() in argv:
+            pids[key] = _record(pid)
+    return pids
+
+
+def save_pids(spec: LabSpec, pids: dict) -> None:
+    atomic_write(spec.path("pids.json"), json.dumps(pids, indent=1))
+
+
+def start_munge(spec: LabSpec, pids: dict) -> None:
+    if _running(pids.get("munged")):
+        return
+    key = Path("/etc/munge/munge.key")
+    if not key.exists():
+        raise LabError(f"munge has no key ({key}); reinstall munge (apt-get install munge)")
+    pidfile = spec.path("run", "munged.pid")
+    pidfile.unlink(missing_ok=True)
+    say("starting munged (the lab's own socket)")
+    # --force: run as root, beside any system munged, with a socket only this lab uses.
+    _run([str(SBIN / "munged"), "--force", f"--socket={spec.path('run', 'munge.socket')}",
+          f"--pid-file={pidfile}", f"--log-file={spec.path('log', 'munged.log')}",
+          f"--seed-file={spec.path('run', 'munged.seed')}", f"--key-file={key}"], spec,
+         log=spec.path("log", "munged.log"))
+    pids["munged"] = _record(_wait_pidfile(pidfile, 10, "munged", spec.path("log", "munged.log")))
+
+
+def start_emulator(spec: LabSpec, pids: dict) -> None:
+    from ..emulator.process import EmulatorProcess
+
+    if _running(pids.get("vipu-emu")):
+        return
+    say(f"starting the V-IPU emulator on 127.0.0.1:{spec.vipu_port}")
+    emu = EmulatorProcess.start(spec.path("vipu-emu"), cluster=str(spec.path("etc", "vipu-emu.yaml")),
+                                port=spec.vipu_port, log_path=spec.path("log", "vipu-emu.log"), detach=True)
+    pids["vipu-emu"] = _record(emu.pid)
+
+
+def start_slurm(spec: LabSpec, pids: dict) -> None:
+    conf = str(spec.path("etc", "slurm.conf"))
+    if not _running(pids.get("slurmctld")):
+        spec.path("run", "slurmctld.pid").unlink(missing_ok=True)
+        # -c (a clean start, no saved jobs) only for a new lab: a restart keeps the job queue.
+        clean = ["-c"] if "slurmctld" not in pids else []
+        say(f"starting slurmctld on port {spec.ctld_port}{'' if clean else ' (keeping its saved jobs)'}")
+        _run([str(SBIN / "slurmctld"), *clean, "-f", conf], spec, log=spec.path("log", "slurmctld.log"))
+        pids["slurmctld"] = _record(_wait_pidfile(spec.path("run", "slurmctld.pid"), 30, "slurmctld",
+                                                  spec.path("log", "slurmctld.log")))
+    for name in spec.node_names:
+        key = f"slurmd-{name}"
+        if _running(pids.get(key)):
+            continue
+        pidfile = spec.path("run", f"slurmd-{name}.pid")
+        pidfile.unlink(missing_ok=True)
+        _run([str(SBIN / "slurmd"), "-f", conf, "-N", name], spec, log=spec.path("log", f"slurmd-{name}.log"))
+        pids[key] = _record(_wait_pidfile(pidfile, 30, f"slurmd {name}", spec.path("log", f"slurmd-{name}.log")))
+    say(f"started slurmd {', '.join(spec.node_names)}")
+
+
+def start_reaper(spec: LabSpec, pids: dict) -> None:
+    """The hook service, as a site runs it from systemd: the hook wrapper queues ended jobs'
+    partitions for it while it holds its lock."""
+    if _running(pids.get("reaper")):
+        return
+    lock = service_lock(spec.path("state"))
+    with open(spec.path("log", "reaper.log"), "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"], env=spec.env(),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    pids["reaper"] = _record(proc.pid)
+    sock = socket_path(spec.path("state"))
+
+    def started() -> bool:
+        """The service writes its pid into its lock file once it holds the lock and listens. Read,
+        never probed: taking the lock to test it can make the starting service find it held."""
+        try:
+            return lock.read_text().split()[0] == str(proc.pid) and sock.exists()
+        except (OSError, IndexError):
+            return False
+
+    if not poll(lambda: started() or proc.poll() is not None, 15) or not started():
+        raise LabError(f"the hook service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
+    say(f"started the hook service (slurm-ipu reap --watch, pid {proc.pid})")
+
+
+def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
+    """Stop the hook service by its recorded pid (drills: the hooks without it, a crash)."""
+    pids = load_pids(spec)
+    rec = pids.pop("reaper", None)
+    pid = _pid(rec)
+    if _running(rec):
+        if sig == signal.SIGTERM:
+            _stop_pid(pid, "reaper")
+        else:
+            os.kill(pid, sig)
+            poll(lambda: not pid_alive(pid), 10)
+    save_pids(spec, pids)
+
+
+def restart_reaper(spec: LabSpec) -> None:
+    pids = load_pids(spec)
+    start_reaper(spec, pids)
+    save_pids(spec, pids)
+
+
+def _drain_journal(spec: LabSpec, timeout: float = 15.0) -> None:
+    """Before the service stops: the partitions of the jobs just cancelled are queued for it."""
+    journal = Journal(spec.path("state"))
+    poll(lambda: not journal.names(), timeout)
+
+
+def slurm_cli(spec: LabSpec, timeout: float = 15.0):
+    """The lab's Slurm commands, through the product's one Slurm interface."""
+    from ..slurm.commands import SlurmCli
+
+    return SlurmCli(str(spec.path("etc", "slurm.conf")), str(SBIN.parent / "bin"), timeout, environ=spec.env())
+
+
+def _slurm(spec: LabSpec, tool: str, *args: str) -> str | None:
+    """What a Slurm command prints, None when it fails (a lab starting or stopping)."""
+    from ..errors import SlurmIpuError
+
+    try:
+        return slurm_cli(spec).output(tool, *args)
+    except SlurmIpuError:
+        return None
+
+
+def node_states(spec: LabSpec) -> dict[str, str]:
+    text = _slurm(spec, "sinfo", "-h", "-N", "-o", "%N %T") or ""
+    return dict(line.split()[:2] for line in text.splitlines() if len(line.split()) >= 2)
+
+
+def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    resumed = False
+    while time.monotonic() < deadline:
+        for key, rec in pids.items():
+            if key.startswith(("slurm", "vipu", "mariadb")) and not _running(rec):
+                pid = _pid(rec)
+                log = spec.path("log", "slurmctld.log" if key == "slurmctld" else f"{key}.log")
+                raise LabError(f"{key} (pid {pid}) exited during start: {_log_tail(log)}")
+        states = node_states(spec)
+        line = ", ".join(f"{n} {states.get(n, '?')}" for n in spec.node_names)
+        if line != last:
+            say(f"nodes: {line}")
+            last = line
+        # idle, or running jobs (a restart of a partly dead lab keeps them)
+        if all(states.get(n, "").startswith(("idle", "mixed", "alloc")) for n in spec.node_names):
+            return
+        bad = [n for n in spec.node_names if states.get(n, "").startswith(("down", "drain"))]
+        if bad and not resumed:
+            _slurm(spec, "scontrol", "update", f"NodeName={','.join(bad)}", "State=RESUME")
+            resumed = True
+        time.sleep(0.3)
+    raise LabError(f"nodes not up after {timeout:g}s ({last}); see {spec.path('log')}")
+
+
+def cancel_all(spec: LabSpec, timeout: float = 60.0) -> None:
+    jobs = (_slurm(spec, "squeue", "-h", "-o", "%A") or "").split()
+    if not jobs:
+        return
+    say(f"cancelling {len(jobs)} job(s)")
+    _slurm(spec, "scancel", *jobs)
+
+    def left() -> list[str]:
+        return (_slurm(spec, "squeue", "-h", "-o", "%A") or "").split()
+
+    if not poll(lambda: not left(), timeout):
+        say(f"jobs still present after {timeout:g}s: {left()}")
+
+
+def _stop_all(pids: dict, keys: list[str]) -> None:
+    """Stop the recorded processes named in keys, slurmd first, munged last."""
+    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadb", "reaper", "vipu-emu",
+                                                             "munged"]
+    for key in order:
+        rec = pids.get(key)
+        if key in keys and _running(rec):
+            say(f"stopping {key} (pid {_pid(rec)})")
+            _stop_pid(_pid(rec), key)

@@ -1,0 +1,250 @@
+"""The lab's files and builds: its site description (rendered and merged as any site's, docs/admin.md),
+its slurm.conf, the SPANK plugin, the hook client and the C `vipu` (vipu_fast.c, beside this
+module), and the product's commands on its PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from .. import config, rules
+from ..deploy import render
+from ..errors import LabError
+from ..fsutil import atomic_write
+from ..hooks.transport import build_client
+from ..slurm import releases
+from .procs import say
+from .spec import CLUSTER, PREFIX, REAP_INTERVAL, REPO, SBIN, LabSpec
+
+
+def context(spec: LabSpec) -> dict:
+    """What the lab's own slurm.conf needs beyond the site's fragments (machine, ports, paths)."""
+    host = socket.gethostname()
+    mem = max(1024, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // (1 << 20) // spec.nodes // 2)
+    ctx = {
+        "cluster_name": CLUSTER,
+        "controller": {"hostname": host, "addr": "127.0.0.1", "port": spec.ctld_port},
+        "slurm_user": "root",
+        "paths": {k: str(spec.path(v)) for k, v in
+                  {"state": "spool/ctld", "spool": "spool", "run": "run", "log": "log", "etc": "etc"}.items()},
+        "nodes": [{"name": n, "hostname": host, "addr": "127.0.0.1", "port": spec.node_port + i,
+                   "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": spec.ipus_per_node}
+                  for i, n in enumerate(spec.node_names)],
+        "partition_name": "ipu",
+        # A munged of the lab's own: no lab, test run or benchmark can stop another's.
+        "munge_socket": str(spec.path("run", "munge.socket")),
+        # A requeued job waits cred_expire (120 s by default) before it may start again: the lab's
+        # requeue drills should not.
+        "cred_expire": 30,
+    }
+    ctx["accounting"] = None
+    if spec.accounting:
+        from . import accounting
+
+        ctx["accounting"] = accounting.context(spec)
+    ctx.update(render.pod_values(spec.pod_ipus))
+    return ctx
+
+
+def site_description(spec: LabSpec) -> str:
+    """The lab's site description: rendered and merged exactly as a site's would be (docs/admin.md),
+    with every path inside the lab's directory."""
+    doc = {
+        "version": 1,
+        "cluster": CLUSTER,
+        "vipu": {"host": "127.0.0.1", "port": spec.vipu_port, "command": str(spec.path("bin", "vipu")),
+                 "timeout": 5.0, "emulator": True},
+        "pod": _pod_section(spec),
+        "partition": {"prefix": PREFIX},
+        "prolog": {"deadline": spec.prolog_deadline},
+        "epilog": {"deadline": spec.epilog_deadline},
+        "reap": {"interval": REAP_INTERVAL},
+        "accounting": {"slurmdbd_host": "127.0.0.1" if spec.accounting else None},
+        "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
+        "state_dir": str(spec.path("state")),
+        "slurm": {"version": _slurm_release(), "user": "root", "conf_dir": str(spec.path("etc")),
+                  "bin_dir": "/usr/bin", "plugin_dir": str(spec.path("lib"))},
+        "install": {"prefix": spec.prefix or str(spec.path("install")),
+                    "site": str(spec.path("etc", "site.yaml")), "unit_dir": str(spec.path("systemd"))},
+    }
+    if spec.pods > 1:
+        doc["pods"] = _pods(spec)
+        doc["vipu"]["allocation"] = "all"
+    if spec.pods > 2 and spec.pods % 2 == 0:  # a POD256 as two pairs: podab and podcd
+        names = [p["name"] for p in doc["pods"]]
+        doc["pod_groups"] = [{"name": "pod" + names[k][-1] + names[k + 1][-1], "pods": names[k:k + 2]}
+                             for k in range(0, len(names), 2)]
+    import yaml
+
+    return "# The lab's site description (written by `slurm-ipu lab up`).\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _pod_section(spec: LabSpec) -> dict:
+    if spec.pods == 1:
+        return {"ipus": spec.pod_ipus, "hosts": f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1",
+                "ipus_per_host": spec.ipus_per_node}
+    return {"ipus_per_host": spec.ipus_per_node}
+
+
+def _pods(spec: LabSpec) -> list[dict]:
+    """Pods a, b, ... of equal consecutive node ranges (nodes 1-4 are Pod a of a 2-Pod 8-node lab)."""
+    per = spec.nodes // spec.pods
+    ilds = spec.pod_ipus // spec.pods // rules.IPUS_PER_ILD
+    return [{"name": f"pod{chr(ord('a') + k)}", "hosts": f"node[{k * per + 1}-{(k + 1) * per}]" if per > 1
+             else f"node{k + 1}", "ilds": ilds} for k in range(spec.pods)]
+
+
+def _slurm_release() -> str:
+    """The installed Slurm's release, as the lab's site description names it."""
+    version = releases.installed(SBIN)
+    if version is None or releases.release(version) not in releases.SUPPORTED:
+        raise LabError(f"{SBIN / 'slurmctld'} -V says {version or 'nothing'}: the lab runs on Slurm "
+                       f"{', '.join(releases.SUPPORTED)}; install one (apt-get install slurm-wlm)")
+    return releases.release(version)
+
+
+LAB_COMMANDS = {"ipurun": "slurm_ipu.launcher.cli", "slurm-ipu": "slurm_ipu.cli", "vipu-emu": "slurm_ipu.emulator.main"}
+
+
+def _script(path: Path, body: str) -> None:
+    atomic_write(path, body, 0o755)
+
+
+def _link(path: Path, to: str) -> None:
+    if path.is_symlink() and os.readlink(path) == to:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(to)
+    os.replace(tmp, path)
+
+
+def install_site(spec: LabSpec):
+    """Render the lab's site description and put each fragment where its header says, as an admin
+    merges them; the lab's 'install' is its interpreter's environment, linked as PREFIX/venv."""
+    from ..deploy import fragments, merge
+
+    etc = spec.path("etc")
+    atomic_write(etc / "site.yaml", site_description(spec))
+    desc = config.load(str(etc / "site.yaml"), twins=False)
+    conf = str(etc / "slurm.conf")  # merged as a site's is (deploy/merge.py): its own keys, the diff applied
+    texts = fragments.write(desc, etc / "site", conf)
+    for path, (_, merged) in merge.edits(merge.merge(desc, conf), conf).items():
+        atomic_write(path, merged)
+    texts = {p.name: p.read_text() for p in texts}
+    atomic_write(etc / "slurm-ipu.conf", texts["slurm-ipu.conf"])
+    atomic_write(etc / "gres.conf", texts["gres-ipu.conf"])
+    (etc / "plugstack.conf.d").mkdir(exist_ok=True)
+    atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
+    atomic_write(etc / "plugstack.conf", f"include {etc}/plugstack.conf.d/*.conf\n")
+    atomic_write(etc / "job_submit.lua", texts["job_submit.lua"])
+    if "topology.conf" in texts:
+        atomic_write(etc / "topology.conf", texts["topology.conf"])
+    else:
+        (etc / "topology.conf").unlink(missing_ok=True)
+    if spec.prefix:
+        _check_installed(spec, desc, texts)
+        return desc
+    libexec = spec.path("install", "libexec")
+    libexec.mkdir(parents=True, exist_ok=True)
+    _link(spec.path("install", "venv"), sys.prefix)
+    _script(Path(desc.path("wrapper")), texts["slurm-ipu-hook"])
+    client = Path(desc.path("client"))
+    source = Path(__file__).resolve().parents[1] / "hooks" / "client.c"
+    if not client.exists() or client.stat().st_mtime < source.stat().st_mtime:  # like bin/vipu-fast: once
+        build_client(client)
+    return desc
+
+
+def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
+    """Installed mode: what make install put in place must be what this lab's site renders."""
+    fix = (f"run `make install PREFIX={spec.prefix} SITE=<(slurm-ipu lab site --dir {spec.dir} "
+           f"--prefix {spec.prefix})` first")
+    path = desc.path("wrapper")
+    try:
+        same = Path(path).read_text() == texts["slurm-ipu-hook"]
+    except OSError:
+        same = False
+    if not same:
+        raise LabError(f"{path} is missing or not rendered from this lab's site; {fix}")
+    if not Path(desc.path("plugin")).is_file():
+        raise LabError(f"{desc.path('plugin')} is missing; {fix}")
+    if Path(sys.prefix).resolve() != Path(spec.prefix, "venv").resolve():
+        raise LabError(f"this slurm-ipu runs from {sys.prefix}, not the install in {spec.prefix}; "
+                       f"run {spec.prefix}/venv/bin/slurm-ipu")
+
+
+def write_files(spec: LabSpec) -> None:
+    for sub in ("etc", "bin", "spool/ctld", "run", "log", "state", "vipu-emu"):
+        spec.path(sub).mkdir(parents=True, exist_ok=True)
+    for name in spec.node_names:
+        spec.path("spool", name).mkdir(exist_ok=True)
+    ctx = context(spec)
+    atomic_write(spec.path("etc", "slurm.conf"), render.render("slurm.conf", ctx))
+    if spec.accounting:
+        atomic_write(spec.path("etc", "slurmdbd.conf"), render.render("slurmdbd.conf", ctx), 0o600)
+    cgroup = releases.cgroup_conf(releases.installed(SBIN) or "0.0")
+    if cgroup:
+        atomic_write(spec.path("etc", "cgroup.conf"), cgroup)
+    desc = install_site(spec)
+    from ..deploy import fragments
+
+    atomic_write(spec.path("etc", "vipu-emu.yaml"), fragments.emulator_cluster(desc))
+    py = sys.executable
+    address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
+               f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")
+    _script(spec.path("bin", "vipu-py"),
+            f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n"
+            f"{address} exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
+    # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in Python.
+    fast = build_vipu_fast(spec)
+    _script(spec.path("bin", "vipu"),
+            "#!/bin/sh\n# The lab's V-IPU CLI: the emulator's vipu-compatible command line.\n" +
+            (f"{address} VIPU_FAST_FALLBACK={spec.path('bin', 'vipu-py')} exec {fast} \"$@\"\n" if fast else
+             f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n"))
+    # The product's own commands on the lab's PATH, run by the interpreter that has the package.
+    for name, module in LAB_COMMANDS.items():
+        _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
+
+
+def build_vipu_fast(spec: LabSpec) -> Path | None:
+    """bin/vipu-fast from vipu_fast.c (beside this module) (gcc, a fraction of a second, once); None
+    without gcc: the Python CLI does every call then, only slower."""
+    source = Path(__file__).with_name("vipu_fast.c")
+    target = spec.path("bin", "vipu-fast")
+    if target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+        return target
+    gcc = shutil.which("gcc")
+    if not gcc or not source.exists():
+        return None
+    tmp = target.with_name(".vipu-fast.tmp")
+    proc = subprocess.run([gcc, "-O2", "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise LabError(f"building {source} failed: {proc.stderr.strip()[-300:]}")
+    os.replace(tmp, target)
+    return target
+
+
+def ensure_spank(spec: LabSpec) -> None:
+    so = REPO / "spank" / "spank_ipu.so"
+    sources = list((REPO / "spank").glob("*.[ch]"))
+    if so.exists() and all(so.stat().st_mtime >= s.stat().st_mtime for s in sources):
+        return
+    say("building the SPANK plugin")
+    proc = subprocess.run(["make", "-s", "-C", str(REPO / "spank")], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise LabError(f"building spank/ failed: {proc.stderr.strip()[-400:]}")
+
+
+def install_spank(spec: LabSpec) -> None:
+    """A copy in the lab, as an install puts it in Slurm's plugin directory: every user's sbatch
+    and srun load it, and the checkout may sit where they cannot read."""
+
+    ensure_spank(spec)
+    lib = spec.path("lib")
+    lib.mkdir(parents=True, exist_ok=True)
+    atomic_write(lib / "spank_ipu.so", (REPO / "spank" / "spank_ipu.so").read_bytes(), 0o755)

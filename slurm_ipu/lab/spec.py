@@ -1,0 +1,88 @@
+"""The lab's settings (LabSpec: its directory, nodes, ports, Pods, accounting) and their checks."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from .. import config, rules
+from ..errors import LabError
+from . import trust
+
+REPO = Path(__file__).resolve().parents[2]
+SBIN = Path("/usr/sbin")
+PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
+CLUSTER = "ipulab"
+REAP_INTERVAL = 30.0  # the hook service's full reap: short, so drills see orphans go
+
+
+@dataclass(frozen=True)
+class LabSpec:
+    # $SLURM_IPU_LAB_DIR, else a directory no other user can create first (trust.default_dir)
+    dir: Path = field(default_factory=trust.default_dir)
+    nodes: int = 4
+    ipus_per_node: int = 16
+    ctld_port: int = 16817
+    node_port: int = 17001       # nodeK listens on node_port + K - 1
+    vipu_port: int = 8090
+    # --accounting: MariaDB and slurmdbd of the lab's own (lab/accounting.py)
+    accounting: bool = False
+    dbd_port: int = 16819
+    db_port: int = 16820
+    prolog_deadline: float = 30.0
+    pods: int = 1                # > 1: the nodes split into that many Pods (one ILD or more each)
+    epilog_deadline: float = 20.0
+    # Installed mode: the product as `make install PREFIX=... SITE=<lab site>` put it (wrapper,
+    # config, SPANK plugin, venv), checked, not written; None: the lab installs its own copy.
+    prefix: str | None = None
+
+    @property
+    def pod_ipus(self) -> int:
+        return self.nodes * self.ipus_per_node
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"node{k}" for k in range(1, self.nodes + 1)]
+
+    def path(self, *parts: str) -> Path:
+        return self.dir.joinpath(*parts)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.path("etc", "slurm.conf"))
+        # ipurun in an salloc shell reads the site's partition prefix and V-IPU from it; doctor and
+        # status read it too.
+        env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))
+        env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
+        return env
+
+
+def check_spec(spec: LabSpec) -> None:
+    if spec.nodes < 1 or spec.ipus_per_node < 1:
+        raise LabError(f"--nodes {spec.nodes} and --ipus-per-node {spec.ipus_per_node} must be positive")
+    ports = {"--ctld-port": spec.ctld_port, "--node-port": spec.node_port, "--vipu-port": spec.vipu_port}
+    if spec.accounting:
+        ports.update({"--dbd-port": spec.dbd_port, "--db-port": spec.db_port})
+    for option, port in ports.items():
+        last = port + spec.nodes - 1 if option == "--node-port" else port
+        if not 1024 <= port <= last <= 65535:
+            raise LabError(f"{option} {port}{f' (to {last}, one per node)' if last != port else ''} is not a port the "
+                           "lab can use; use 1024 to 65535")
+    taken = sorted(ports.values()) + list(range(spec.node_port + 1, spec.node_port + spec.nodes))
+    if len(set(taken)) != len(taken):
+        raise LabError(f"the lab's ports overlap ({', '.join(f'{k} {v}' for k, v in ports.items())}, and "
+                       f"{spec.nodes} slurmd ports from --node-port); give each its own")
+    total = spec.pod_ipus
+    if spec.pods > 1 and (spec.nodes % spec.pods or total % (spec.pods * rules.IPUS_PER_ILD)):
+        raise LabError(f"--pods {spec.pods}: {spec.nodes} nodes x {spec.ipus_per_node} IPUs do not split into "
+                       f"{spec.pods} Pods of whole ILDs (64 IPUs); e.g. --nodes 8 --ipus-per-node 16 --pods 2")
+    if spec.pods < 1:
+        raise LabError(f"--pods {spec.pods} must be at least 1")
+    if not rules.is_valid_allocation(total):
+        raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: use 4, 8, 16, 32, "
+                       "64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")
+
+
+def _spec_key(spec: LabSpec) -> dict:
+    return {k: str(v) for k, v in asdict(spec).items()}
