@@ -188,10 +188,11 @@ def cmd_status(args) -> int:
 def cmd_render(args) -> int:
     from pathlib import Path
 
-    from .config import load
+    from .config import load, refuse_repeated_keys
     from .deploy import fragments
 
     desc = load(args.site)
+    refuse_repeated_keys(desc)
     conf = args.slurm_conf or (desc.slurm_conf if Path(desc.slurm_conf).is_file() else "none")
     for path in fragments.write(desc, Path(args.out), None if conf == "none" else conf):
         print(path)

@@ -299,6 +299,30 @@ def key_lines(text: str) -> dict[str, int]:
     return out
 
 
+def refuse_repeated_keys(site: Site) -> None:
+    """A key given twice in one mapping: YAML keeps the last and silently drops the first (a second
+    `vipu:` section loses the first one's keys). Render, install and doctor refuse it; the hooks,
+    which read a file these checked, skip the second parse."""
+    import yaml
+
+    def walk(node, prefix: str) -> None:
+        if not isinstance(node, yaml.MappingNode):
+            return
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            name, line = f"{prefix}{key.value}", key.start_mark.line + 1
+            if name in seen:
+                raise ConfigError(f"{site.source}:{line}: {name} is given twice (first at line {seen[name]}); YAML "
+                                  "keeps the last and drops the first: merge them into one")
+            seen[name] = line
+            walk(value, name + ".")
+
+    try:
+        walk(yaml.compose(site.text), "")
+    except yaml.YAMLError:
+        pass  # the file parsed once already: cannot happen
+
+
 def flatten(doc: dict, keys, prefix: str = "") -> dict[str, Any]:
     """Nested YAML sections -> dotted keys. A mapping that is itself a key stays whole; an empty
     section (`vipu:` with nothing under it) gives nothing, so its keys' defaults apply."""

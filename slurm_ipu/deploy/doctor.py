@@ -626,9 +626,10 @@ def _checked(check, site: Site, facts: Facts) -> Finding:
 
 
 def main(site_path: str, out=print) -> int:
-    from ..config import load
+    from ..config import load, refuse_repeated_keys
 
     site = load(site_path)
+    refuse_repeated_keys(site)
     findings = diagnose(site, gather(site))
     for f in findings:
         out(f.line())

@@ -176,9 +176,10 @@ def _check(args, prefix: str):
     """Everything that can refuse the install, before anything is written."""
     site = None
     if args.site:
-        from ..config import load
+        from ..config import load, refuse_repeated_keys
 
         site = load(args.site, twins=False)  # the file installed is the file rendered
+        refuse_repeated_keys(site)
         if site["install.prefix"] != prefix:
             raise ConfigError(f"install: {args.site} has install.prefix={site['install.prefix']}, but PREFIX="
                               f"{prefix}; make them equal (the rendered files name that prefix)")

@@ -62,7 +62,7 @@ def _logical_lines(text: str):
         if not pending:
             start = number
         if line.endswith("\\"):
-            pending += line[:-1] + " "
+            pending += line[:-1]  # joined as is, as parse_config.c does
             continue
         yield start, number - start + 1, pending + line
         pending = ""

@@ -149,3 +149,16 @@ def test_error_lines_cost_the_hooks_nothing(tmp_path, mocker):
 @pytest.mark.parametrize("text,value", [("yes", True), ("Off", False), ("1", True), ("perhaps", None)])
 def test_one_boolean_parser(text, value):
     assert config.parse_bool(text) is value
+
+
+def test_a_section_given_twice_is_refused_where_an_admin_looks(tmp_path):
+    """YAML keeps the last of two `vipu:` sections: the first one's port would be dropped silently."""
+    path = write(tmp_path, BASE + "vipu:\n  host: v\n  port: 8091\n")
+    site = config.load(path, environ={})  # the hooks read it as YAML does
+    with pytest.raises(ConfigError, match=r"site.yaml:9: vipu is given twice \(first at line 3\); YAML keeps the "
+                                          "last and drops the first: merge them into one"):
+        config.refuse_repeated_keys(site)
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", path, "--out", str(tmp_path / "o"),
+                           "--slurm-conf", "none"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "vipu is given twice" in proc.stderr and not (tmp_path / "o").exists()
+    config.refuse_repeated_keys(config.load(write(tmp_path, BASE), environ={}))  # one of each: fine

@@ -130,3 +130,24 @@ def test_render_says_when_it_did_not_merge(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(site), "--out", str(tmp_path / "o"),
                            "--slurm-conf", "none"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "render: not merged with a slurm.conf (--slurm-conf none)" in proc.stderr
+
+
+def test_slurm_conf_is_read_as_slurm_reads_it(tmp_path):
+    """Several pairs a line, quotes, `\\#`, continuations, case-insensitive keys, Include globs
+    relative to slurm.conf, node and partition records skipped, an Include loop named."""
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "a.conf").write_text("licenses=fluent:2\n")
+    (tmp_path / "conf.d" / "b.conf").write_text("GresTypes=gpu # gpus\n")
+    (tmp_path / "slurm.conf").write_text(
+        'ClusterName=c SlurmctldTimeout=60\nSchedulerParameters="bf_continue,x=a b"\nMailProg=/bin/ma\\#il\n'
+        "TaskPlugin=task/affinity,\\\ntask/cgroup\nNodeName=n1 Gres=gpu:1\nPartitionName=p Nodes=ALL\n"
+        "Include conf.d/*.conf\n")
+    conf = slurmconf.read(str(tmp_path / "slurm.conf"))
+    got = {s.key: (s.value, s.line, s.span) for s in conf.settings}
+    assert got["SlurmctldTimeout"] == ("60", 1, 1) and got["SchedulerParameters"][0] == "bf_continue,x=a b"
+    assert got["MailProg"][0] == "/bin/ma#il" and got["TaskPlugin"] == ("task/affinity,task/cgroup", 4, 2)
+    assert slurmconf.last(conf.settings)["licenses"].path == str(tmp_path / "conf.d" / "a.conf")
+    assert "NodeName" not in got and "PartitionName" not in got and len(conf.files) == 3
+    (tmp_path / "conf.d" / "a.conf").write_text(f"Include {tmp_path}/slurm.conf\n")
+    with pytest.raises(ConfigError, match="over 64 slurm.conf files through Include; is there an Include loop"):
+        slurmconf.read(str(tmp_path / "slurm.conf"))
