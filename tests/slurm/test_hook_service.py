@@ -33,11 +33,17 @@ def test_a_service_killed_and_restarted_under_a_storm_loses_no_hook(clean_lab):
         labmod.restart_reaper(lab.spec)
     wait_for("every job out of the queue", lambda: not lab.run("squeue", "-h", "-o", "%A").stdout.split(), 120)
     assert kills >= 5, kills
-    # one accounting record per job: none was requeued (sacct -D lists each requeued run)
-    runs = lab.run("sacct", "-D", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(map(str, jobs)),
-                   check=True).stdout.split()
-    assert len(runs) == JOBS and all(r.endswith("|COMPLETED") for r in runs), [r for r in runs
-                                                                              if not r.endswith("|COMPLETED")]
+    # one accounting record per job: none was requeued (sacct -D lists each requeued run). slurmdbd
+    # hears of a job's end after slurmctld does: wait until it has every end (seen lagging under load).
+    def runs() -> list[str]:
+        return lab.run("sacct", "-D", "-X", "-n", "-P", "-o", "JobID,State", "-j", ",".join(map(str, jobs)),
+                       check=True).stdout.split()
+
+    wait_for("accounting has every job's end", lambda: not any(r.endswith(("|RUNNING", "|PENDING")) for r in runs()),
+             60)
+    final = runs()
+    assert len(final) == JOBS and all(r.endswith("|COMPLETED") for r in final), [r for r in final
+                                                                                if not r.endswith("|COMPLETED")]
     ctld = lab.spec.path("log", "slurmctld.log").read_text(errors="replace")
     assert "did not answer" not in ctld
     ours = {f"job {j}:" for j in jobs}
