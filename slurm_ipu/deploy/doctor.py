@@ -396,7 +396,7 @@ def check_merged(site: Site, facts: Facts) -> Finding:
     """What the site's own files declare is what slurmctld runs: no key of the fragment set twice
     (Slurm keeps the last, silently dropping a site's GRES or licence), and every item the site
     declared for a list-valued key in effect."""
-    from .merge import ours
+    from .merge import ITEM_NAMES, items, ours
 
     if facts.declared is None:
         return Finding("merged", False, f"cannot read slurm.conf ({facts.errors.get('declared')})",
@@ -409,29 +409,18 @@ def check_merged(site: Site, facts: Facts) -> Finding:
         key, where = next(iter(twice.items()))
         places = " and ".join(f"{s.key}={s.value} at {s.where}" for s in where)
         return Finding("merged", False, f"{places}: Slurm keeps the last", fix)
+    canonical = {k.lower(): k for k in ITEM_NAMES}
     for setting in facts.declared:
-        if setting.key.lower() not in LISTS:
+        key = canonical.get(setting.key.lower())
+        if key is None:
             continue
-        name = LISTS[setting.key.lower()]
-        live = {name(i) for i in _items(facts.config.get(_canonical(setting.key), ""))}
-        lost = [i for i in _items(setting.value) if name(i) not in live]
+        name, effective = ITEM_NAMES[key], facts.config.get(key, "")
+        live = {name(i) for i in items(effective)}
+        lost = [i for i in items(setting.value) if name(i) not in live]
         if lost:
             return Finding("merged", False, f"{setting.key} item {lost[0]} of {setting.where} is not in effect "
-                           f"({_canonical(setting.key)}={facts.config.get(_canonical(setting.key)) or '(none)'})", fix)
+                           f"({key}={effective or '(none)'})", fix)
     return Finding("merged", True, "every key slurm-ipu.conf sets is set once, with the site's own values in effect")
-
-
-def _items(value: str) -> list[str]:
-    return [i.strip() for i in value.split(",") if i.strip() and i.strip() != "(null)"]
-
-
-LISTS = {"grestypes": lambda i: i, "licenses": lambda i: i.replace("*", ":").split(":")[0],
-         "jobsubmitplugins": lambda i: i.removeprefix("job_submit/"), "accountingstoragetres": lambda i: i}
-
-
-def _canonical(key: str) -> str:
-    return {"grestypes": "GresTypes", "licenses": "Licenses", "jobsubmitplugins": "JobSubmitPlugins",
-            "accountingstoragetres": "AccountingStorageTRES"}[key.lower()]
 
 
 def check_canary(site: Site, facts: Facts) -> Finding:

@@ -74,14 +74,15 @@ def merge(site: Site, slurm_conf: str | None) -> Merged:
 
 # --- how each key merges: (site, key, the site's setting, ours) -> the fragment's value -------
 
-def _items(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+def items(value: str) -> list[str]:
+    """A comma list as Slurm reads one (`scontrol show config` prints an empty one as (null))."""
+    return [v.strip() for v in value.split(",") if v.strip() and v.strip() != "(null)"]
 
 
 def _union(site: Site, key: str, own: Setting, value: str, name=lambda item: item) -> str:
-    items = _items(own.value)
-    names = {name(i) for i in items}
-    return ",".join(items + [i for i in _items(value) if name(i) not in names])
+    theirs = items(own.value)
+    names = {name(i) for i in theirs}
+    return ",".join(theirs + [i for i in items(value) if name(i) not in names])
 
 
 def _licence_name(item: str) -> str:
@@ -89,8 +90,18 @@ def _licence_name(item: str) -> str:
     return item.replace("*", ":").split(":", 1)[0].strip()
 
 
+def _plugin_name(item: str) -> str:
+    return item.removeprefix("job_submit/")
+
+
+# The list-valued keys whose items a site and slurm-ipu both set: how an item is named (two items
+# of one name are one item). doctor checks a site's items are in effect by the same names.
+ITEM_NAMES = {"GresTypes": str, "Licenses": _licence_name, "JobSubmitPlugins": _plugin_name,
+              "AccountingStorageTRES": str}
+
+
 def _licences(site: Site, key: str, own: Setting, value: str) -> str:
-    for item in _items(own.value):
+    for item in items(own.value):
         if _licence_name(item) == "ipu" and item.replace("*", ":") != value:
             raise ConfigError(f"render: {own.where}: Licenses has {item}, and the Pod is {value}: the ipu licence "
                               "is slurm-ipu's (job_submit.lua keeps it equal to the IPUs); remove that item")
@@ -98,13 +109,13 @@ def _licences(site: Site, key: str, own: Setting, value: str) -> str:
 
 
 def _plugins(site: Site, key: str, own: Setting, value: str) -> str:
-    return _union(site, key, own, value, name=lambda i: i.removeprefix("job_submit/"))
+    return _union(site, key, own, value, name=_plugin_name)
 
 
 def _scheduler(site: Site, key: str, own: Setting, value: str) -> str:
     """The site's parameters, with ours in place of any of the same name (the Pods need our wait)."""
-    mine = {i.split("=")[0] for i in _items(value)}
-    return ",".join([i for i in _items(own.value) if i.split("=")[0] not in mine] + _items(value))
+    mine = {i.split("=")[0] for i in items(value)}
+    return ",".join([i for i in items(own.value) if i.split("=")[0] not in mine] + items(value))
 
 
 def _hook(site: Site, key: str, own: Setting, value: str) -> str:
@@ -146,7 +157,7 @@ def _limits(theirs: dict[str, Setting], merged: Merged) -> None:
     own = theirs.get("propagateresourcelimits")
     if own is None:
         return
-    listed = {i.upper() for i in _items(own.value)}
+    listed = {i.upper() for i in items(own.value)}
     if listed & {"ALL", "MEMLOCK"}:
         raise ConfigError(f"render: {own.where}: PropagateResourceLimits={own.value} passes the submitting shell's "
                           "memlock limit to IPU jobs (IPUoF needs the node's): drop MEMLOCK (or ALL) from it, or "
