@@ -447,6 +447,16 @@ def load(path: str | None = None, environ: dict | None = None, overrides: dict |
     return parse(text, str(where), env if twins else None, overrides)
 
 
+class _Place:
+    """A key's file:line, found when a message is made: a valid file costs no second parse."""
+
+    def __init__(self, site: Site, key: str):
+        self.site, self.key = site, key
+
+    def __str__(self) -> str:
+        return _at(self.site, self.key)
+
+
 def _at(site: Site, key: str) -> str:
     line = site.lines.get(key) or site.lines.get(key.split(".")[0], 1)
     return f"{site.source}:{line}"
@@ -466,7 +476,7 @@ def _pods(site: Site) -> None:
                 raise ConfigError(f"{_at(site, key)}: {key} must be set ({BY_KEY[key].help}), or describe the "
                                   "Pods with pods:")
         return
-    where = _at(site, "pods")
+    where = _Place(site, "pods")
     for key in ("pod.ipus", "pod.hosts"):
         if site[key] is not None:
             raise ConfigError(f"{_at(site, key)}: {key} and pods: both given; pods: says it (remove {key})")
@@ -499,7 +509,7 @@ def _groups(site: Site, pods: set[str]) -> None:
     raw = site["pod_groups"]
     if raw is None:
         return
-    where = _at(site, "pod_groups")
+    where = _Place(site, "pod_groups")
     taken: set[str] = set()
     names = pods | {site["vipu.allocation"]}
     for k, item in enumerate(raw):
@@ -520,7 +530,7 @@ def _groups(site: Site, pods: set[str]) -> None:
         names.add(name)
 
 
-def _pod_entry(where: str, k: int, item: object) -> dict:
+def _pod_entry(where: _Place, k: int, item: object) -> dict:
     from .slurm.hostlist import expand
 
     if not isinstance(item, dict) or set(item) - set(POD_KEYS) or "name" not in item or "hosts" not in item:

@@ -162,3 +162,9 @@ def test_a_section_given_twice_is_refused_where_an_admin_looks(tmp_path):
                            "--slurm-conf", "none"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "vipu is given twice" in proc.stderr and not (tmp_path / "o").exists()
     config.refuse_repeated_keys(config.load(write(tmp_path, BASE), environ={}))  # one of each: fine
+
+
+def test_a_valid_multi_pod_site_costs_no_second_parse(tmp_path, mocker):
+    lines = mocker.spy(config, "key_lines")
+    site = config.load(str(ROOT / "etc" / "site-pod128.yaml"), environ={})
+    assert lines.call_count == 0 and len(site.pods) == 2
