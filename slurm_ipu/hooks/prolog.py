@@ -223,7 +223,11 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
     if slurm is not None:
         _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU partition {name} ({ctx.ipus} IPUs) not "
                                    f"created: {exc} (the reason stays in `scontrol show job {ctx.job_id}`)")
-        _tell(cfg, getattr(slurm, act), ctx.job_id, f"slurm-ipu: {why}")
+        told = _tell(cfg, getattr(slurm, act), ctx.job_id, f"slurm-ipu: {why}")
+        if act == "cancel" and told:
+            # The job is cancelled already: a failing exit would make slurmctld requeue the job the
+            # cancel just ended (seen on 24.11 when this exit reached slurmctld before the kill).
+            return 0
     return 1
 
 
@@ -251,9 +255,11 @@ def _notify(slurm, job_id: int, text: str) -> None:
         pass
 
 
-def _tell(cfg, action, job_id: int, text: str) -> None:
-    """Best effort: the reason is in hooks.log already."""
+def _tell(cfg, action, job_id: int, text: str) -> bool:
+    """Best effort: the reason is in hooks.log already. True when Slurm took it."""
     try:
         action(job_id, text)
     except SlurmIpuError as exc:
         report(cfg["state_dir"], f"job {job_id}: could not record this in Slurm: {exc}", echo=False)
+        return False
+    return True

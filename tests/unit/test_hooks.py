@@ -159,7 +159,7 @@ def test_prolog_holds_a_job_that_keeps_failing(fake, cfg):
 
 def test_prolog_refuses_a_bad_shape_before_calling_vipu(fake, cfg):
     slurm = FakeSlurm()
-    assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 1
+    assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 0  # cancelled: no requeue
     assert "--num-gcds 32 for a partition of 16 IPUs" in slurm.comments[42]
     assert fake.calls == []  # no create, and no removal of a partition that is not ours
     # It cannot heal: the job ends at once instead of going round the requeue loop.
@@ -177,7 +177,7 @@ def test_a_notice_slurm_refuses_is_no_reason_to_lose_the_comment(fake, cfg):
             raise SlurmError("`scontrol notify 42` failed: Job not running")
 
     slurm = RefusesNotices()
-    assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 1
+    assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 0
     assert slurm.cancelled == {42} and "--num-gcds 32" in slurm.comments[42]
     assert "could not record" not in hooks_log(cfg)
 
@@ -389,3 +389,10 @@ def test_sixty_four_consecutive_jobs_take_sixty_four_distinct_locks(cfg):
     for first in (1, 844, 4_000_000_000):
         paths = {store._lock_path(f"slurm_{first + k}") for k in range(64)}
         assert len(paths) == 64, first
+
+
+def test_a_cancel_slurm_refused_leaves_the_prolog_failing(fake, cfg):
+    """Exit 0 only when the job is cancelled already; else the failing exit keeps it from starting."""
+    slurm = FakeSlurm(broken=True)
+    assert prolog.run(env(SPANK_IPU_GCDS="32"), cfg, cfg.vipu_client(), slurm) == 1
+    assert slurm.cancelled == set() and "could not record this in Slurm" in hooks_log(cfg)

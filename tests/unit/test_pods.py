@@ -62,7 +62,7 @@ def test_the_partition_goes_to_the_pods_of_the_jobs_hosts(fake, two_pods, nodes,
 def test_an_ild_count_other_than_the_pods_is_refused(fake, two_pods):
     slurm = FakeSlurm()
     ctx = env(SLURM_JOB_NODELIST="node[1-8]", SLURM_JOB_LICENSES="ipu:128", SPANK_IPU_ILDS="1")
-    assert prolog.run(ctx, two_pods, two_pods.vipu_client(), slurm) == 1
+    assert prolog.run(ctx, two_pods, two_pods.vipu_client(), slurm) == 0  # cancelled: no requeue
     assert 42 in slurm.cancelled and not fake.partitions
     assert "--ipu-ilds=1: the job's hosts are in Pods poda,podb, whose partition spans 2 ILD(s)" in slurm.comments[42]
 
