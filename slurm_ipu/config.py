@@ -279,48 +279,39 @@ class Site:
                           emulator_flags=self["vipu.emulator"])
 
 
+def _keys(text: str):
+    """(mapping id, dotted key, 1-based line) of every key in the YAML node tree, in file order."""
+    import yaml
+
+    stack = [(yaml.compose(text), "")]
+    while stack:
+        node, prefix = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                yield id(node), f"{prefix}{key.value}", key.start_mark.line + 1
+                stack.append((value, f"{prefix}{key.value}."))
+
+
 def key_lines(text: str) -> dict[str, int]:
     """Dotted key -> 1-based line, from the YAML node tree."""
     import yaml
 
-    out: dict[str, int] = {}
-
-    def walk(node, prefix: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                name = f"{prefix}{key.value}"
-                out[name] = key.start_mark.line + 1
-                walk(value, name + ".")
-
     try:
-        walk(yaml.compose(text), "")
+        return {name: line for _, name, line in _keys(text)}
     except yaml.YAMLError:
-        pass  # safe_load reports it with its own line
-    return out
+        return {}  # safe_load reports it with its own line
 
 
 def refuse_repeated_keys(site: Site) -> None:
     """A key given twice in one mapping: YAML keeps the last and silently drops the first (a second
     `vipu:` section loses the first one's keys). Render, install and doctor refuse it; the hooks,
     which read a file these checked, skip the second parse."""
-    import yaml
-
-    def walk(node, prefix: str) -> None:
-        if not isinstance(node, yaml.MappingNode):
-            return
-        seen: dict[str, int] = {}
-        for key, value in node.value:
-            name, line = f"{prefix}{key.value}", key.start_mark.line + 1
-            if name in seen:
-                raise ConfigError(f"{site.source}:{line}: {name} is given twice (first at line {seen[name]}); YAML "
-                                  "keeps the last and drops the first: merge them into one")
-            seen[name] = line
-            walk(value, name + ".")
-
-    try:
-        walk(yaml.compose(site.text), "")
-    except yaml.YAMLError:
-        pass  # the file parsed once already: cannot happen
+    seen: dict[tuple[int, str], int] = {}
+    for mapping, name, line in _keys(site.text):  # the file parsed once already: no YAMLError here
+        if (mapping, name) in seen:
+            raise ConfigError(f"{site.source}:{line}: {name} is given twice (first at line {seen[mapping, name]}); "
+                              "YAML keeps the last and drops the first: merge them into one")
+        seen[mapping, name] = line
 
 
 def flatten(doc: dict, keys, prefix: str = "") -> dict[str, Any]:

@@ -77,11 +77,7 @@ def gather(site: Site, runner=None) -> Facts:
     cli = SlurmCli.of_site(site, runner=runner)
 
     def slurm(name: str, tool: str, *args: str) -> str | None:
-        try:
-            return cli.output(tool, *args)
-        except SlurmIpuError as exc:
-            facts.errors[name] = str(exc)  # doctor prints one line per item
-            return None
+        return cli.output_or_none(facts.errors, name, tool, *args)
 
     text = slurm("slurm", "scontrol", "--version")
     facts.slurm_version = text.split()[-1] if text else None

@@ -78,11 +78,7 @@ def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None)
     errors = {}
 
     def slurm(tool: str, *args: str, extra: dict | None = None) -> str | None:
-        try:
-            return cli.output(tool, *args, extra=extra)
-        except SlurmIpuError as exc:
-            errors[tool] = str(exc)
-            return None
+        return cli.output_or_none(errors, tool, tool, *args, extra=extra)
 
     try:
         partitions = site.vipu_client().list_partitions(time.monotonic() + 20)

@@ -181,21 +181,17 @@ def _drain_journal(spec: LabSpec, timeout: float = 15.0) -> None:
     poll(lambda: not journal.names(), timeout)
 
 
-def slurm_cli(spec: LabSpec, timeout: float = 15.0):
+def slurm_cli(spec: LabSpec, timeout: float = 15.0, environ: dict | None = None):
     """The lab's Slurm commands, through the product's one Slurm interface."""
     from ..slurm.commands import SlurmCli
 
-    return SlurmCli(str(spec.path("etc", "slurm.conf")), str(SBIN.parent / "bin"), timeout, environ=spec.env())
+    return SlurmCli(str(spec.path("etc", "slurm.conf")), str(SBIN.parent / "bin"), timeout,
+                    environ=spec.env() if environ is None else environ)
 
 
 def _slurm(spec: LabSpec, tool: str, *args: str) -> str | None:
     """What a Slurm command prints, None when it fails (a lab starting or stopping)."""
-    from ..errors import SlurmIpuError
-
-    try:
-        return slurm_cli(spec).output(tool, *args)
-    except SlurmIpuError:
-        return None
+    return slurm_cli(spec).output_or_none(None, tool, tool, *args)
 
 
 def node_states(spec: LabSpec) -> dict[str, str]:

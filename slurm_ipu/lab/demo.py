@@ -53,12 +53,11 @@ def _wait_removed(vipu, name: str, timeout: float = 15.0) -> None:
 def main() -> int:
     spec = lab.LabSpec()
     lab.up(spec)
-    from ..slurm.commands import SlurmCli
     from ..vipu import VipuClient
 
     env = spec.env()  # the job's tasks find python3 beside the lab's commands, as a user's would
     env["PATH"] = f"{spec.path('bin')}:{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    slurm = SlurmCli(str(spec.path("etc", "slurm.conf")), "/usr/bin", 60.0, environ=env)
+    slurm = lab.slurm_cli(spec, timeout=60.0, environ=env)
     vipu = VipuClient(command=[str(spec.path("bin", "vipu"))], timeout=30.0)
     out = spec.path("demo", "hello-ipu-%j.out")
     out.parent.mkdir(exist_ok=True)

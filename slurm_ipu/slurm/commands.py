@@ -102,6 +102,17 @@ class SlurmCli:
         """What `tool args` prints; SlurmError when it cannot run or fails."""
         return self._run(tool, *args, extra=extra)
 
+    def output_or_none(self, errors: dict | None, key: str, tool: str, *args: str,
+                       extra: dict | None = None) -> str | None:
+        """What `tool args` prints, or None with the failure kept in errors[key] (doctor and status
+        report each item in one line; the lab just tries again)."""
+        try:
+            return self._run(tool, *args, extra=extra)
+        except SlurmError as exc:
+            if errors is not None:
+                errors[key] = str(exc)
+            return None
+
     def _run(self, tool: str, *args: str, extra: dict | None = None) -> str:
         argv = [str(Path(self.bin_dir) / tool), *args]
         env = dict(self.environ) if self.environ is not None else {"PATH": f"{self.bin_dir}:/usr/bin:/bin"}
