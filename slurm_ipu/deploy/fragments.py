@@ -90,7 +90,8 @@ def texts(site: Site, slurm_conf: str | None = None) -> dict[str, str]:
     """The fragments; with slurm_conf, merged with that file's own values, and the diff that
     merges it (slurm.conf.diff) when it needs one."""
     merged = merge.merge(site, slurm_conf)
-    out = {name: render.render(FILES[name], context(site, merged, slurm_conf)) for name in names(site)}
+    ctx = context(site, merged, slurm_conf)
+    out = {name: render.render(FILES[name], ctx) for name in names(site)}
     patch = merge.diff(merged, slurm_conf)
     if patch:
         out[DIFF] = patch
