@@ -40,9 +40,13 @@ def try_lock(path: Path, busy: str, wait: float = 0.0) -> int:
 
 
 def is_held(path: Path) -> bool:
-    """Whether some process holds the lock now (a probe: it takes and drops it if free)."""
+    """Whether some process holds the lock now (a probe: it takes and drops it if free). Read-only:
+    flock needs no write access, so a user's doctor can probe root's lock. PermissionError (the
+    state directory closed to the caller) is the caller's to report: "not held" would be a guess."""
     try:
-        fd = os.open(path, os.O_RDWR)
+        fd = os.open(path, os.O_RDONLY)
+    except PermissionError:
+        raise
     except OSError:
         return False
     try:

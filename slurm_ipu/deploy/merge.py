@@ -13,6 +13,7 @@ Where two values cannot both stand, one line names the key, both values and the 
 from __future__ import annotations
 
 import difflib
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,8 @@ from pathlib import Path
 from ..config import Site
 from ..errors import ConfigError
 from ..slurm import slurmconf
-from ..slurm.slurmconf import Setting
+from ..slurm.hostlist import expand
+from ..slurm.slurmconf import Node, Setting
 from .render import SWITCH_WAIT
 
 FRAGMENT = "slurm-ipu.conf"
@@ -32,6 +34,7 @@ class Merged:
     moved: list[Setting] = field(default_factory=list)  # the site's lines the fragment now carries
     include: str | None = None                          # the Include line slurm.conf lacks
     notes: list[str] = field(default_factory=list)
+    gres: list[tuple[Node, str]] = field(default_factory=list)  # the Pod's NodeName lines, their new Gres
 
 
 def ours(site: Site) -> dict[str, str]:
@@ -65,6 +68,7 @@ def merge(site: Site, slurm_conf: str | None) -> Merged:
         if own is not None:
             merged.values[key] = RULES.get(key, _same)(site, key, own, value)
     _limits(theirs, merged)
+    merged.gres = _node_gres(site, conf.nodes)
     keys = {k.lower() for k in merged.values}
     merged.moved = [s for s in conf.settings if not s.merged and s.key.lower() in keys]
     if not conf.skipped:
@@ -165,24 +169,54 @@ def _limits(theirs: dict[str, Setting], merged: Merged) -> None:
     del merged.values["PropagateResourceLimitsExcept"]
 
 
+def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
+    """The Pod's hosts' NodeName lines that need `ipu:<ipus_per_host>` in their Gres (slurmctld
+    counts a node's GRES from its NodeName line; gres-ipu.conf only tells slurmd), with the Gres
+    each gets: the site's own items kept, ours added or corrected. Lines already right are left."""
+    pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
+    want = f"ipu:{site['pod.ipus_per_host']}"
+    out = []
+    for node in nodes:
+        if node.names.upper() == "DEFAULT":
+            continue
+        names = set(expand(node.names))
+        if not names & pod:
+            continue
+        if not names <= pod:
+            raise ConfigError(f"render: {node.where}: NodeName={node.names} names Pod hosts and others "
+                              f"({', '.join(sorted(names - pod)[:3])}); only the Pod's hosts get Gres=ipu: split the "
+                              "line and render again")
+        own = items(node.gres or "")
+        if want in own and sum(g.split(":")[0] == "ipu" for g in own) == 1:
+            continue
+        if node.span > 1:
+            raise ConfigError(f"render: {node.where}: NodeName={node.names} is on a line continued with '\\'; put "
+                              "it on one line and render again (the merge adds ipu to its Gres)")
+        out.append((node, ",".join([g for g in own if g.split(":")[0] != "ipu"] + [want])))
+    return out
+
+
 # --- the diff an admin applies to their own files ------------------------------------------------
 
 
 def edits(merged: Merged, slurm_conf: str | None) -> dict[str, tuple[str, str]]:
     """Each site file the merge changes: (its text, its text merged): the moved lines commented
-    out, the Include appended to slurm.conf."""
+    out, ipu added to the Pod's NodeName lines' Gres, the Include appended to slurm.conf."""
     if slurm_conf is None:
         return {}
-    by_file: dict[str, dict[int, list[Setting]]] = {}
+    moved: dict[str, dict[int, list[Setting]]] = {}
     for s in merged.moved:
         if s.span > 1:
             raise ConfigError(f"render: {s.where}: {s.key} is on a line continued with '\\'; put it on a line of "
                               "its own and render again (the merge comments out whole lines)")
-        by_file.setdefault(s.path, {}).setdefault(s.line, []).append(s)
+        moved.setdefault(s.path, {}).setdefault(s.line, []).append(s)
+    gres: dict[str, dict[int, str]] = {}
+    for node, value in merged.gres:
+        gres.setdefault(node.path, {})[node.line] = value
     main = str(Path(slurm_conf).resolve())
-    if merged.include:
-        by_file.setdefault(main, {})
-    return {path: _edit(path, lines, merged.include if path == main else None) for path, lines in by_file.items()}
+    paths = set(moved) | set(gres) | ({main} if merged.include else set())
+    return {path: _edit(path, moved.get(path, {}), gres.get(path, {}), merged.include if path == main else None)
+            for path in paths}
 
 
 def diff(merged: Merged, slurm_conf: str | None) -> str:
@@ -195,16 +229,28 @@ def diff(merged: Merged, slurm_conf: str | None) -> str:
     return "".join(out)
 
 
-def _edit(path: str, moved: dict[int, list[Setting]], include: str | None) -> tuple[str, str]:
+def _edit(path: str, moved: dict[int, list[Setting]], gres: dict[int, str], include: str | None) -> tuple[str, str]:
     text = Path(path).read_text()
     new = text.splitlines(keepends=True)
     for number, settings in moved.items():
         new[number - 1] = _without(new[number - 1], {s.key for s in settings})
+    for number, value in gres.items():
+        new[number - 1] = _with_gres(new[number - 1], value)
     if include:
         if new and not new[-1].endswith("\n"):
             new[-1] += "\n"
         new.append(include + "\n")
     return text, "".join(new)
+
+
+def _with_gres(line: str, value: str) -> str:
+    """A NodeName line with its Gres= set to value (added before the line's comment if it had none)."""
+    body, hash_, comment = line.rstrip("\n").partition("#")
+    if re.search(r"(?i)(^|\s)gres=\S*", body):
+        body = re.sub(r"(?i)((?:^|\s)gres=)\S*", lambda m: m.group(1) + value, body)
+    else:
+        body = f"{body.rstrip()} Gres={value}{' ' if hash_ else ''}"
+    return f"{body}{hash_}{comment}\n"
 
 
 def _without(line: str, keys: set[str]) -> str:

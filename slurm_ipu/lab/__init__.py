@@ -53,7 +53,11 @@ def up(spec: LabSpec) -> None:
         from . import accounting
 
         accounting.check_installed()
-    if not spec.prefix:
+    for name in ("slurm.conf", "vipu-emu.yaml") if spec.own_conf else ():
+        if not spec.path("etc", name).is_file():
+            raise LabError(f"--own-conf: {spec.path('etc', name)} is missing; write the site's {name} there "
+                           "first, or leave out --own-conf")
+    if not spec.prefix and not spec.own_conf:
         install_spank(spec)  # installed mode: make install built and placed it
     others = any(_running(p) for k, p in pids.items() if k != "spec")
     if pids.get("spec") and pids["spec"] != _spec_key(spec) and others:
@@ -71,7 +75,8 @@ def up(spec: LabSpec) -> None:
                 accounting.start_mariadb(spec, pids)
                 accounting.start_slurmdbd(spec, pids)
             start_slurm(spec, pids)
-            start_reaper(spec, pids)
+            if not spec.own_conf:
+                start_reaper(spec, pids)
         finally:
             save_pids(spec, pids)
         wait_idle(spec, pids)
@@ -81,14 +86,16 @@ def up(spec: LabSpec) -> None:
         _stop_all(pids, started)
         save_pids(spec, pids)
         raise
-    say(f"up: {spec.nodes} nodes x ipu:{spec.ipus_per_node}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}"
+    nodes = " (the site's own slurm.conf)" if spec.own_conf else f" x ipu:{spec.ipus_per_node}"
+    say(f"up: {spec.nodes} nodes{nodes}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}"
         + (f", slurmdbd on 127.0.0.1:{spec.dbd_port}" if spec.accounting else ""))
     print_exports(spec)
 
 
 def print_exports(spec: LabSpec) -> None:
     print(f"export SLURM_CONF={spec.path('etc', 'slurm.conf')}")
-    print(f"export SLURM_IPU_SITE={spec.path('etc', 'site.yaml')}")
+    if not spec.own_conf:
+        print(f"export SLURM_IPU_SITE={spec.path('etc', 'site.yaml')}")
     print(f"export PATH={spec.path('bin')}:$PATH")
 
 

@@ -183,6 +183,14 @@ def write_files(spec: LabSpec) -> None:
         spec.path(sub).mkdir(parents=True, exist_ok=True)
     for name in spec.node_names:
         spec.path("spool", name).mkdir(exist_ok=True)
+    if not spec.own_conf:
+        _write_slurm(spec)
+    _write_bin(spec)
+
+
+def _write_slurm(spec: LabSpec) -> None:
+    """Slurm's configuration and the site's fragments, merged (the lab as a site built from its
+    description); the emulator's cluster from the same description."""
     ctx = context(spec)
     atomic_write(spec.path("etc", "slurm.conf"), render.render("slurm.conf", ctx))
     if spec.accounting:
@@ -194,6 +202,11 @@ def write_files(spec: LabSpec) -> None:
     from ..deploy import fragments
 
     atomic_write(spec.path("etc", "vipu-emu.yaml"), fragments.emulator_cluster(desc))
+
+
+def _write_bin(spec: LabSpec) -> None:
+    """The V-IPU controller's `vipu` command (as a Pod's hosts have it) and the product's commands,
+    on the lab's own PATH."""
     py = sys.executable
     address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
                f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")

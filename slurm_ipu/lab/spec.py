@@ -36,6 +36,11 @@ class LabSpec:
     # Installed mode: the product as `make install PREFIX=... SITE=<lab site>` put it (wrapper,
     # config, SPANK plugin, venv), checked, not written; None: the lab installs its own copy.
     prefix: str | None = None
+    # Own configuration: Slurm starts from the slurm.conf (and what it names) already in DIR/etc,
+    # a site's own files as an admin wrote them (tests/slurm/test_adoption.py): the lab writes none
+    # of Slurm's configuration, installs nothing and starts no hook service (the site's install
+    # does); the emulator reads DIR/etc/vipu-emu.yaml.
+    own_conf: bool = False
 
     @property
     def pod_ipus(self) -> int:
@@ -53,7 +58,8 @@ class LabSpec:
         env["SLURM_CONF"] = str(self.path("etc", "slurm.conf"))
         # ipurun in an salloc shell reads the site's partition prefix and V-IPU from it; doctor and
         # status read it too.
-        env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))
+        if not self.own_conf:  # with a site's own files, its install says where its description is
+            env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))
         env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
 
@@ -77,8 +83,13 @@ def check_spec(spec: LabSpec) -> None:
     if spec.pods > 1 and (spec.nodes % spec.pods or total % (spec.pods * rules.IPUS_PER_ILD)):
         raise LabError(f"--pods {spec.pods}: {spec.nodes} nodes x {spec.ipus_per_node} IPUs do not split into "
                        f"{spec.pods} Pods of whole ILDs (64 IPUs); e.g. --nodes 8 --ipus-per-node 16 --pods 2")
+    if spec.own_conf and (spec.accounting or spec.prefix or spec.pods > 1):
+        raise LabError("--own-conf starts Slurm from the site's own files: --accounting, --prefix and --pods "
+                       "describe a configuration the lab writes; leave them out")
     if spec.pods < 1:
         raise LabError(f"--pods {spec.pods} must be at least 1")
+    if spec.own_conf:  # the site's own files say which nodes have IPUs; --ipus-per-node is not used
+        return
     if not rules.is_valid_allocation(total):
         raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: use 4, 8, 16, 32, "
                        "64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")

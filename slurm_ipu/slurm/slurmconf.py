@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -84,6 +84,21 @@ class Conf:
     settings: list[Setting]
     files: list[str]      # every file read, slurm.conf first
     skipped: list[str]    # files an Include named that were not read (skip=)
+    nodes: list[Node] = field(default_factory=list)  # the NodeName lines, DEFAULT ones included
+
+
+@dataclass(frozen=True)
+class Node:
+    """A NodeName line: its hostlist, its Gres (None: no Gres= on the line) and where it is."""
+    names: str
+    gres: str | None
+    path: str
+    line: int
+    span: int = 1
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
 
 
 def read(path: str, skip: set[str] | None = None) -> Conf:
@@ -139,6 +154,10 @@ def _parse(text: str, path: str, base: str, skip: set[str], conf: Conf, includes
                     conf.skipped.append(inc)
                 else:
                     _read(inc, base, skip, conf)
+            continue
+        if first == "nodename":
+            gres = [v for k, v in found if k.lower() == "gres"]
+            conf.nodes.append(Node(found[0][1], gres[-1] if gres else None, path, number, span))
             continue
         if first in RECORDS:
             continue

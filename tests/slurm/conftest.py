@@ -155,8 +155,9 @@ def all_idle(lab: Lab) -> bool:
 
 
 @contextlib.contextmanager
-def started_lab(**spec):
-    """A lab of its own on free loopback ports, down (by recorded pid) and removed afterwards."""
+def started_lab(prepare=None, **spec):
+    """A lab of its own on free loopback ports, down (by recorded pid) and removed afterwards.
+    prepare(spec), if given, runs before the lab starts (an own-conf lab's files: test_adoption.py)."""
     missing = [t for t in ("slurmctld", "slurmd", "munged") if not (labmod.SBIN / t).exists()]
     if missing:
         pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run `make test`, which installs it")
@@ -169,6 +170,8 @@ def started_lab(**spec):
     spec = labmod.LabSpec(dir=root / "lab", nodes=nodes, ctld_port=base, node_port=base + 1,
                           vipu_port=base + nodes + 3, dbd_port=base + nodes + 4, db_port=base + nodes + 5, **spec)
     try:
+        if prepare is not None:
+            prepare(spec)
         labmod.up(spec)
     except Exception:
         labmod.down(spec)
@@ -176,11 +179,13 @@ def started_lab(**spec):
     shared = spec.path("users")
     shared.mkdir()
     shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
-    yield Lab(spec)
-    recorded = labmod.load_pids(spec)
-    labmod.down(spec)
-    left = [key for key, rec in recorded.items() if key != "spec" and labmod._running(rec)]
-    shutil.rmtree(root, ignore_errors=True)
+    try:
+        yield Lab(spec)
+    finally:  # a failing body too: nothing of the lab outlives it
+        recorded = labmod.load_pids(spec)
+        labmod.down(spec)
+        left = [key for key, rec in recorded.items() if key != "spec" and labmod._running(rec)]
+        shutil.rmtree(root, ignore_errors=True)
     assert not left, f"lab down left {left} running"
 
 
@@ -196,6 +201,10 @@ USERS = ("slurmipu-a", "slurmipu-b")
 
 @pytest.fixture(scope="session")
 def users(lab) -> tuple[str, ...]:
+    return ensure_users()
+
+
+def ensure_users() -> tuple[str, ...]:
     """Two non-root users that exist on this machine (created once, as system users)."""
     if os.getuid() != 0:
         pytest.skip("creating the lab's users needs root")

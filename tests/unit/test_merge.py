@@ -118,6 +118,33 @@ def test_a_site_prolog_named_in_the_site_description_is_run_by_the_wrapper(site,
         fragments.DIFF]
 
 
+def test_the_pod_s_nodename_lines_get_ipu_in_their_gres_through_the_diff(site):
+    """slurmctld counts a node's GRES from its NodeName line: the diff adds ipu there too, keeping
+    the site's own items and comment, so `patch -R` takes it out again with the rest."""
+    desc, etc = site
+    conf = SITE_CONF.replace("NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4\n",
+                             "NodeName=ipu-host[1-4] Gres=gpu:1 CPUs=4\nNodeName=ipu-host[5-8] CPUs=4  # rack 2\n"
+                             "NodeName=DEFAULT CPUs=8\nNodeName=login1 CPUs=2\n")
+    (etc / "slurm.conf").write_text(conf)
+    _, merged = merge.edits(merge.merge(desc, str(etc / "slurm.conf")), str(etc / "slurm.conf"))[
+        str((etc / "slurm.conf").resolve())]
+    lines = merged.splitlines()
+    assert "NodeName=ipu-host[1-4] Gres=gpu:1,ipu:16 CPUs=4" in lines
+    assert "NodeName=ipu-host[5-8] CPUs=4 Gres=ipu:16 # rack 2" in lines
+    assert "NodeName=DEFAULT CPUs=8" in lines and "NodeName=login1 CPUs=2" in lines
+    (etc / "slurm.conf").write_text(merged.replace(f"Include {etc}/slurm-ipu.conf\n", ""))
+    assert merge.merge(desc, str(etc / "slurm.conf")).gres == []  # a re-render leaves right lines alone
+
+
+def test_a_nodename_line_with_pod_hosts_and_others_is_one_line_naming_it(site):
+    desc, etc = site
+    (etc / "slurm.conf").write_text(SITE_CONF.replace("NodeName=ipu-host[1-8]", "NodeName=ipu-host[1-9]"))
+    with pytest.raises(ConfigError) as err:
+        merge.merge(desc, str(etc / "slurm.conf"))
+    assert "slurm.conf:11: NodeName=ipu-host[1-9] names Pod hosts and others (ipu-host9)" in str(err.value)
+    assert "split the line" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_a_site_limiting_what_it_propagates_keeps_its_own_line(site):
     desc, etc = site
     (etc / "slurm.conf").write_text(SITE_CONF + "PropagateResourceLimits=NOFILE,STACK\n")

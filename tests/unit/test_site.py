@@ -123,16 +123,22 @@ def test_render_cli_writes_the_fragments_and_refuses_bad_input_in_one_line(tmp_p
 LUA = shutil.which("lua5.1")
 
 def site_script(ours: Path) -> str:
-    """The three-line snippet docs/admin.md tells admins to write, with a check of the site's own
-    where it says `your checks`: the documented snippet is the one tested."""
-    text = (ROOT / "docs" / "admin.md").read_text()
-    lines = [ln.strip() for ln in text.splitlines()]
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("dofile("))
-    snippet = "\n".join(lines[start:start + 3])
-    assert snippet.count("function slurm_job_") == 2, snippet
-    snippet = snippet.replace('"/etc/slurm/job_submit_ipu.lua"', repr(str(ours)))
-    theirs = 'if j.partition == "closed" then slurm.log_user("site: partition closed") return slurm.ERROR end'
-    return snippet.replace("--[[ your checks ]]", theirs, 1).replace("--[[ your checks ]]", "")
+    """A site's own job_submit.lua with the lines docs/admin.md tells admins to add (the dofile as
+    its first line, our call as the first line of each entry point): the documented lines are the
+    ones tested."""
+    lines = [ln.strip() for ln in (ROOT / "docs" / "admin.md").read_text().splitlines()]
+    dofile = next(ln for ln in lines if ln.startswith("dofile("))
+    submit = next(ln for ln in lines if ln.startswith("local rc = slurm_ipu.job_submit("))
+    modify = next(ln for ln in lines if ln.startswith("local rc = slurm_ipu.job_modify("))
+    return (dofile.replace('"/etc/slurm/job_submit_ipu.lua"', repr(str(ours))) + "\n"
+            "function slurm_job_submit(job_desc, part_list, submit_uid)\n"
+            f"    {submit}\n"
+            '    if job_desc.partition == "closed" then\n'
+            '        slurm.log_user("site: partition closed") return slurm.ERROR end\n'
+            "    return slurm.SUCCESS\nend\n"
+            "function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)\n"
+            f"    {modify}\n"
+            "    return slurm.SUCCESS\nend\n")
 
 
 HARNESS = """

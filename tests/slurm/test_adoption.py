@@ -1,0 +1,455 @@
+"""A site that already runs Slurm adopts slurm-ipu by docs/admin.md and loses nothing of its own
+(issue 24).
+
+The site is written here by hand, as its admins had it before slurm-ipu: its own slurm.conf (not
+the lab's template), a GPU GRES, a matlab licence, a job_submit.lua rule (every job gives a
+--time), its own PrologSlurmctld and EpilogSlurmctld (a trace line per job), its own SPANK plugin
+(--site-tag) and SchedulerParameters. `slurm-ipu lab up --own-conf` starts Slurm from those files
+and the V-IPU emulator beside it; everything after that is what docs/admin.md tells an admin to
+type (each command below is checked to be in docs/admin.md, then run with the site's paths in
+place of /etc/slurm and /tmp/site): describe, install, merge, restart, doctor; break what the
+issue found broken and doctor names it; uninstall in the documented order with a plain job run
+after every step, and the site's files are back byte for byte. Runs on every supported release
+(the host's 22.05, and 24.11 and 26.05 in their chroots).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu import lab as labmod
+from slurm_ipu.fsutil import poll
+from slurm_ipu.slurm import releases
+
+from ..waiting import wait_for
+from .conftest import ensure_users, started_lab
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = (REPO / "docs" / "admin.md").read_text()
+NODES = 3  # node1 and node2 are the Pod's hosts, node3 has the site's GPU
+IPUS_PER_HOST = 16
+
+SPANK_SOURCE = r"""
+/* The site's own SPANK plugin: --site-tag=TAG puts SITE_TAG=TAG in every task. Registered from
+   slurm_spank_init (a static spank_options table is invisible to sbatch and salloc). */
+#include <stdlib.h>
+#include <string.h>
+#include <slurm/spank.h>
+SPANK_PLUGIN(site_tag, 1);
+static char *tag;
+static int take(int val, const char *optarg, int remote) { (void)val; (void)remote; tag = strdup(optarg); return 0; }
+static struct spank_option option = {"site-tag", "TAG", "the site's own tag, as SITE_TAG in every task", 1, 0, take};
+int slurm_spank_init(spank_t sp, int ac, char **av) {
+    (void)ac; (void)av;
+    return spank_option_register(sp, &option) == ESPANK_SUCCESS ? 0 : -1;
+}
+int slurm_spank_task_init(spank_t sp, int ac, char **av) {
+    (void)ac; (void)av;
+    return tag ? spank_setenv(sp, "SITE_TAG", tag, 1) : 0;
+}
+"""
+
+SITE_LUA = """-- The site's own submit policy: every job gives a time limit.
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    if job_desc.time_limit == slurm.NO_VAL then
+        slurm.log_user("site policy: give every job a --time")
+        return slurm.ERROR
+    end
+    return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm.SUCCESS
+end
+
+return slurm.SUCCESS
+"""
+
+
+def site_files(spec: labmod.LabSpec, ports: list[int], trace: Path) -> dict[str, str]:
+    """The site's own configuration, as its admins wrote it (paths inside the lab's directory)."""
+    d = spec.dir
+    host = os.uname().nodename
+    cpus = os.cpu_count() or 1
+    nodes = "\n".join(
+        f"NodeName=node{k} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[k - 1]} CPUs={cpus} RealMemory=1024"
+        + (" Gres=gpu:1" if k == 3 else "") + " State=UNKNOWN" for k in range(1, NODES + 1))
+    hook = "#!/bin/sh\n# The site's own controller {0}: one trace line per job.\necho \"{0} $SLURM_JOB_ID\" >> {1}\n"
+    files = {
+        "etc/slurm.conf": f"""# Cluster "adopt", as its admins run it (written long before slurm-ipu).
+ClusterName=adopt
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={spec.ctld_port}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={d}/run/munge.socket,cred_expire=30
+StateSaveLocation={d}/spool/ctld
+SlurmdSpoolDir={d}/spool/%n
+SlurmctldPidFile={d}/run/slurmctld.pid
+SlurmdPidFile={d}/run/slurmd-%n.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/affinity
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerParameters=bf_continue,sched_interval=2
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait=5
+MinJobAge=120
+AccountingStorageType=accounting_storage/none
+# Our own: GPUs, the matlab licence, a submit policy, controller hooks and a SPANK plugin.
+GresTypes=gpu
+Licenses=matlab:10
+JobSubmitPlugins=lua
+PrologSlurmctld={d}/site/prolog-ctld.sh
+EpilogSlurmctld={d}/site/epilog-ctld.sh
+PlugStackConfig={d}/etc/plugstack.conf
+{nodes}
+PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+""",
+        "etc/gres.conf": "NodeName=node3 Name=gpu File=/dev/null\n",  # a stand-in device: one GPU
+        "etc/plugstack.conf": f"required {d}/lib/site_tag.so\n",
+        "etc/job_submit.lua": SITE_LUA,
+        "site/prolog-ctld.sh": hook.format("prolog", trace),
+        "site/epilog-ctld.sh": hook.format("epilog", trace),
+    }
+    cgroup = releases.cgroup_conf(releases.installed(labmod.SBIN) or "0.0")
+    if cgroup:
+        files["etc/cgroup.conf"] = cgroup
+    return files
+
+
+def site_description(spec: labmod.LabSpec, root: Path, own_hooks: bool) -> str:
+    """The admin's site description (docs/admin.md step 1), by hand."""
+    d = spec.dir
+    hooks = (f"  site_prolog_slurmctld: {d}/site/prolog-ctld.sh\n  site_epilog_slurmctld: {d}/site/epilog-ctld.sh\n"
+             if own_hooks else "")
+    return f"""version: 1
+cluster: adopt
+vipu:
+  host: 127.0.0.1
+  port: {spec.vipu_port}
+  command: {d}/bin/vipu
+  emulator: true
+pod:
+  ipus: {IPUS_PER_HOST * 2}
+  hosts: node[1-2]
+  ipus_per_host: {IPUS_PER_HOST}
+state_dir: {root}/state
+accounting:
+  slurmdbd_host: null
+slurm:
+  version: "{releases.release(releases.installed(labmod.SBIN) or '0.0')}"
+  user: root
+  conf_dir: {d}/etc
+  bin_dir: /usr/bin
+  plugin_dir: {d}/lib
+{hooks}install:
+  prefix: {root}/opt/slurm-ipu
+  site: {root}/etc-slurm-ipu/site.yaml
+  unit_dir: {root}/systemd
+"""
+
+
+class Site:
+    """The adopting site: its lab (own-conf), its paths, and the commands its admin and users type."""
+
+    def __init__(self, lab, root: Path, user: str):
+        self.spec = lab.spec
+        self.root = root
+        self.user = user
+        self.etc = self.spec.path("etc")
+        self.out = root / "render"          # docs' /tmp/site
+        self.yaml = root / "site.yaml"      # docs' /path/to/site.yaml
+        self.bindir = root / "bin"
+        self.trace = self.spec.path("site", "trace")
+        self.prefix = root / "opt" / "slurm-ipu"
+        self.service: subprocess.Popen | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        # The installed commands first; no SLURM_IPU_SITE: the install says where its description is.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_IPU", "SLURM_JOB", "SLURM_STEP"))}
+        env.update(SLURM_CONF=str(self.etc / "slurm.conf"), PATH=f"{self.bindir}:/usr/sbin:/usr/bin:/sbin:/bin")
+        return env
+
+    def sh(self, command: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run(["bash", "-c", command], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, cwd=self.root)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{command} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def doc(self, command: str, extra: str = "", timeout: float = 120, check: bool = True):
+        """A command as docs/admin.md prints it, run with this site's paths in place of the docs'
+        (and `extra` appended: make's PREFIX and BINDIR)."""
+        assert command in DOCS, f"docs/admin.md no longer says `{command}`"
+        for theirs, ours in (("/path/to/site.yaml", str(self.yaml)), ("site.yaml --out", f"{self.yaml} --out"),
+                             ("/tmp/site", str(self.out)), ("/etc/slurm", str(self.etc))):
+            command = command.replace(theirs, ours)
+        if command.startswith("make "):
+            command = f"make -s -C {self.source()} {command[5:]}"
+        return self.sh(f"{command} {extra}", timeout, check)
+
+    def source(self) -> Path:
+        """A copy of the checkout to run make in (pip and make write build files where they run)."""
+        src = self.root / "src"
+        if not src.exists():
+            shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", "*.so",
+                                                                      "*.o", "__pycache__", ".pytest_cache"))
+        return src
+
+    def as_user(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        env = dict(self.env, HOME=str(self.spec.path("users")), USER=self.user, LOGNAME=self.user)
+        return subprocess.run(["setpriv", f"--reuid={self.user}", f"--regid={self.user}", "--init-groups", "--",
+                               "bash", "-c", command], env=env, capture_output=True, text=True, timeout=timeout,
+                              cwd=self.spec.path("users"))
+
+    def job_state(self, job: str) -> str:
+        proc = self.sh(f"scontrol show job -o {job}", check=False)
+        for word in proc.stdout.split():
+            if word.startswith("JobState="):
+                return word.split("=", 1)[1]
+        return "GONE"
+
+    def wait_done(self, job: str, timeout: float = 90) -> str:
+        states = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "GONE")
+        wait_for(f"job {job} to end", lambda: self.job_state(job) in states, timeout)
+        return self.job_state(job)
+
+    def partitions(self) -> list[str]:
+        return self.sh(f"{self.spec.path('bin', 'vipu')} list partitions").stdout.split()
+
+    # -- what Slurm runs, as systemd and an admin would restart it -----------------------------------
+    def restart(self, *daemons: str) -> None:
+        """`systemctl restart slurmctld` (and `slurmd` on the nodes): stop the recorded daemons,
+        start them again (slurmctld keeps its jobs)."""
+        pids = labmod.load_pids(self.spec)
+        for key in sorted((k for k in pids if k.startswith(daemons)), reverse=True):  # slurmd first
+            labmod._stop_pid(labmod._pid(pids[key]), key)
+        labmod.up(self.spec)
+
+    def nodes_up(self) -> bool:
+        states = labmod.node_states(self.spec)
+        return len(states) == NODES and all(s.startswith(("idle", "mixed", "alloc")) for s in states.values())
+
+    def start_hook_service(self) -> None:
+        """`systemctl enable --now slurm-ipu-reaper`: the unit's Environment= and ExecStart=, as root."""
+        unit = (self.root / "systemd" / "slurm-ipu-reaper.service").read_text().splitlines()
+        env = dict(self.env)
+        for line in unit:
+            if line.startswith("Environment="):
+                key, _, value = line.split("=", 1)[1].partition("=")
+                env[key] = value
+        argv = shlex.split(next(line for line in unit if line.startswith("ExecStart=")).split("=", 1)[1])
+        log = open(self.root / "hook-service.log", "ab")
+        self.service = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                        start_new_session=True)
+        log.close()
+        state = self.root / "state"
+        assert poll(lambda: (state / "hooks.sock").exists() or self.service.poll() is not None, 15), \
+            "the hook service did not start"
+        assert self.service.poll() is None, (self.root / "hook-service.log").read_text()[-2000:]
+
+    def stop_hook_service(self) -> None:
+        if self.service is not None and self.service.poll() is None:
+            self.service.send_signal(signal.SIGTERM)
+            try:
+                self.service.wait(60)
+            except subprocess.TimeoutExpired:
+                self.service.kill()
+                self.service.wait(10)
+
+    # -- what users see ------------------------------------------------------------------------------
+    def plain_job_runs(self, when: str) -> None:
+        """The site's own things, as its users rely on them: a GPU job with a matlab licence and the
+        site's --site-tag runs on the GPU node, its controller prolog and epilog run for it, and a
+        job without --time is refused by the site's own rule."""
+        out = self.spec.path("users", "plain-%j.out")
+        proc = self.as_user(f"sbatch --parsable --time=2 -L matlab:2 --gres=gpu:1 --site-tag=blue -o {out} "
+                            "--wrap 'echo tag=$SITE_TAG node=$SLURMD_NODENAME'")
+        assert proc.returncode == 0, f"{when}: a plain job was refused: {proc.stderr}"
+        job = proc.stdout.strip().split(";")[0]
+        assert self.wait_done(job) in ("COMPLETED", "GONE"), f"{when}: plain job {job} did not complete"
+        text = Path(str(out).replace("%j", job)).read_text()
+        assert "tag=blue node=node3" in text, f"{when}: plain job {job} printed {text!r}"
+        wait_for(f"{when}: the site's controller epilog for job {job}",
+                 lambda: f"epilog {job}" in self.trace.read_text(), 30)
+        assert f"prolog {job}" in self.trace.read_text(), f"{when}: the site's PrologSlurmctld did not run"
+        proc = self.as_user("sbatch --wrap true")
+        assert proc.returncode != 0 and "site policy: give every job a --time" in proc.stderr, \
+            f"{when}: the site's submit rule did not hold: {proc.returncode} {proc.stderr}"
+
+
+ORIGINALS = ("etc/slurm.conf", "etc/gres.conf", "etc/plugstack.conf", "etc/job_submit.lua",
+             "site/prolog-ctld.sh", "site/epilog-ctld.sh")
+# docs/admin.md's lines for a site's own job_submit.lua (the first line of the file, and the first
+# line of each entry point, with the site's argument names).
+LUA_DOFILE = 'dofile("/etc/slurm/job_submit_ipu.lua")'
+LUA_CALLS = {
+    "function slurm_job_submit(job_desc, part_list, submit_uid)\n":
+        "local rc = slurm_ipu.job_submit(job_desc, part_list, submit_uid) if rc ~= slurm.SUCCESS then return rc end",
+    "function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)\n":
+        "local rc = slurm_ipu.job_modify(job_desc, job_rec, part_list, modify_uid) if rc ~= slurm.SUCCESS then "
+        "return rc end",
+}
+
+
+@pytest.fixture(scope="module")
+def site():
+    user = ensure_users()[0]
+    made = {}
+
+    def prepare(spec: labmod.LabSpec) -> None:
+        spec.dir.mkdir(mode=0o755)
+        root = made["root"] = spec.dir.parent
+        trace = spec.path("site", "trace")
+        for rel, text in site_files(spec, [spec.node_port + k for k in range(NODES)], trace).items():
+            path = spec.path(rel)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o755 if rel.endswith(".sh") else 0o644)
+        trace.write_text("")
+        spec.path("lib").mkdir()
+        (root / "site_tag.c").write_text(SPANK_SOURCE)
+        so = spec.path("lib", "site_tag.so")
+        proc = subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(so), str(root / "site_tag.c")],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        (root / "site.yaml").write_text(site_description(spec, root, own_hooks=False))
+        # The site's V-IPU controller: the emulator, with the Pod's ILDs and hosts.
+        from slurm_ipu import config
+        from slurm_ipu.deploy import fragments
+
+        desc = config.load(str(root / "site.yaml"), environ={}, twins=False)
+        spec.path("etc", "vipu-emu.yaml").write_text(fragments.emulator_cluster(desc))
+
+    with started_lab(prepare=prepare, nodes=NODES, own_conf=True) as lab:
+        handle = Site(lab, made["root"], user)
+        try:
+            yield handle
+        finally:
+            handle.stop_hook_service()
+            if (handle.prefix / "venv").exists():  # a failure before the uninstall: leave nothing installed
+                subprocess.run(["make", "-s", "-C", str(handle.source()), "uninstall", f"PREFIX={handle.prefix}",
+                                "FORCE=1"], capture_output=True, timeout=300)
+
+
+def ipu_job_runs(site: Site, when: str) -> None:
+    """An IPU job as a user: every task of a two-host step has the job's partition, the site's own
+    --site-tag and controller hooks still work for it, and the partition is gone after it."""
+    proc = site.as_user("srun --time=2 -N2 --gres=ipu:8 --site-tag=red "
+                        "bash -c 'echo $SLURM_JOB_ID $IPUOF_VIPU_API_PARTITION_ID $SITE_TAG'")
+    assert proc.returncode == 0, f"{when}: {proc.stderr}"
+    rows = {tuple(line.split()) for line in proc.stdout.splitlines()}
+    (job, partition, tag), = rows
+    assert partition == f"slurm_{job}" and tag == "red", f"{when}: tasks saw {rows}"
+    wait_for(f"{when}: partition {partition} removed", lambda: partition not in site.partitions(), 60)
+    wait_for(f"{when}: the site's controller epilog for IPU job {job}",
+             lambda: f"epilog {job}" in site.trace.read_text(), 30)
+    assert f"prolog {job}" in site.trace.read_text()
+    bad = site.as_user("sbatch --time=2 --gres=ipu:3 --wrap true")
+    assert bad.returncode != 0 and "ipu" in bad.stderr, f"{when}: --gres=ipu:3 was not refused: {bad.stderr}"
+
+
+def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_back(site):
+    originals = {rel: site.spec.path(rel).read_bytes() for rel in ORIGINALS}
+    site.plain_job_runs("before slurm-ipu")
+
+    # 1. Describe the site. Its own controller hooks, not named in the description, are refused
+    #    in one line naming the key.
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(site.yaml), "--out", str(site.out)],
+                          env=site.env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "PrologSlurmctld" in proc.stderr and len(proc.stderr.splitlines()) == 1, \
+        proc.stderr
+    site.yaml.write_text(site_description(site.spec, site.root, own_hooks=True))
+
+    # 2. Install (from a copy of the checkout: pip's build directory goes there, not into the
+    #    checkout): nothing of Slurm's changes yet.
+    site.doc("make install SITE=/path/to/site.yaml", f"PREFIX={site.prefix} BINDIR={site.bindir}", timeout=900)
+    site.plain_job_runs("after make install")
+
+    # 3. Merge, step by step as docs/admin.md says it.
+    site.doc("slurm-ipu render site.yaml --out /tmp/site")
+    site.doc("cp /tmp/site/slurm-ipu.conf /etc/slurm/ && patch -d / -p1 < /tmp/site/slurm.conf.diff")
+    conf = site.etc / "slurm.conf"
+    gres = {line.split()[0]: [w for w in line.split() if w.startswith("Gres=")]
+            for line in conf.read_text().splitlines() if line.startswith("NodeName=")}
+    want = f"Gres=ipu:{IPUS_PER_HOST}"
+    assert gres == {"NodeName=node1": [want], "NodeName=node2": [want], "NodeName=node3": ["Gres=gpu:1"]}, gres
+    site.doc("cat /tmp/site/gres-ipu.conf >> /etc/slurm/gres.conf")
+    site.doc("mkdir -p /etc/slurm/plugstack.conf.d && "
+             "cp /tmp/site/plugstack-ipu.conf /etc/slurm/plugstack.conf.d/slurm-ipu.conf")
+    site.doc("echo 'include /etc/slurm/plugstack.conf.d/*.conf' >> /etc/slurm/plugstack.conf")
+    site.doc("cp /tmp/site/job_submit.lua /etc/slurm/job_submit_ipu.lua")
+    lua = (site.etc / "job_submit.lua").read_text()
+    assert LUA_DOFILE in DOCS and all(call in DOCS for call in LUA_CALLS.values())
+    for entry, call in LUA_CALLS.items():
+        assert entry in lua
+        lua = lua.replace(entry, f"{entry}    {call}\n")
+    (site.etc / "job_submit.lua").write_text(LUA_DOFILE.replace("/etc/slurm", str(site.etc)) + "\n" + lua)
+    # "Then `systemctl restart slurmctld` ..., `systemctl restart slurmd` on the nodes ..., and start
+    # the hook service"
+    assert "`systemctl restart slurmctld`" in DOCS and "`systemctl restart slurmd` on the nodes" in DOCS
+    site.restart("slurmctld", "slurmd-")
+    site.start_hook_service()
+
+    # 4. The site keeps its own, IPU jobs run, and doctor says so (and as a user, without a traceback).
+    site.plain_job_runs("after the merge")
+    ipu_job_runs(site, "after the merge")
+    doctor = site.sh("slurm-ipu doctor", check=False)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    as_user = site.as_user("slurm-ipu doctor")
+    assert as_user.returncode == 0 and "Traceback" not in as_user.stderr, as_user.stdout + as_user.stderr
+
+    # What the issue found, each named by doctor: the site's prolog line after the Include taking
+    # the wrapper's place, and a licence line after it dropping ours.
+    merged = conf.read_bytes()
+    for line, key in ((f"PrologSlurmctld={site.spec.dir}/site/prolog-ctld.sh", "PrologSlurmctld"),
+                      ("Licenses=matlab:10", "Licenses")):
+        conf.write_bytes(merged + f"{line}\n".encode())
+        site.restart("slurmctld")
+        broken = site.sh("slurm-ipu doctor", check=False)
+        assert broken.returncode == 1 and key in broken.stdout, f"{line}: {broken.stdout}{broken.stderr}"
+        conf.write_bytes(merged)
+        site.restart("slurmctld")
+    doctor = site.sh("slurm-ipu doctor", check=False)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+    # 5. Uninstall in the documented order; a plain job after every step.
+    refused = site.doc("make uninstall", f"PREFIX={site.prefix}", check=False)
+    assert refused.returncode != 0 and "PrologSlurmctld" in refused.stderr, refused.stdout + refused.stderr
+    site.doc("patch -R -d / -p1 < /tmp/site/slurm.conf.diff")
+    site.doc("rm /etc/slurm/slurm-ipu.conf /etc/slurm/plugstack.conf.d/slurm-ipu.conf /etc/slurm/job_submit_ipu.lua")
+    site.doc("rmdir /etc/slurm/plugstack.conf.d")
+    plugstack = (site.etc / "plugstack.conf").read_text()
+    (site.etc / "plugstack.conf").write_text(plugstack.replace(f"include {site.etc}/plugstack.conf.d/*.conf\n", ""))
+    gres = (site.etc / "gres.conf").read_text()
+    (site.etc / "gres.conf").write_text(gres.replace((site.out / "gres-ipu.conf").read_text(), ""))
+    lua = (site.etc / "job_submit.lua").read_text().replace(LUA_DOFILE.replace("/etc/slurm", str(site.etc)) + "\n", "")
+    for call in LUA_CALLS.values():
+        lua = lua.replace(f"    {call}\n", "")
+    (site.etc / "job_submit.lua").write_text(lua)
+    changed = [rel for rel, data in originals.items() if site.spec.path(rel).read_bytes() != data]
+    assert not changed, f"un-merged, yet not as they were: {changed}"
+    site.restart("slurmctld", "slurmd-")
+    site.plain_job_runs("after the un-merge")
+
+    site.doc("make uninstall", f"PREFIX={site.prefix}")
+    assert site.service.poll() is not None, "make uninstall left the hook service running"
+    assert not site.prefix.exists() and not (site.bindir / "slurm-ipu").exists()
+    assert not (site.root / "state").exists(), "the state directory came back after the uninstall"
+    site.plain_job_runs("after make uninstall")
+    changed = [rel for rel, data in originals.items() if site.spec.path(rel).read_bytes() != data]
+    assert not changed, f"after make uninstall, not as they were: {changed}"
