@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ipu import lab as labmod
+from slurm_ipu.emulator.api import Api
 from slurm_ipu.fsutil import poll
 from slurm_ipu.slurm import releases
 
@@ -228,17 +229,34 @@ class Site:
         wait_for(f"job {job} to end", lambda: self.job_state(job) in states, timeout)
         return self.job_state(job)
 
+    def admin(self) -> Api:
+        """The emulator's admin socket (what an admin drill reaches; the site's V-IPU has no such thing)."""
+        return Api(admin_socket=str(self.spec.path("vipu-emu", "admin.sock")), timeout=10)
+
     def partitions(self) -> list[str]:
-        return self.sh(f"{self.spec.path('bin', 'vipu')} list partitions").stdout.split()
+        api = self.admin()
+        try:
+            return [p["partition"]["id"] for p in api.list_partitions()]
+        finally:
+            api.close()
 
     # -- what Slurm runs, as systemd and an admin would restart it -----------------------------------
-    def restart(self, *daemons: str) -> None:
+    def restart(self, *daemons: str, idle: bool = True) -> None:
         """`systemctl restart slurmctld` (and `slurmd` on the nodes): stop the recorded daemons,
-        start them again (slurmctld keeps its jobs)."""
+        start them again (slurmctld keeps its jobs); idle=False: a configuration that leaves a
+        node invalid, so wait only for slurmctld to answer."""
         pids = labmod.load_pids(self.spec)
         for key in sorted((k for k in pids if k.startswith(daemons)), reverse=True):  # slurmd first
             labmod._stop_pid(labmod._pid(pids[key]), key)
-        labmod.up(self.spec)
+        if idle:
+            labmod.up(self.spec)
+            return
+        pids = labmod.load_pids(self.spec)
+        try:
+            labmod.start_slurm(self.spec, pids)
+        finally:
+            labmod.save_pids(self.spec, pids)
+        wait_for("slurmctld answers", lambda: self.sh("scontrol ping", check=False).returncode == 0, 60)
 
     def nodes_up(self) -> bool:
         states = labmod.node_states(self.spec)
@@ -414,18 +432,28 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     assert as_user.returncode == 0 and "Traceback" not in as_user.stderr, as_user.stdout + as_user.stderr
 
     # What the issue found, each named by doctor: the site's prolog line after the Include taking
-    # the wrapper's place, and a licence line after it dropping ours.
+    # the wrapper's place; a line after it dropping the site's GPUs or its licence (the fragment's
+    # values alone, as a literal merge left them); V-IPU answering but refusing every create.
     merged = conf.read_bytes()
-    for line, key in ((f"PrologSlurmctld={site.spec.dir}/site/prolog-ctld.sh", "PrologSlurmctld"),
-                      ("Licenses=matlab:10", "Licenses")):
+    for line, item in ((f"PrologSlurmctld={site.spec.dir}/site/prolog-ctld.sh", "PrologSlurmctld"),
+                       ("GresTypes=ipu", "GresTypes"), (f"Licenses=ipu:{2 * IPUS_PER_HOST}", "Licenses")):
         conf.write_bytes(merged + f"{line}\n".encode())
-        site.restart("slurmctld")
+        site.restart("slurmctld", idle=False)
         broken = site.sh("slurm-ipu doctor", check=False)
-        assert broken.returncode == 1 and key in broken.stdout, f"{line}: {broken.stdout}{broken.stderr}"
+        assert broken.returncode == 1 and item in broken.stdout, f"{line}: {broken.stdout}{broken.stderr}"
         conf.write_bytes(merged)
         site.restart("slurmctld")
+    admin = site.admin()
+    try:
+        admin.faults(fail={"count": 1000, "code": "PERMISSION_DENIED", "op": "create"})
+        broken = site.sh("slurm-ipu doctor", check=False)
+        assert broken.returncode == 1 and "PROBLEM  canary" in broken.stdout, broken.stdout + broken.stderr
+    finally:
+        admin.clear_faults()
+        admin.close()
     doctor = site.sh("slurm-ipu doctor", check=False)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert site.partitions() == [], "doctor's canary left a partition"
 
     # 5. Uninstall in the documented order; a plain job after every step.
     refused = site.doc("make uninstall", f"PREFIX={site.prefix}", check=False)
