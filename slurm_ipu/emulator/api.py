@@ -129,6 +129,12 @@ class Api:
     def allocations(self) -> list[dict]:
         return self.call("GET", "/v1/allocations")["allocations"]
 
+    def create_allocation(self, name: str, agents: list[str], grants: list[int] | None = None) -> dict:
+        return self.call("POST", "/v1/allocations", {"name": name, "agents": agents, "grants": grants or []})
+
+    def remove_allocation(self, name: str) -> dict:
+        return self.call("DELETE", f"/v1/allocations/{_quote(name)}")
+
     def attach(self, partition: str, gcd: int, uid: int, host: str) -> dict:
         return self.call("POST", "/v1/attach", {"partition": partition, "gcd": gcd, "uid": uid, "host": host})
 

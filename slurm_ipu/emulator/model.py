@@ -16,10 +16,11 @@ Without cabling every host reaches every ILD, as on a single Pod.
 
 Grants (docs/vipu.md, "Who may make partitions"): an allocation may list the users granted it,
 as V-IPU's own users and allocations do. Then only they (and root, the emulator's admin) may
-create partitions on its IPU-Machines, or in any allocation nested with it, and create them for
-another owner (the hooks make a job's partition for its user); a partition's owner may still
-remove or reset it. A site whose Slurm allocation is granted to the hooks' user alone hands
-IPUs out only through Slurm.
+create partitions on its IPU-Machines (the nearest grant around an allocation decides, and those
+of allocations nested inside it), and create them for another owner (the hooks make a job's
+partition for its user); a partition's owner may still remove or reset it. A site whose Slurm
+allocation is granted to the hooks' user alone hands IPUs out only through Slurm. Allocations an
+admin creates at run time (service.py, stored) join the file's, with their own grants.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..errors import ConfigError, InsufficientIpus
 
 PRESETS_DIR = Path(__file__).with_name("clusters")
 _KEYS = ("version", "name", "ilds", "agents_per_ild", "allocations", "cabling", "remote_attach",
-         "remote_attach_delay", "grants")
+         "remote_attach_delay", "grants", "admins")
 REMOTE_ATTACH = ("refuse", "slow")
 
 
@@ -47,12 +48,18 @@ class Cluster:
     remote_attach: str = "refuse"
     remote_attach_delay: float = 0.0
     grants: dict[str, frozenset[int]] = None  # allocation -> uids granted it; None: no grants anywhere
+    admins: frozenset[int] = frozenset()  # besides root: who may create and remove allocations
 
     def grants_over(self, allocation: str) -> list[frozenset[int]]:
-        """The grant lists that apply to `allocation`: its own and those of every allocation
-        nested with it (sharing agents), whose IPUs a partition made here could take."""
+        """The grant lists that apply to `allocation`: the nearest one around it (its own, else
+        that of the smallest allocation holding it: an admin's grant of a Pod's allocation inside
+        the site's is the more specific one), and those of every allocation nested inside it,
+        whose IPUs a partition made here could take."""
+        grants = self.grants or {}
         mine = self.allocations[allocation]
-        return [uids for name, uids in (self.grants or {}).items() if self.allocations[name] & mine]
+        around = sorted((len(self.allocations[n]), n) for n in grants if mine <= self.allocations[n])
+        lists = [grants[around[0][1]]] if around else []
+        return lists + [uids for n, uids in grants.items() if self.allocations[n] < mine]
 
     def granted(self, allocation: str, uid: int) -> bool | None:
         """True: `uid` holds every grant over `allocation`; False: some grant leaves it out;
@@ -73,7 +80,10 @@ class Cluster:
         return self.ilds * self.ipus_per_ild
 
     def allocation_ipus(self, allocation: str) -> set[int]:
-        agents = self.allocations[allocation]
+        return self.allocation_ipus_of(self.allocations[allocation])
+
+    @staticmethod
+    def allocation_ipus_of(agents) -> set[int]:
         per = rules.IPUS_PER_AGENT
         return {a * per + k for a in agents for k in range(per)}
 
@@ -148,9 +158,12 @@ def cluster_from_dict(data: object, where: str = "cluster") -> Cluster:
     delay = data.get("remote_attach_delay", 0.0)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 60:
         raise ConfigError(f"{where}: remote_attach_delay must be 0 to 60 seconds, got {delay!r}")
+    admins = data.get("admins") or []
+    if not isinstance(admins, list):
+        raise ConfigError(f"{where}: admins must list the users who may create allocations (e.g. [slurm])")
     return Cluster(str(data.get("name", "cluster")), ilds, per_ild, allocations,
                    _cabling(data.get("cabling"), ilds, where), remote, float(delay),
-                   _grants(data.get("grants"), allocations, where))
+                   _grants(data.get("grants"), allocations, where), frozenset(_uid(u, where) for u in admins))
 
 
 def _grants(raw: object, allocations: dict, where: str) -> dict[str, frozenset[int]] | None:
@@ -206,21 +219,30 @@ def _allocations(raw: object, num_agents: int, where: str) -> dict[str, frozense
         raise ConfigError(f"{where}: allocations must map a name to 'all' or agent names")
     out: dict[str, frozenset[int]] = {}
     for name, agents in raw.items():
-        idx = range(num_agents) if agents == "all" else [_agent_index(a, num_agents, where) for a in agents or []]
+        idx = range(num_agents) if agents == "all" else [agent_index(a, num_agents, where) for a in agents or []]
         chosen = frozenset(idx)
-        if not rules.is_valid_allocation(len(chosen) * rules.IPUS_PER_AGENT):
-            raise ConfigError(f"{where}: allocation {name!r} holds {len(chosen)} IPU-Machine(s) = "
-                              f"{len(chosen) * rules.IPUS_PER_AGENT} IPUs; an allocation is 4, 8, 16, 32, 64 IPUs "
-                              "or a multiple of 64 (1, 2, 4, 8, 16 IPU-Machines or multiples of 16)")
-        for other, theirs in out.items():
-            if chosen & theirs and (chosen == theirs or not (chosen <= theirs or theirs <= chosen)):
-                raise ConfigError(f"{where}: allocation {name!r} shares agents with allocation {other!r} without "
-                                  "one holding the other; allocations nest or stay apart")
+        problem = allocation_problem(str(name), chosen, out)
+        if problem:
+            raise ConfigError(f"{where}: {problem}")
         out[str(name)] = chosen
     return out
 
 
-def _agent_index(agent: object, num_agents: int, where: str) -> int:
+def allocation_problem(name: str, chosen: frozenset[int], others: dict[str, frozenset[int]]) -> str | None:
+    """Why `chosen` agents cannot be allocation `name` beside `others` (None: they can): the
+    V-IPU guide's sizes, and allocations nest or stay apart."""
+    if not rules.is_valid_allocation(len(chosen) * rules.IPUS_PER_AGENT):
+        return (f"allocation {name!r} holds {len(chosen)} IPU-Machine(s) = {len(chosen) * rules.IPUS_PER_AGENT} "
+                "IPUs; an allocation is 4, 8, 16, 32, 64 IPUs or a multiple of 64 (1, 2, 4, 8, 16 IPU-Machines or "
+                "multiples of 16)")
+    for other, theirs in others.items():
+        if chosen & theirs and (chosen == theirs or not (chosen <= theirs or theirs <= chosen)):
+            return (f"allocation {name!r} shares agents with allocation {other!r} without one holding the other; "
+                    "allocations nest or stay apart")
+    return None
+
+
+def agent_index(agent: object, num_agents: int, where: str) -> int:
     text = str(agent)
     if text.startswith("ag") and text[2:].isdigit() and int(text[2:]) < num_agents:
         return int(text[2:])

@@ -40,6 +40,8 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
         ("POST", r"^/v1/partitions/(?P<name>[^/]+)/reset$", "reset"),
         ("GET", r"^/v1/partitions/(?P<name>[^/]+)/ipuof$", "ipuof"),
         ("GET", r"^/v1/allocations$", "allocations"),
+        ("POST", r"^/v1/allocations$", "create_allocation"),
+        ("DELETE", r"^/v1/allocations/(?P<name>[^/]+)$", "remove_allocation"),
         ("GET", r"^/v1/clusters$", "clusters"),
         ("POST", r"^/v1/attach$", "attach"),
         ("GET", r"^/admin/faults$", "faults_get"),
@@ -135,6 +137,13 @@ class App:
     def _api_ipuof(self, p, query, _b, _u):
         gcd = _query_int(query, "gcd", 0)
         return 200, {"partition": p["name"], "gcd": gcd, "ipus": self.service.ipuof_config(p["name"], gcd)}
+
+    def _api_create_allocation(self, _p, _q, body, uid):
+        return 201, self.service.create_allocation(body, uid)
+
+    def _api_remove_allocation(self, p, _q, _b, uid):
+        self.service.remove_allocation(p["name"], uid)
+        return 200, {"removed": p["name"]}
 
     def _api_clusters(self, _p, _q, _b, _u):
         return 200, {"clusters": self.service.clusters()}
@@ -350,8 +359,8 @@ def _check_cluster(store, cluster: Cluster) -> None:
     desc = json.dumps({"ilds": cluster.ilds, "agents_per_ild": cluster.agents_per_ild,
                        "allocations": {k: sorted(v) for k, v in cluster.allocations.items()}}, sort_keys=True)
     old = store.meta("cluster")
-    if old is not None and old != desc and store.partitions():
-        raise ConfigError("the state directory holds partitions of a different cluster; "
+    if old is not None and old != desc and (store.partitions() or store.allocations()):
+        raise ConfigError("the state directory holds partitions or created allocations of a different cluster; "
                           "remove them first or use a fresh --state-dir")
     store.set_meta("cluster", desc)
 

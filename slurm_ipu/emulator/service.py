@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import rules
 from ..errors import (
@@ -23,7 +23,7 @@ from ..errors import (
     VipuError,
     VipuUnavailable,
 )
-from .model import Cluster, place
+from .model import Cluster, agent_index, allocation_problem, place
 from .store import Store
 
 # Error codes on the wire (gRPC-style, as V-IPU's API is), and the typed error for each.
@@ -38,7 +38,8 @@ CODES: dict[str, tuple[int, type[VipuError]]] = {
     "UNAVAILABLE": (503, VipuUnavailable),
     "DEADLINE_EXCEEDED": (504, VipuUnavailable),
 }
-OPS = ("create", "remove", "get", "list", "reset", "ipuof", "attach", "allocations", "version")
+OPS = ("create", "remove", "get", "list", "reset", "ipuof", "attach", "allocations", "version", "create_allocation",
+       "remove_allocation")
 
 
 def code_of(exc: VipuError) -> str:
@@ -102,11 +103,21 @@ class Faults:
 
 class Service:
     def __init__(self, cluster: Cluster, store: Store):
-        self.cluster = cluster
+        self.base = cluster  # the cluster file's: its allocations and grants
         self.store = store
         self.faults = Faults()
         self.calls: dict[str, int] = {}  # API calls per operation, for tests ("no V-IPU call")
         self._lock = threading.Lock()  # serialises placement: no IPU is handed out twice
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        """The cluster as it stands: the file's allocations and grants, and the ones admins created
+        (stored, so they outlive a restart)."""
+        made = self.store.allocations()
+        self.dynamic = {a["name"]: frozenset(a["agents"]) for a in made}
+        grants = dict(self.base.grants or {})
+        grants.update({a["name"]: frozenset(a["grants"]) for a in made if a["grants"]})
+        self.cluster = replace(self.base, allocations={**self.base.allocations, **self.dynamic}, grants=grants or None)
 
     # --- fault plumbing -----------------------------------------------------------------
     def before(self, op: str) -> None:
@@ -167,10 +178,67 @@ class Service:
                                         "agents": [f"ag{a}" for a in range(c.num_agents)]}}]
 
     def allocations(self) -> list[dict]:
+        grants = self.cluster.grants or {}
         return [
-            {"id": name, "agents": [f"ag{a}" for a in sorted(agents)], "num_ipus": len(agents) * rules.IPUS_PER_AGENT}
+            {"id": name, "agents": [f"ag{a}" for a in sorted(agents)], "num_ipus": len(agents) * rules.IPUS_PER_AGENT,
+             "created": name in self.dynamic, "grants": sorted(grants.get(name, ()))}
             for name, agents in self.cluster.allocations.items()
         ]
+
+    # --- allocations an admin makes (`vipu-admin create|remove allocation`) -----------------
+    def _admin_only(self, caller_uid: int, what: str) -> None:
+        if caller_uid != 0 and caller_uid not in self.base.admins:
+            raise PermissionDenied(f"uid {caller_uid} may not {what}: V-IPU administrators only (vipu-admin; the "
+                                   "emulator's admins: root and the cluster file's admins list)")
+
+    def create_allocation(self, req: dict, caller_uid: int) -> dict:
+        """An allocation of the named IPU-Machines, granted to the uids given (none: anyone may use
+        it). It may sit inside a file's allocation (a job's inside its Pod's) but never overlaps
+        another created one, nor holds IPUs a partition outside it uses."""
+        self._admin_only(caller_uid, "create allocations")
+        name = rules.check_name(str(req.get("name", "")))
+        raw = req.get("agents")
+        if not isinstance(raw, list) or not raw:
+            raise InvalidPartition(f"allocation {name}: name its IPU-Machines (--agents ag0,ag1,...)")
+        try:
+            agents = frozenset(agent_index(a, self.base.num_agents, f"allocation {name}") for a in raw)
+        except Exception as exc:  # model's ConfigError: the agent named is not this cluster's
+            raise InvalidPartition(str(exc)) from None
+        grants = req.get("grants") or []
+        if not isinstance(grants, list) or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in grants):
+            raise InvalidPartition(f"allocation {name}: grants must be uids, got {grants!r}")
+        with self._lock:
+            if name in self.cluster.allocations:
+                raise PartitionExists(f"allocation {name} already exists")
+            problem = allocation_problem(name, agents, self.cluster.allocations)
+            if problem:
+                raise InvalidPartition(problem)
+            taken = [n for n, theirs in self.dynamic.items() if theirs & agents]
+            if taken:
+                raise InsufficientIpus(f"allocation {name}: its IPU-Machines are in allocation {taken[0]} already")
+            ipus = self.cluster.allocation_ipus_of(agents)
+            users = sorted({r["name"] for r in self.store.partitions() if set(r["ipus"]) & ipus})
+            if users:
+                raise InsufficientIpus(f"allocation {name}: its IPU-Machines hold partition(s) {', '.join(users)} "
+                                       "of other allocations; remove them first")
+            self.store.insert_allocation(name, sorted(agents), grants, time.time())
+            self._rebuild()
+        return next(a for a in self.allocations() if a["id"] == name)
+
+    def remove_allocation(self, name: str, caller_uid: int) -> None:
+        """Refused while partitions live in it (they would lose their IPU-Machines under a running
+        job): remove them first, as slurm-ipu's epilog does. A file's allocation is not removable."""
+        self._admin_only(caller_uid, "remove allocations")
+        with self._lock:
+            if name not in self.dynamic:
+                if name in self.cluster.allocations:
+                    raise InvalidPartition(f"allocation {name} is the cluster file's own; it is not removable")
+                raise PartitionNotFound(f"allocation {name} not found")
+            inside = sorted(r["name"] for r in self.store.partitions() if r["allocation"] == name)
+            if inside:
+                raise PartitionNotReady(f"allocation {name} holds partition(s) {', '.join(inside)}; remove them first")
+            self.store.delete_allocation(name)
+            self._rebuild()
 
     # --- changes ------------------------------------------------------------------------
     def create(self, req: dict, caller_uid: int) -> dict:
@@ -194,7 +262,7 @@ class Service:
         with self._lock:
             if self.store.get(name) is not None:
                 raise PartitionExists(f"partition {name} already exists")
-            free = self.cluster.allocation_ipus(allocation) - self.store.used_ipus()
+            free = self.cluster.allocation_ipus(allocation) - self.store.used_ipus() - self._held_inside(allocation)
             ipus = place(self.cluster, shape, free)
             now = time.time()
             record = {
@@ -209,14 +277,21 @@ class Service:
             self.store.insert(record, ipus)
         return self.get_partition(name)
 
+    def _held_inside(self, allocation: str) -> set[int]:
+        """IPUs of created allocations inside `allocation` (jobs' allocations in a Pod's): a
+        partition made in the larger one never takes them."""
+        mine = self.cluster.allocations[allocation]
+        return set().union(*(self.cluster.allocation_ipus(n) for n, agents in self.dynamic.items()
+                             if n != allocation and agents < mine))
+
     def _allocation(self, name: object) -> str:
         allocs = self.cluster.allocations
         if name in (None, ""):
-            if len(allocs) == 1:
-                return next(iter(allocs))
+            if len(self.base.allocations) == 1:  # the file's one: created ones are always named
+                return next(iter(self.base.allocations))
             raise InvalidPartition(
-                f"this cluster has {len(allocs)} allocations; choose one with --allocation "
-                f"({', '.join(allocs)})"
+                f"this cluster has {len(self.base.allocations)} allocations; choose one with --allocation "
+                f"({', '.join(self.base.allocations)})"
             )
         if name not in allocs:
             raise InvalidPartition(f"unknown allocation {name!r}; allocations: {', '.join(allocs)}")

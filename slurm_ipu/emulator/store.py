@@ -33,6 +33,12 @@ CREATE TABLE IF NOT EXISTS ipus (
     partition TEXT NOT NULL REFERENCES partitions(name) ON DELETE CASCADE
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS allocations (
+    name TEXT PRIMARY KEY,
+    agents TEXT NOT NULL,
+    grants TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
 """
 
 COLUMNS = (
@@ -105,6 +111,19 @@ class Store:
             self._write([("UPDATE partitions SET state = ? WHERE name = ?", (state, name))])
         else:
             self._write([("UPDATE partitions SET state = ?, ready_at = ? WHERE name = ?", (state, ready_at, name))])
+
+    # Allocations an admin created (`vipu-admin create allocation`); the cluster file's own are
+    # not stored: they come back from the file at every start.
+    def allocations(self) -> list[dict]:
+        rows = self._rows("SELECT name, agents, grants, created_at FROM allocations ORDER BY created_at, name")
+        return [{"name": n, "agents": json.loads(a), "grants": json.loads(g), "created_at": t} for n, a, g, t in rows]
+
+    def insert_allocation(self, name: str, agents: list[int], grants: list[int], created_at: float) -> None:
+        self._write([("INSERT INTO allocations (name, agents, grants, created_at) VALUES (?, ?, ?, ?)",
+                      (name, json.dumps(sorted(agents)), json.dumps(sorted(grants)), created_at))])
+
+    def delete_allocation(self, name: str) -> None:
+        self._write([("DELETE FROM allocations WHERE name = ?", (name,))])
 
     def meta(self, key: str) -> str | None:
         rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))
