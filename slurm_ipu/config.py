@@ -21,6 +21,7 @@ from typing import Any
 from .boolean import parse_bool
 from .errors import ConfigError
 from .pods import Pod
+from .rules import IPUS_PER_AGENT
 from .slurm import releases
 
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
@@ -106,6 +107,10 @@ def _host(v: str):
     return None if ok else "a host name or address"
 
 
+def _model(v: str):
+    return None if v in ("partition", "allocation") else "partition or allocation"
+
+
 def _cross_pod(v: str):
     return None if v in ("refuse", "slow") else "refuse or slow"
 
@@ -146,6 +151,11 @@ FIELDS = (
           "PATH)", _plain_path),
     Field("vipu.cli_config", str, None, "the vipu CLI's config file with the hooks' V-IPU credentials "
           "(vipu --config); null: none", _plain_path, example="/etc/slurm-ipu/vipu-cli.hcl"),
+    Field("vipu.model", str, "partition", "what the prolog makes for an IPU job: 'partition' (one V-IPU partition "
+          "sized to the job) or 'allocation' (Graphcore's host-IPU mapping: an allocation of the IPU-Machines of the "
+          "job's hosts, granted to its user, who makes partitions in it; docs/admin.md)", _model),
+    Field("vipu.admin_command", str, "/usr/bin/vipu-admin", "with vipu.model allocation: the vipu-admin command "
+          "the hooks create and remove jobs' allocations with (an absolute path)", _plain_path),
     Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
     Field("vipu.retries", int, 2, "extra attempts of a vipu call that failed transiently", _between(0, 10)),
     Field("vipu.emulator", bool, False, "the controller is vipu-emu (labs, drills): pass it each job's hosts "
@@ -154,6 +164,8 @@ FIELDS = (
           "Pod's IPUs is refused ('refuse'), or served after vipu.emulator_cross_pod_delay ('slow')", _cross_pod),
     Field("vipu.emulator_cross_pod_delay", float, 0.5, "seconds a 'slow' cross-Pod attach takes (the emulator)",
           _between(0, 60)),
+    Field("allocation.prefix", str, "c", "with vipu.model allocation: a job's allocation is prefix + job id "
+          "(Graphcore's scripts use c${SLURM_JOB_ID})", _prefix),
     Field("ipuof.host", str, None, "IPUOF_VIPU_API_HOST in tasks; null: vipu.host", _host),
     Field("ipuof.port", int, None, "IPUOF_VIPU_API_PORT in tasks; null: vipu.port", _port),
     Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD); not with pods: (their sum)", _pod_size),
@@ -274,9 +286,33 @@ class Site:
     def vipu_client(self):
         from .vipu import VipuClient
 
+        extra = ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
         return VipuClient(command=self.vipu_command, host=self["vipu.host"], port=self["vipu.port"],
                           timeout=self["vipu.timeout"], retries=self["vipu.retries"],
-                          emulator_flags=self["vipu.emulator"])
+                          emulator_flags=self["vipu.emulator"], admin_command=[self["vipu.admin_command"], *extra])
+
+    @property
+    def job_prefix(self) -> str:
+        """What a job's V-IPU object is named after its id: its allocation's prefix in the
+        allocation model, else its partition's."""
+        return self["allocation.prefix" if self["vipu.model"] == "allocation" else "partition.prefix"]
+
+    def agents_of(self, hosts) -> list[str]:
+        """The IPU-Machines (V-IPU agents) mapped to `hosts`, as Graphcore's host-IPU mapping file
+        lists them: a Pod's hosts, in hostlist order, take its IPU-Machines in V-IPU's order,
+        pod.ipus_per_host / 4 each; Pods follow each other (docs/admin.md, allocation model)."""
+        per = self["pod.ipus_per_host"] // IPUS_PER_AGENT
+        first, out = 0, {}
+        for hosts_of, ipus in self._pod_hosts():
+            for k, host in enumerate(hosts_of):
+                out[host] = [f"ag{first + k * per + j}" for j in range(per)]
+            first += ipus // IPUS_PER_AGENT
+        return [agent for host in hosts for agent in out[host]]
+
+    def _pod_hosts(self) -> list[tuple[list[str], int]]:
+        if self.pods:
+            return [(list(p.hosts), p.ipus) for p in self.pods]
+        return [(self.hosts, self["pod.ipus"])]
 
 
 def _keys(text: str):
@@ -559,6 +595,10 @@ def _cross_checks(site: Site) -> None:
             raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} on Pod {one.name}'s "
                               f"{len(one.hosts)} hosts is {per * len(one.hosts)} IPUs, more than its {one.ipus}; use "
                               f"at most {one.ipus // len(one.hosts)}")
+    if site["vipu.model"] == "allocation" and per % IPUS_PER_AGENT:
+        raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} with vipu.model allocation: a "
+                          f"host's jobs get its whole IPU-Machines of {IPUS_PER_AGENT} IPUs each; use a multiple of "
+                          f"{IPUS_PER_AGENT}")
     timeout = site["prolog_epilog_timeout"]
     for key in ("prolog.deadline", "epilog.deadline"):
         if site[key] >= timeout:

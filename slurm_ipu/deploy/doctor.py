@@ -503,7 +503,7 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
     if facts.partitions is None or facts.jobs is None:
         why = facts.errors.get("vipu") or facts.errors.get("jobs")
         return Finding("orphans", False, f"cannot tell ({why})", "fix the vipu and Slurm items first")
-    found = orphans(facts.partitions, facts.jobs, site["partition.prefix"])
+    found = orphans([p.name for p in facts.partitions], facts.jobs, site["partition.prefix"])
     queued = {q.get("partition") for q in _queued(site)}
     found = [(name, job) for name, job in found if name not in queued]
     if found:

@@ -1,4 +1,5 @@
-"""EpilogSlurmctld: remove the job's V-IPU partition, whatever state the job ended in.
+"""EpilogSlurmctld: remove the job's V-IPU partition (in the allocation model: its allocation, with
+the partitions its user made in it), whatever state the job ended in.
 
 Only a partition slurm-ipu created for this job (the ledger's record) is removed: one made by
 someone else under the job's name is left alone and logged. Idempotent and never failing: a
@@ -16,19 +17,19 @@ from ..errors import SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
-from .removal import describe, remove_recorded
+from .removal import describe, kind, remove_recorded
 
 
 def run(ctx: JobContext, cfg, client, clock=time.monotonic) -> int:
     if ctx.ipus == 0:
         return 0
-    name = ctx.partition(cfg["partition.prefix"])
+    name, what = ctx.partition(cfg.job_prefix), kind(cfg)
     try:
         outcome = remove_recorded(cfg, client, name, ctx.job_id, clock() + cfg["epilog.deadline"])
     except SlurmIpuError as exc:
         Journal(cfg["state_dir"]).add(name, ctx.job_id, str(exc))
-        report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} not removed ({exc}); "
+        report(cfg["state_dir"], f"job {ctx.job_id}: {what} {name} not removed ({exc}); "
                                  "journaled for `slurm-ipu reap`")
         return 0
-    report(cfg["state_dir"], describe(ctx.job_id, name, outcome))
+    report(cfg["state_dir"], describe(ctx.job_id, name, outcome, what))
     return 0

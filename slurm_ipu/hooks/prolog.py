@@ -19,6 +19,7 @@ which `scontrol show job` shows and which leaves the user's own Comment alone):
 
 from __future__ import annotations
 
+import os
 import time
 
 from .. import pods, rules
@@ -46,6 +47,8 @@ class Abandoned(SlurmIpuError):
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
+    if cfg["vipu.model"] == "allocation":
+        return run_allocation(ctx, cfg, client, slurm, clock, sleep)
     started = clock()
     deadline = started + cfg["prolog.deadline"]
     name = ctx.partition(cfg["partition.prefix"])
@@ -54,7 +57,8 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ilds, cluster_ilds=room)
         _claim_name(cfg, name, deadline)
         try:
-            part = _ensure_with_room(ctx, shape, allocation, cfg, client, name, deadline, clock, sleep)
+            part = _ensure_with_room(cfg, client, name, deadline, clock, sleep,
+                                     lambda: _ensure(ctx, shape, allocation, cfg, client, name, deadline))
             _check_ilds(part, expect)
         except SlurmIpuError:
             _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
@@ -103,10 +107,10 @@ def _check_ilds(part, expect: set[int] | None) -> None:
                     "single group goes: docs/admin.md, Several Pods)")
 
 
-def _ensure_with_room(ctx, shape, allocation, cfg, client, name: str, deadline: float, clock, sleep=time.sleep):
+def _ensure_with_room(cfg, client, name: str, deadline: float, clock, sleep, make):
     """Slurm granted the IPUs (the licence), so V-IPU being short of them is V-IPU lagging:
     removals V-IPU refused earlier (the journal), or one still under way. Work the journal off,
-    then retry until the IPUs are there or the deadline passes."""
+    then retry make() until the IPUs are there or the deadline passes."""
     pause = 0.05
     ledger = Ledger(cfg["state_dir"])
     while True:
@@ -116,7 +120,7 @@ def _ensure_with_room(ctx, shape, allocation, cfg, client, name: str, deadline: 
             # and a finished job's partition behind the same lock would wait for this one while
             # this one waits for its IPUs.
             with ledger.lock(name, deadline):
-                return _ensure(ctx, shape, allocation, cfg, client, name, deadline)
+                return make()
         except InsufficientIpus:
             if _work_off_journal(cfg, client, name, deadline, clock):
                 continue  # freed some: try again at once (each pass settles entries, so this ends)
@@ -187,6 +191,53 @@ def _fits(part, shape, ctx: JobContext) -> bool:
             and (not part.hosts or sorted(part.hosts) == sorted(ctx.nodes)))
 
 
+# --- the allocation model (Graphcore's host-IPU mapping) ----------------------------------------
+
+def run_allocation(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
+    """The job's allocation: the IPU-Machines mapped to its hosts (cfg.agents_of), granted to its
+    user (and the hooks' own user), named allocation.prefix + job id. The job makes its own
+    partitions in it. The same record, lock, journal and failure rules as a partition's."""
+    started = clock()
+    deadline = started + cfg["prolog.deadline"]
+    name = ctx.partition(cfg["allocation.prefix"])
+    agents = cfg.agents_of(ctx.nodes)
+    try:
+        _claim_name(cfg, name, deadline)
+        try:
+            _ensure_with_room(cfg, client, name, deadline, clock, sleep,
+                              lambda: _ensure_allocation(ctx, cfg, client, name, agents, deadline))
+        except SlurmIpuError:
+            _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
+            raise
+    except SlurmIpuError as exc:
+        return _fail(ctx, cfg, slurm, name, exc, "allocation")
+    report(cfg["state_dir"], f"job {ctx.job_id}: allocation {name} of {','.join(agents)} ({ctx.ipus} IPUs) "
+                             f"for uid {ctx.uid}, hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
+    if ctx.restart_count > 0 and slurm is not None:
+        _tell(cfg, slurm.admin_comment, ctx.job_id, "")
+    return 0
+
+
+def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str], deadline: float) -> None:
+    ledger = Ledger(cfg["state_dir"])
+    ours = ledger.owns(name, ctx.job_id)
+    ledger.put(name, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=ctx.ipus, agents=agents)
+    grants = sorted({ctx.uid, os.getuid()})  # the job's user, and the hooks (a requeue's cleanup)
+    try:
+        client.create_allocation(name, agents, grants, deadline=deadline)
+        return
+    except PartitionExists:
+        pass
+    if not ours:
+        ledger.drop(name)  # never mark someone else's allocation as ours
+        raise ForeignPartition(f"allocation {name} already exists and slurm-ipu did not create it for this job")
+    if sorted(client.list_allocations(deadline).get(name, [])) == sorted(agents):
+        return  # an earlier attempt of this job made it for these hosts: adopt it
+    # Ours, but for other hosts (the job was requeued elsewhere): replace it.
+    client.remove_allocation(name, missing_ok=True, deadline=deadline)
+    client.create_allocation(name, agents, grants, deadline=deadline)
+
+
 def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:
     """Remove what a failed attempt of ours left (a PENDING or ERROR partition), and only that:
     without our record nothing is removed. The job is not running, so a failure here is left
@@ -194,14 +245,14 @@ def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:
     if not Ledger(cfg["state_dir"]).owns(name, ctx.job_id):
         return
     try:
-        client.remove_partition(name, missing_ok=True, deadline=deadline)
+        removal.remove_vipu(cfg, client, name, deadline)
     except SlurmIpuError:
         return
     Ledger(cfg["state_dir"]).drop(name)
 
 
-def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
-    why = f"job {ctx.job_id}: V-IPU partition {name} ({ctx.ipus} IPUs) not created: {exc}"
+def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str = "partition") -> int:
+    why = f"job {ctx.job_id}: V-IPU {what} {name} ({ctx.ipus} IPUs) not created: {exc}"
     attempts, limit = ctx.restart_count + 1, cfg["prolog.max_attempts"]
     if isinstance(exc, Abandoned):
         report(cfg["state_dir"], why + "; nothing left behind")
@@ -210,8 +261,8 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
         why += "; the job is cancelled: the request cannot be met, fix it and submit again"
         act = "cancel"
     elif isinstance(exc, ForeignPartition):
-        why += (f"; held: an admin must remove it (vipu remove partition {name}), then "
-                f"`scontrol release {ctx.job_id}`")
+        why += (f"; held: an admin must remove it (vipu{'-admin' if what == 'allocation' else ''} remove {what} "
+                f"{name}), then `scontrol release {ctx.job_id}`")
         act = "hold"
     elif attempts >= limit:
         why += (f"; held after {attempts} attempts: an admin must fix V-IPU, then `scontrol release {ctx.job_id}`")
@@ -221,7 +272,7 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError) -> int:
         act = "admin_comment"
     report(cfg["state_dir"], why)  # first: a slow or failing scontrol never hides the cause
     if slurm is not None:
-        _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU partition {name} ({ctx.ipus} IPUs) not "
+        _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU {what} {name} ({ctx.ipus} IPUs) not "
                                    f"created: {exc} (the reason stays in `scontrol show job {ctx.job_id}`)")
         told = _tell(cfg, getattr(slurm, act), ctx.job_id, f"slurm-ipu: {why}")
         if act == "cancel" and told:

@@ -19,6 +19,7 @@ from ..errors import SlurmIpuError
 from ..locks import LockTimeout, try_lock
 from .journal import Journal
 from .ledger import Ledger
+from .removal import remove_vipu
 
 LIVE_STATES = ("RUNNING", "SUSPENDED")
 
@@ -49,13 +50,20 @@ def job_of(name: str, prefix: str) -> int | None:
     return int(suffix) if suffix.isdigit() else None
 
 
-def orphans(partitions, jobs: dict[int, str], prefix: str) -> list[tuple[str, int]]:
+def orphans(names, jobs: dict[int, str], prefix: str) -> list[tuple[str, int]]:
     out = []
-    for part in partitions:
-        job = job_of(part.name, prefix)
+    for name in names:
+        job = job_of(name, prefix)
         if job is not None and jobs.get(job, "GONE") not in LIVE_STATES:
-            out.append((part.name, job))
+            out.append((name, job))
     return out
+
+
+def listed(cfg, client, deadline: float) -> list[str]:
+    """The names of the V-IPU objects jobs get: allocations in the allocation model, else partitions."""
+    if cfg["vipu.model"] == "allocation":
+        return list(client.list_allocations(deadline))
+    return [p.name for p in client.list_partitions(deadline)]
 
 
 def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic, wait: float | None = None) -> int:
@@ -70,10 +78,10 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
         queued = journal.names()
         recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
         before = time.time()
-        parts = client.list_partitions(deadline)
+        parts = listed(cfg, client, deadline)
         jobs = slurm.active_jobs()
         found = []
-        for name, job in orphans(parts, jobs, cfg["partition.prefix"]):
+        for name, job in orphans(parts, jobs, cfg.job_prefix):
             if ledger.owns(name, job):
                 found.append((name, job))
             elif name in recorded:  # ours, removed meanwhile by its epilog or the hook service
@@ -88,7 +96,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
                 continue
             try:
                 with ledger.lock(name, time.monotonic()):  # held: its prolog is still making it
-                    client.remove_partition(name, missing_ok=True, deadline=deadline)
+                    remove_vipu(cfg, client, name, deadline)
                     out(f"reap: removed {name} (job {job} {state.lower()})")
                     journal.drop(name)
                     ledger.drop(name)
@@ -106,7 +114,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
                     if name not in left and not ledger.busy(name):
                         journal.drop(name)
         if not dry_run:
-            _settle_records(ledger, before, {p.name for p in parts}, jobs, left)
+            _settle_records(ledger, before, set(parts), jobs, left)
         return 1 if failed else 0
     finally:
         os.close(lock)

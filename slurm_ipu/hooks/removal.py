@@ -1,5 +1,5 @@
-"""Removing ended jobs' partitions: the one rule the epilog, the hook service (service.py), the
-prolog's capacity path and `slurm-ipu reap` share.
+"""Removing ended jobs' partitions (or, in the allocation model, their allocations): the one rule
+the epilog, the hook service (service.py), the prolog's capacity path and `slurm-ipu reap` share.
 
 Only a partition with slurm-ipu's creation record for that job is removed; anything else
 under our prefix is left alone and logged.
@@ -26,15 +26,27 @@ def remove_recorded(cfg, client, name: str, job_id, deadline: float, wait: bool 
     with ledger.lock(name, deadline if wait else time.monotonic()):
         if not ledger.owns(name, job_id):
             return "not ours"
-        removed = client.remove_partition(name, missing_ok=True, deadline=deadline)
+        removed = remove_vipu(cfg, client, name, deadline)
         ledger.drop(name)
     return "removed" if removed else "already gone"
 
 
-def describe(job_id, name: str, outcome: str) -> str:
+def remove_vipu(cfg, client, name: str, deadline: float) -> bool:
+    """The job's V-IPU object, whichever the site's model makes: its partition, or its allocation
+    with every partition its user made in it. False: it was gone already."""
+    if cfg["vipu.model"] == "allocation":
+        return client.remove_allocation(name, missing_ok=True, deadline=deadline)
+    return client.remove_partition(name, missing_ok=True, deadline=deadline)
+
+
+def kind(cfg) -> str:
+    return "allocation" if cfg["vipu.model"] == "allocation" else "partition"
+
+
+def describe(job_id, name: str, outcome: str, what: str = "partition") -> str:
     if outcome == "not ours":
-        return f"job {job_id}: no partition of slurm-ipu's to remove ({name} is not ours, if it exists)"
-    return f"job {job_id}: partition {name} {outcome}"
+        return f"job {job_id}: no {what} of slurm-ipu's to remove ({name} is not ours, if it exists)"
+    return f"job {job_id}: {what} {name} {outcome}"
 
 
 def work_off(cfg, client, names: list[str], deadline: float,
@@ -59,6 +71,6 @@ def work_off(cfg, client, names: list[str], deadline: float,
                 journal.add(name, job, str(exc))
                 return done, exc
             journal.drop(name)
-        report(cfg["state_dir"], describe(job, name, outcome))
+        report(cfg["state_dir"], describe(job, name, outcome, kind(cfg)))
         done.append(name)
     return done, None

@@ -41,30 +41,32 @@ class VipuClient:
                  backoff: float = 0.2,           # first pause; doubles each retry
                  emulator_flags: bool = False,   # pass --hosts/--owner-uid (the emulator's extensions)
                  runner: Callable[..., subprocess.CompletedProcess] | None = None,  # default: subprocess.run
-                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic):
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
+                 admin_command: Sequence[str] | None = None):  # vipu-admin: allocations; None: `command`
         self.command, self.host, self.port, self.timeout = command, host, port, timeout
         self.retries, self.backoff, self.emulator_flags = retries, backoff, emulator_flags
         self.runner, self.sleep, self.clock = runner, sleep, clock
+        self.admin_command = admin_command or command
 
     def with_sleep(self, sleep: Callable[[float], None]) -> VipuClient:
         """The same client pausing through `sleep` (the hook service watches its prologs)."""
         return VipuClient(self.command, self.host, self.port, self.timeout, self.retries, self.backoff,
-                          self.emulator_flags, self.runner, sleep, self.clock)
+                          self.emulator_flags, self.runner, sleep, self.clock, self.admin_command)
 
     def __repr__(self) -> str:
         return f"VipuClient(command={self.command!r}, host={self.host!r}, port={self.port!r})"
 
     # --- plumbing -----------------------------------------------------------------------
-    def _argv(self, args: Sequence[str]) -> list[str]:
-        argv = list(self.command)
+    def _argv(self, args: Sequence[str], admin: bool = False) -> list[str]:
+        argv = list(self.admin_command if admin else self.command)
         if self.host:
             argv += ["--api-host", self.host]
         if self.port:
             argv += ["--api-port", str(self.port)]
         return argv + list(args)
 
-    def _once(self, args: Sequence[str], timeout: float) -> str:
-        argv = self._argv(args)
+    def _once(self, args: Sequence[str], timeout: float, admin: bool = False) -> str:
+        argv = self._argv(args, admin)
         try:
             proc = (self.runner or subprocess.run)(argv, capture_output=True, text=True, timeout=timeout,
                                                    stdin=subprocess.DEVNULL)
@@ -81,15 +83,16 @@ class VipuClient:
             raise classify_error(proc.stderr or proc.stdout, proc.returncode)
         return proc.stdout
 
-    def run(self, args: Sequence[str], deadline: float | None = None) -> str:
-        """Run one vipu command; retry transient failures while attempts and deadline last."""
+    def run(self, args: Sequence[str], deadline: float | None = None, admin: bool = False) -> str:
+        """Run one vipu command (admin: vipu-admin); retry transient failures while attempts and
+        deadline last."""
         pause, attempt = self.backoff, 0
         while True:
             timeout = self.timeout if deadline is None else min(self.timeout, deadline - self.clock())
             if timeout <= 0:
                 raise VipuUnavailable(f"`{' '.join(args[:2])}`: deadline passed before V-IPU answered")
             try:
-                return self._once(args, timeout)
+                return self._once(args, timeout, admin)
             except VipuError as exc:
                 out_of_time = deadline is not None and self.clock() + pause >= deadline
                 if not exc.transient or attempt >= self.retries or out_of_time:
@@ -106,6 +109,14 @@ class VipuClient:
     def allocations_json(self, deadline: float | None = None) -> str:
         """`vipu list allocations --showjson` as printed (ipurun reads each allocation's agents)."""
         return self.run(["list", "allocations", "--showjson"], deadline)
+
+    def list_allocations(self, deadline: float | None = None) -> dict[str, list[str]]:
+        """Allocation name -> its IPU-Machines (agents)."""
+        try:
+            doc = json.loads(self.allocations_json(deadline))
+            return {str(a["id"]): [str(g) for g in a.get("agents", [])] for a in doc}
+        except (ValueError, TypeError, KeyError):
+            raise VipuUnavailable("`vipu list allocations --showjson` printed no allocation list") from None
 
     def get_partition(self, name: str, deadline: float | None = None) -> Partition | None:
         return next((p for p in self.list_partitions(deadline) if p.name == name), None)
@@ -144,6 +155,29 @@ class VipuClient:
         """True if removed; False if it was already gone and missing_ok."""
         try:
             self.run(["remove", "partition", name], deadline)
+        except PartitionNotFound:
+            if missing_ok:
+                return False
+            raise
+        return True
+
+    def create_allocation(self, name: str, agents: Sequence[str], grants: Sequence[int] = (),
+                          deadline: float | None = None) -> None:
+        """`vipu-admin create allocation NAME --agents ...` (docs/vipu.md: the form is our choice
+        where the record stops); grants (uids) go to the emulator only (--grant)."""
+        args = ["create", "allocation", name, "--agents", ",".join(agents)]
+        if self.emulator_flags and grants:
+            args += ["--grant", ",".join(str(g) for g in grants)]
+        self.run(args, deadline, admin=True)
+
+    def remove_allocation(self, name: str, missing_ok: bool = False, deadline: float | None = None) -> bool:
+        """Its partitions first (V-IPU refuses to remove an allocation holding any), then it.
+        True if it was removed; False if it was already gone and missing_ok."""
+        for part in self.list_partitions(deadline):
+            if part.allocation == name:
+                self.remove_partition(part.name, missing_ok=True, deadline=deadline)
+        try:
+            self.run(["remove", "allocation", name], deadline, admin=True)
         except PartitionNotFound:
             if missing_ok:
                 return False

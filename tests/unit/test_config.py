@@ -168,3 +168,44 @@ def test_a_valid_multi_pod_site_costs_no_second_parse(tmp_path, mocker):
     lines = mocker.spy(config, "key_lines")
     site = config.load(str(ROOT / "etc" / "site-pod128.yaml"), environ={})
     assert lines.call_count == 0 and len(site.pods) == 2
+
+
+# --- the allocation model (issue 25, item 3) ------------------------------------------------------
+
+def _allocation_site(tmp_path, **pod):
+    from .conftest import write_conf
+
+    extra = {"vipu": {"model": "allocation"}}
+    if pod:
+        extra["pod"] = pod
+    return config.load(str(write_conf(tmp_path, **extra)), environ={})
+
+
+def test_a_host_s_ipu_machines_are_its_pod_s_in_hostlist_order(tmp_path):
+    site = _allocation_site(tmp_path)  # node[1-4], 16 IPUs (4 IPU-Machines) each
+    assert site.agents_of(["node2"]) == ["ag4", "ag5", "ag6", "ag7"]
+    assert site.agents_of(["node1", "node4"]) == ["ag0", "ag1", "ag2", "ag3", "ag12", "ag13", "ag14", "ag15"]
+    assert site.job_prefix == "c"
+
+
+def test_pods_follow_each_other_in_the_mapping(tmp_path):
+    from .conftest import write_conf
+
+    pods = [{"name": "poda", "hosts": "node[1-4]"}, {"name": "podb", "hosts": "node[5-8]"}]
+    site = config.load(str(write_conf(tmp_path, pods=pods, vipu={"model": "allocation", "allocation": "all"})),
+                       environ={})
+    assert site.agents_of(["node5"]) == ["ag16", "ag17", "ag18", "ag19"]
+
+
+@pytest.mark.parametrize("over,words", [
+    ({"vipu": {"model": "allocations"}}, "vipu.model='allocations'"),
+    ({"vipu": {"model": "allocation"}, "pod": {"ipus_per_host": 6}},
+     "pod.ipus_per_host=6 with vipu.model allocation: a host's jobs get its whole IPU-Machines of 4 IPUs each; use a "
+     "multiple of 4"),
+])
+def test_what_the_allocation_model_cannot_be_is_one_line(tmp_path, over, words):
+    from .conftest import write_conf
+
+    with pytest.raises(ConfigError) as err:
+        config.load(str(write_conf(tmp_path, **over)), environ={})
+    assert words in str(err.value) and "\n" not in str(err.value)

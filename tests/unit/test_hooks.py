@@ -217,11 +217,6 @@ def test_epilog_of_a_job_without_ipus_does_nothing(fake, cfg):
 
 # --- reap ---------------------------------------------------------------------------------
 
-def _parts(*names):
-    from slurm_ipu.vipu.types import Partition
-    return [Partition(name=n, size=1) for n in names]
-
-
 @pytest.mark.parametrize("jobs,expected", [
     ({}, ["slurm_1", "slurm_2"]),
     ({1: "RUNNING", 2: "RUNNING"}, []),
@@ -229,8 +224,8 @@ def _parts(*names):
     ({1: "COMPLETED", 2: "CANCELLED"}, ["slurm_1", "slurm_2"]),
 ])
 def test_orphans(jobs, expected):
-    parts = _parts("slurm_1", "slurm_2", "slurm_x", "mine", "slurm_")
-    assert [n for n, _ in reap.orphans(parts, jobs, "slurm_")] == expected
+    names = ["slurm_1", "slurm_2", "slurm_x", "mine", "slurm_"]
+    assert [n for n, _ in reap.orphans(names, jobs, "slurm_")] == expected
 
 
 def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):

@@ -35,7 +35,7 @@ def values(pod_ipus: int, version: str = "22.05", per_host: int | None = None) -
     of the Pod's unless given) and Slurm's syntax."""
     return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version), "limits": limits.lua_values(),
                                           "ipus_per_host": per_host or pod_ipus,
-                                          "gres_prefix": releases.tres_prefix(version)}
+                                          "gres_prefix": releases.tres_prefix(version), "whole_hosts": False}
 
 
 @pytest.fixture(scope="module")
@@ -379,3 +379,28 @@ def test_ipus_is_the_job_s_total_spread_over_its_nodes(lua_16, job, licence, tre
 def test_bad_ipus_requests_are_refused_with_one_line(lua_16, job, line):
     rc, _lic, _tres, msg = run_tres(lua_16, job)
     assert rc == -1 and msg.startswith(line), msg
+
+
+@pytest.fixture(scope="module")
+def lua_whole_hosts(tmp_path_factory):
+    """The allocation model (vipu.model: allocation): the lab's Pod, a job takes its hosts whole."""
+    path = tmp_path_factory.mktemp("luawhole") / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", values(64, "24.11", per_host=16) | {"whole_hosts": True}))
+    return str(path)
+
+
+@pytest.mark.parametrize("job,licence,tres,said", [
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 2}, "ipu:32", "gres/ipu:16", "4 IPUs per node raised to 16"),
+    ({"tres_per_node": "gres/gpu:1,gres/ipu:1", "min_nodes": 1}, "ipu:16", "gres/gpu:1,gres/ipu:16", "1 IPUs"),
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 4}, "ipu:64", "gres/ipu:16", ""),
+    (ipus(8, min_nodes=2), "ipu:32", "gres/ipu:16", "4 IPUs per node raised to 16"),
+    ({"min_nodes": 3}, "nil", "nil", ""),  # not an IPU job: untouched
+])
+def test_in_the_allocation_model_a_job_takes_its_hosts_whole(lua_whole_hosts, job, licence, tres, said):
+    rc, lic, got, msg = run_tres(lua_whole_hosts, job)
+    assert (rc, lic, got) == (0, licence, tres) and said in msg
+
+
+def test_in_the_allocation_model_a_host_count_that_is_no_allocation_is_refused(lua_whole_hosts):
+    rc, _, _, msg = run_tres(lua_whole_hosts, {"tres_per_node": "gres/ipu:4", "min_nodes": 3})
+    assert rc != 0 and "asks for 48 IPUs, not a valid partition size" in msg

@@ -8,6 +8,9 @@
 
 local POD_IPUS = 64
 local IPUS_PER_HOST = 16
+-- The allocation model (vipu.model: allocation): a job's allocation holds every IPU-Machine
+-- mapped to its hosts, so an IPU job takes its hosts whole: Slurm counts all their IPUs.
+local WHOLE_HOSTS = false
 local GRES_PREFIX = "gres:"  -- how Slurm 22.05 spells a GRES in tres_per_node
 local VALID = { [1] = true, [2] = true, [4] = true, [8] = true, [16] = true, [32] = true, [64] = true, }
 local VALID_TEXT = "1, 2, 4, 8, 16, 32, 64"
@@ -225,12 +228,29 @@ local function asked(per, nodes, total_option)
   return string.format("--gres=ipu:%d on %d node(s)", per, nodes)
 end
 
+-- The allocation model: the request raised to the hosts' every IPU (its GRES rewritten), said
+-- to the user; other GRES of the request are kept.
+local function whole_hosts(job_desc, per)
+  local items = {}
+  for item in string.gmatch(job_desc.tres_per_node or "", "[^,]+") do
+    if ipu_item(item) == nil then table.insert(items, item) end
+  end
+  table.insert(items, GRES_PREFIX .. "ipu:" .. IPUS_PER_HOST)
+  job_desc.tres_per_node = table.concat(items, ",")
+  slurm.log_user("slurm-ipu: %d IPUs per node raised to %d: on this cluster a job gets its hosts' every "
+                 .. "IPU-Machine (its V-IPU allocation)", per, IPUS_PER_HOST)
+  return IPUS_PER_HOST
+end
+
 local function apply(job_desc, per, nodes, others, refuse, total_option)
   refuse = refuse or reject
-  local total = per * nodes
   if per < 1 then
     return refuse("--gres=ipu:%d is invalid; ask for at least 1 IPU per node", per)
   end
+  if WHOLE_HOSTS and per < IPUS_PER_HOST then
+    per = whole_hosts(job_desc, per)
+  end
+  local total = per * nodes
   if total > POD_IPUS then
     return refuse("%s asks for %d IPUs, more than the Pod's %d; valid totals: %s",
                   asked(per, nodes, total_option), total, POD_IPUS, VALID_TEXT)

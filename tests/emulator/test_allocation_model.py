@@ -1,0 +1,111 @@
+"""The allocation-per-job model's hooks against the real emulator (issue 25, item 3): the prolog
+makes `c<jobid>` of the IPU-Machines mapped to the job's hosts, granted to its user; the user makes
+reconfigurable partitions in it (Graphcore's scripts); the epilog removes them and it; a requeue
+adopts or replaces it; someone else's allocation under the name is never taken; reap removes an
+orphan with its partitions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurm_ipu import config
+from slurm_ipu.hooks import epilog, jobenv, prolog, reap
+from slurm_ipu.hooks.ledger import Ledger
+from slurm_ipu.vipu import VipuClient
+
+from ..unit.test_hooks import FakeSlurm
+from .conftest import VIPU
+from .test_identity import call_as, needs_root
+
+ALICE = 4201
+
+
+@pytest.fixture
+def site(tmp_path, emu):
+    path = tmp_path / "site.yaml"
+    path.write_text(json.dumps({
+        "version": 1, "cluster": "c", "state_dir": str(tmp_path / "state"),
+        "vipu": {"host": "127.0.0.1", "port": emu.port, "model": "allocation", "emulator": True, "retries": 1},
+        "pod": {"ipus": 64, "hosts": "node[1-4]", "ipus_per_host": 16}, "prolog": {"deadline": 3}}))
+    cfg = config.load(str(path), environ={})
+    client = VipuClient(command=VIPU, admin_command=VIPU, host="127.0.0.1", port=emu.port, timeout=10, retries=1,
+                        backoff=0.05, emulator_flags=True)
+    return cfg, client
+
+
+def job(job_id=42, nodes="node[1-2]", uid=ALICE, restart=0):
+    return jobenv.from_env({"SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": str(uid), "SLURM_JOB_NODELIST": nodes,
+                            "SLURM_JOB_LICENSES": "ipu:32", "SLURM_JOB_RESTART_COUNT": str(restart),
+                            "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
+
+
+def test_the_job_gets_its_hosts_machines_makes_partitions_in_them_and_the_epilog_removes_all(site, api, vipu):
+    cfg, client = site
+    assert prolog.run(job(), cfg, client, FakeSlurm()) == 0
+    allocs = {a["id"]: a for a in api.allocations()}
+    assert allocs["c42"]["agents"] == [f"ag{i}" for i in range(8)]  # node1: ag0-3, node2: ag4-7
+    assert allocs["c42"]["grants"] == [0, ALICE]
+    # What Graphcore's scripts do in the job (as root here; as the user below).
+    vipu("create", "partition", "p42", "--allocation", "c42", "--size", "16", "--reconfigurable", check=True)
+    vipu("create", "partition", "p42b", "--allocation", "c42", "--size", "16", check=True)
+    assert epilog.run(job(), cfg, client) == 0
+    assert [a["id"] for a in api.allocations()] == ["default"]
+    assert api.list_partitions() == []
+    with open(f"{cfg['state_dir']}/hooks.log") as log:
+        assert "job 42: allocation c42 removed" in log.read()
+
+
+@needs_root
+def test_only_the_job_s_user_makes_partitions_in_it(site, emu):
+    cfg, client = site
+    assert prolog.run(job(), cfg, client, FakeSlurm()) == 0
+    create = {"name": "p42", "size": 32, "allocation": "c42", "reconfigurable": True}
+    status, doc = call_as(ALICE + 1, emu.port, "POST", "/v1/partitions", create)
+    assert status == 403, doc
+    status, doc = call_as(ALICE, emu.port, "POST", "/v1/partitions", create)
+    assert status == 201 and {i["agent"] for i in doc["partition"]["spec"]["ipus"]} == {f"ag{i}" for i in range(8)}
+    assert epilog.run(job(), cfg, client) == 0
+
+
+def test_a_requeue_adopts_its_allocation_or_replaces_it_on_other_hosts(site, api):
+    cfg, client = site
+    assert prolog.run(job(), cfg, client, FakeSlurm()) == 0
+    assert prolog.run(job(restart=1), cfg, client, FakeSlurm()) == 0  # same hosts: adopted
+    assert prolog.run(job(nodes="node[3-4]", restart=2), cfg, client, FakeSlurm()) == 0
+    allocs = {a["id"]: a["agents"] for a in api.allocations()}
+    assert allocs["c42"] == [f"ag{i}" for i in range(8, 16)]
+
+
+def test_someone_else_s_allocation_under_the_job_s_name_holds_the_job(site, api):
+    cfg, client = site
+    api.create_allocation("c42", ["ag0", "ag1"])  # an admin's, by hand
+    slurm = FakeSlurm()
+    assert prolog.run(job(), cfg, client, slurm) == 1
+    assert 42 in slurm.held and "allocation c42 already exists and slurm-ipu did not create it" in slurm.comments[42]
+    assert "vipu-admin remove allocation c42" in slurm.comments[42]
+    assert epilog.run(job(), cfg, client) == 0  # not ours: left alone
+    assert "c42" in {a["id"] for a in api.allocations()}
+
+
+def test_machines_still_held_by_an_ended_job_fail_the_start_for_a_requeue(site, api):
+    cfg, client = site
+    api.create_allocation("c7", ["ag0", "ag1", "ag2", "ag3"])  # someone's, on node1's machines
+    slurm = FakeSlurm()
+    assert prolog.run(job(), cfg, client, slurm) == 1
+    assert 42 not in slurm.held and "requeued" in slurm.comments[42]
+    assert {a["id"] for a in api.allocations()} == {"default", "c7"}  # nothing half-made left
+    assert Ledger(cfg["state_dir"]).get("c42") is None
+
+
+def test_reap_removes_an_orphan_allocation_with_its_partitions(site, api, vipu):
+    cfg, client = site
+    assert prolog.run(job(7, "node1"), cfg, client, FakeSlurm()) == 0
+    assert prolog.run(job(8, "node2"), cfg, client, FakeSlurm()) == 0
+    vipu("create", "partition", "p7", "--allocation", "c7", "--size", "16", check=True)
+    lines = []
+    assert reap.run(cfg, client, FakeSlurm({8: "RUNNING"}), out=lines.append) == 0
+    assert lines == ["reap: removed c7 (job 7 gone)"]
+    assert {a["id"] for a in api.allocations()} == {"default", "c8"}
+    assert api.list_partitions() == []
