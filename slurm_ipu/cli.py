@@ -83,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--db-port", type=int, default=16820, help="MariaDB's port (with --accounting)")
     lab.add_argument("--prefix", help="run on slurm-ipu as `make install PREFIX=... SITE=<lab site>` installed it, "
                                       "instead of installing its own copy")
+    lab.add_argument("--model", choices=("partition", "allocation"), default="partition",
+                     help="vipu.model of the lab's site: a partition per job (default), or an allocation per job of "
+                          "its hosts' IPU-Machines (Graphcore's host-IPU mapping)")
     lab.add_argument("--own-conf", action="store_true",
                      help="start Slurm from the slurm.conf and vipu-emu.yaml already in DIR/etc (a site's own "
                           "files): the lab writes no configuration, installs nothing, starts no hook service")
@@ -214,7 +217,8 @@ def cmd_lab(args) -> int:
     spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.trust.default_dir(), nodes=args.nodes,
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
-                       dbd_port=args.dbd_port, db_port=args.db_port, pods=args.pods, own_conf=args.own_conf)
+                       dbd_port=args.dbd_port, db_port=args.db_port, pods=args.pods, own_conf=args.own_conf,
+                       model=args.model)
     if args.action == "site":
         print(lab.site_description(spec), end="")
         return 0

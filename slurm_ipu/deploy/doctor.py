@@ -107,7 +107,10 @@ def gather(site: Site, runner=None) -> Facts:
     try:
         facts.partitions = site.vipu_client().list_partitions(deadline=time.monotonic() + 20)
         if os.getuid() == 0:
-            facts.canary = canary(site)
+            try:
+                facts.canary = canary(site)
+            except NotTried as exc:
+                facts.errors["canary"] = str(exc)
         else:
             facts.errors["canary"] = f"needs root (it acts as slurm.user {site['slurm.user']})"
         facts.user_create = try_as_job_user(site, site.vipu_client())
@@ -144,11 +147,15 @@ def canary(site: Site) -> str:
     first host, in the allocation a job there gets, created and removed. "ok", or why not."""
     from ..vipu import VipuClient
 
-    client = VipuClient(command=[*_as_user(site["slurm.user"]), *site.vipu_command], host=site["vipu.host"],
+    who = _as_user(site["slurm.user"])
+    extra = ["--config", site["vipu.cli_config"]] if site["vipu.cli_config"] else []
+    client = VipuClient(command=[*who, *site.vipu_command], host=site["vipu.host"],
                         port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1,
-                        emulator_flags=site["vipu.emulator"])
+                        emulator_flags=site["vipu.emulator"], admin_command=[*who, site["vipu.admin_command"], *extra])
     allocation = site.pods[0].name if site.pods else site["vipu.allocation"]
     deadline = time.monotonic() + 3 * site["vipu.timeout"]
+    if site["vipu.model"] == "allocation":
+        return _canary_allocation(site, client, deadline)
     with _quiet():  # the finding carries the error: one line per item
         try:
             client.ensure_partition(CANARY_NAME, 1, deadline, allocation=allocation, hosts=site.hosts[:1],
@@ -159,6 +166,33 @@ def canary(site: Site) -> str:
             try:
                 client.remove_partition(CANARY_NAME, missing_ok=True,
                                         deadline=time.monotonic() + site["vipu.timeout"])
+            except SlurmIpuError:
+                pass
+    return "ok"
+
+
+class NotTried(SlurmIpuError):
+    """The canary had nothing it could try without touching a job's (every IPU-Machine is taken)."""
+
+
+def _canary_allocation(site: Site, client, deadline: float) -> str:
+    """The allocation model's job start: an allocation of one IPU-Machine no job holds, granted to
+    a job's user, created and removed with vipu.admin_command as the hooks' user."""
+    with _quiet():
+        try:
+            held = {a for name, agents in client.list_allocations(deadline).items()
+                    if name[len(site.job_prefix):].isdigit() and name.startswith(site.job_prefix) for a in agents}
+            free = [a for a in site.agents_of(site.hosts) if a not in held]
+            if not free:
+                raise NotTried("every IPU-Machine of the Pod is in a job's allocation; not tried")
+            client.create_allocation(CANARY_NAME, free[:1], [PROBE_UID], deadline=deadline)
+        except NotTried:
+            raise
+        except SlurmIpuError as exc:
+            return str(exc)
+        finally:
+            try:
+                client.remove_allocation(CANARY_NAME, missing_ok=True, deadline=time.monotonic() + site["vipu.timeout"])
             except SlurmIpuError:
                 pass
     return "ok"
@@ -430,14 +464,20 @@ def check_canary(site: Site, facts: Facts) -> Finding:
     if facts.canary is None:
         return Finding("canary", False, f"not tried: V-IPU did not answer ({facts.errors.get('vipu')})",
                        "see the vipu item")
+    what = ("a 1-IPU-Machine allocation" if site["vipu.model"] == "allocation" else "a 1-IPU partition")
     if facts.canary != "ok":
-        how = (f"grant the allocation to slurm.user ({site['slurm.user']}) in the emulator's cluster file (grants:)"
-               if site["vipu.emulator"] else f"give the hooks' V-IPU user (vipu.cli_config) the right to create "
-               f"partitions in allocation {site['vipu.allocation'] or '(the default)'} for jobs' users")
-        return Finding("canary", False, f"the hooks' create of a 1-IPU partition as {site['slurm.user']} failed: "
+        if site["vipu.model"] == "allocation":
+            how = (f"list slurm.user ({site['slurm.user']}) under admins: in the emulator's cluster file"
+                   if site["vipu.emulator"] else f"make the hooks' V-IPU user a V-IPU administrator "
+                   f"({site['vipu.admin_command']}'s credentials)")
+        else:
+            how = (f"grant the allocation to slurm.user ({site['slurm.user']}) in the emulator's cluster file (grants:)"
+                   if site["vipu.emulator"] else f"give the hooks' V-IPU user (vipu.cli_config) the right to create "
+                   f"partitions in allocation {site['vipu.allocation'] or '(the default)'} for jobs' users")
+        return Finding("canary", False, f"the hooks' create of {what} as {site['slurm.user']} failed: "
                        f"{facts.canary}", f"every IPU job start fails so: {how}")
     return Finding("canary", True, f"an IPU job passes job_submit.lua (sbatch --test-only), and the hooks create and "
-                   f"remove a 1-IPU partition as {site['slurm.user']}")
+                   f"remove {what} as {site['slurm.user']}")
 
 
 def check_grants(site: Site, facts: Facts) -> Finding:

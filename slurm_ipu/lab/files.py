@@ -57,7 +57,8 @@ def site_description(spec: LabSpec) -> str:
         "version": 1,
         "cluster": CLUSTER,
         "vipu": {"host": "127.0.0.1", "port": spec.vipu_port, "command": str(spec.path("bin", "vipu")),
-                 "timeout": 5.0, "emulator": True},
+                 "timeout": 5.0, "emulator": True, "model": spec.model,
+                 "admin_command": str(spec.path("bin", "vipu-admin"))},
         "pod": _pod_section(spec),
         "partition": {"prefix": PREFIX},
         "prolog": {"deadline": spec.prolog_deadline},
@@ -212,6 +213,10 @@ def _write_bin(spec: LabSpec) -> None:
                f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")
     _script(spec.path("bin", "vipu-py"),
             f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n"
+            f"{address} exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
+    # The V-IPU administrator's CLI (allocations, the allocation model's prolog): the same program.
+    _script(spec.path("bin", "vipu-admin"),
+            f"#!/bin/sh\n# The emulator's vipu-admin: allocations (docs/vipu.md).\n"
             f"{address} exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
     # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in Python.
     fast = build_vipu_fast(spec)

@@ -41,6 +41,9 @@ class LabSpec:
     # of Slurm's configuration, installs nothing and starts no hook service (the site's install
     # does); the emulator reads DIR/etc/vipu-emu.yaml.
     own_conf: bool = False
+    # vipu.model of the lab's site: 'partition' (a partition per job) or 'allocation' (Graphcore's
+    # host-IPU mapping: an allocation per job, its hosts' IPU-Machines; the job makes partitions)
+    model: str = "partition"
 
     @property
     def pod_ipus(self) -> int:
@@ -88,6 +91,8 @@ def check_spec(spec: LabSpec) -> None:
                        "describe a configuration the lab writes; leave them out")
     if spec.pods < 1:
         raise LabError(f"--pods {spec.pods} must be at least 1")
+    if spec.model not in ("partition", "allocation"):
+        raise LabError(f"--model {spec.model}: use partition or allocation")
     if spec.own_conf:  # the site's own files say which nodes have IPUs; --ipus-per-node is not used
         return
     if not rules.is_valid_allocation(total):

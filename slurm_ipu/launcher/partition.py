@@ -182,10 +182,11 @@ def decide(opts, env: dict, instances: int, target: Target, client_factory, extr
         return PartitionPlan(None, requested_shape(extra), state)
     part = client_factory().get_partition(target.name)
     if part is None:
+        own = job_allocation(env)  # the allocation model: the job's own allocation
         if not opts.update_partition:
-            raise ConfigError(_missing(target.name, env, opts))
+            raise ConfigError(_missing(target.name, env, opts, own))
         return PartitionPlan(target.name, _new_shape(opts, instances), state, create=True,
-                             allocation=opts.vipu_allocation)
+                             allocation=opts.vipu_allocation or own)
     shape, recreate = Shape.of(part), False
     if opts.update_partition:
         ilds = opts.num_ilds or part.num_ilds
@@ -209,7 +210,28 @@ def _new_shape(opts, instances: int) -> Shape:
     return shape
 
 
-def _missing(name: str, env: dict, opts) -> str:
+def job_allocation(env: dict) -> str | None:
+    """On a site with vipu.model allocation, the job's allocation (prefix + job id), where a
+    partition this run creates goes unless --vipu-allocation says otherwise; else None. Read only
+    when the partition is missing: the site description costs start-up."""
+    from .. import config
+
+    path, _ = config.locate(env)
+    job = env.get("SLURM_JOB_ID", "")
+    if not job.isdigit() or not os.path.exists(path):
+        return None
+    try:
+        site = config.load(path, environ=env)
+    except (OSError, SlurmIpuError):
+        return None
+    return f"{site['allocation.prefix']}{job}" if site["vipu.model"] == "allocation" else None
+
+
+def _missing(name: str, env: dict, opts, own: str | None = None) -> str:
+    if own:
+        return (f"partition {name} does not exist in job {env['SLURM_JOB_ID']}'s allocation {own}: create it "
+                f"(vipu create partition {name} --allocation {own} --size N), or let ipurun create it with "
+                "--update-partition=yes")
     if opts.vipu_partition:
         return (f"--vipu-partition {name}: no such partition on V-IPU; check `vipu list partitions` "
                 "or leave --vipu-partition out to use the job's own")

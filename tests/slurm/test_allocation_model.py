@@ -1,0 +1,115 @@
+"""Graphcore's allocation-per-job scripts, unchanged, on a lab whose site has `vipu.model:
+allocation` (issue 25, items 3 and 5): the prolog makes `c<jobid>` of the IPU-Machines of the
+job's hosts, granted to its user; the job makes its own partitions in it (`vipu create partition
+p${SLURM_JOB_ID} --allocation c${SLURM_JOB_ID} --size 16 --reconfigurable`, Graphcore's
+graphcore-cloud-tools slurm_utils.py; PopRun's `--vipu-allocation`); whatever the ending, the
+allocation and every partition in it are gone after the job."""
+
+from __future__ import annotations
+
+import pytest
+
+from ..waiting import wait_for
+from .conftest import ensure_users, started_lab, wait_gone
+
+# graphcore-cloud-tools examples_utils/benchmarks/slurm_utils.py (configure_ipu_partition), as a
+# job script: the job's own partition in the allocation the prolog made.
+SLURM_UTILS = """#!/bin/bash
+export IPUOF_VIPU_API_PARTITION_ID=p${SLURM_JOB_ID}
+export ALLOCATION=c${SLURM_JOB_ID}
+vipu create partition $IPUOF_VIPU_API_PARTITION_ID --allocation $ALLOCATION --size 16 --reconfigurable
+vipu list partitions
+"""
+
+
+@pytest.fixture(scope="module")
+def alab():
+    with started_lab(nodes=4, model="allocation") as handle:
+        yield handle
+
+
+@pytest.fixture
+def clean(alab):
+    wait_for("no jobs left", lambda: not alab.run("squeue", "-h", "-o", "%A").stdout.split(), 90)
+    yield alab
+    jobs = alab.run("squeue", "-h", "-o", "%A").stdout.split()
+    if jobs:
+        alab.run("scancel", *jobs)
+
+
+def allocations(lab) -> set[str]:
+    api = lab.admin()
+    try:
+        return {a["id"] for a in api.allocations()}
+    finally:
+        api.close()
+
+
+def nothing_left(lab, job: int) -> None:
+    wait_for(f"job {job}'s allocation and partitions removed",
+             lambda: allocations(lab) == {"default"} and lab.partitions() == {}, 60)
+
+
+def test_graphcore_s_slurm_utils_script_runs_unchanged_as_a_user(clean):
+    lab = clean
+    user = ensure_users()[0]
+    script = lab.spec.path("users", "slurm_utils.sh")
+    script.write_text(SLURM_UTILS)
+    script.chmod(0o755)
+    proc = lab.run_as(user, "sbatch", "--parsable", "--gres=ipu:4", "-o", "su-%j.out", str(script))
+    assert proc.returncode == 0, proc.stderr
+    assert "4 IPUs per node raised to 16" in proc.stderr  # the host's every IPU-Machine is the job's
+    job = int(proc.stdout.strip().split(";")[0])
+    assert lab.job(job).get("Licenses", "").startswith("ipu:16") or lab.state(job) in ("COMPLETED", "GONE")
+    wait_gone(lab, job)
+    out = lab.spec.path("users", f"su-{job}.out").read_text()
+    assert f"create partition (p{job}): success." in out, out
+    row = next(line for line in out.splitlines() if f" p{job} " in line)
+    assert f" c{job} " in row and " 16 " in row, row
+    nothing_left(lab, job)
+
+
+def test_ipurun_with_vipu_allocation_places_an_instance_on_each_host(clean):
+    lab = clean
+    probe = "bash -c 'echo RUN $SLURMD_NODENAME $IPUOF_VIPU_API_PARTITION_ID $IPUOF_VIPU_API_GCD_ID'"
+    shape = "--num-instances=2 --num-replicas=2 --ipus-per-replica=16"
+    script = ("#!/bin/bash\n"  # PopRun's spelling in Graphcore's scripts, then ours with the site's defaults
+              f"ipurun --vipu-allocation=c${{SLURM_JOB_ID}} --vipu-partition=p${{SLURM_JOB_ID}} --update-partition=yes "
+              f"{shape} {probe}\n"
+              f"ipurun --update-partition=yes {shape} {probe}\n")
+    job = lab.sbatch("-N2", "--gres=ipu:16", "-o", "ipurun-%j.out", script=script)
+    wait_gone(lab, job, 120)
+    out = lab.spec.path(f"ipurun-{job}.out").read_text()
+    runs = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("RUN "))
+    assert sorted(r[1:] for r in runs) == [[f"p{job}", "0"], [f"p{job}", "1"],
+                                           [f"slurm_{job}", "0"], [f"slurm_{job}", "1"]], out
+    assert len({r[0] for r in runs}) == 2, out  # one instance on each host
+    nothing_left(lab, job)
+
+
+def test_a_cancel_removes_the_allocation_and_the_partitions_the_job_made(clean):
+    lab = clean
+    job = lab.sbatch("-N1", "--gres=ipu:16", "-o", "/dev/null",
+                     script=SLURM_UTILS.replace("vipu list partitions", "sleep 300"))
+    wait_for(f"p{job} made in c{job}", lambda: f"p{job}" in lab.partitions(), 60)
+    assert lab.partitions()[f"p{job}"]["spec"]["allocation"] == f"c{job}"
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+    nothing_left(lab, job)
+
+
+def test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing(clean):
+    lab = clean
+    jobs = []
+    for k in range(24):
+        nodes = 1 + k % 2
+        body = SLURM_UTILS.replace("--size 16", f"--size {16 * nodes}") + ("sleep 120\n" if k % 6 == 0 else "")
+        extra = ["--time=1"] if k % 6 == 0 else []
+        jobs.append(lab.sbatch(f"-N{nodes}", "--gres=ipu:16", "-o", "/dev/null", *extra, script=body))
+    for job in jobs[3::5]:
+        lab.run("scancel", str(job))
+    for job in jobs:
+        wait_gone(lab, job, 240)
+    nothing_left(lab, jobs[-1])
+    states = lab.node_states()
+    assert all(s.startswith("idle") for s in states.values()), states
