@@ -211,13 +211,11 @@ def _write_bin(spec: LabSpec) -> None:
     py = sys.executable
     address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
                f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")
-    _script(spec.path("bin", "vipu-py"),
-            f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n"
-            f"{address} exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
+    env, python = _for_users()
+    cli = f"{address}{env} exec {python} -m slurm_ipu.emulator.vipucli \"$@\"\n"
+    _script(spec.path("bin", "vipu-py"), f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n{cli}")
     # The V-IPU administrator's CLI (allocations, the allocation model's prolog): the same program.
-    _script(spec.path("bin", "vipu-admin"),
-            f"#!/bin/sh\n# The emulator's vipu-admin: allocations (docs/vipu.md).\n"
-            f"{address} exec {py} -m slurm_ipu.emulator.vipucli \"$@\"\n")
+    _script(spec.path("bin", "vipu-admin"), f"#!/bin/sh\n# The emulator's vipu-admin (docs/vipu.md).\n{cli}")
     # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in Python.
     fast = build_vipu_fast(spec)
     _script(spec.path("bin", "vipu"),
@@ -227,6 +225,16 @@ def _write_bin(spec: LabSpec) -> None:
     # The product's own commands on the lab's PATH, run by the interpreter that has the package.
     for name, module in LAB_COMMANDS.items():
         _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
+
+
+def _for_users() -> tuple[str, str]:
+    """(environment, interpreter) for the lab's `vipu`, which jobs' users run too: root's python3
+    can be a root-only build (pyenv under /root), so the system's, with this package on its path
+    (the emulator's CLI needs the standard library only); else this one."""
+    system = Path("/usr/bin/python3")
+    if Path(sys.executable).resolve().is_relative_to("/root") and system.exists():
+        return f" PYTHONPATH={Path(__file__).resolve().parents[2]}", str(system)
+    return "", sys.executable
 
 
 def build_vipu_fast(spec: LabSpec) -> Path | None:

@@ -64,7 +64,7 @@ def test_graphcore_s_slurm_utils_script_runs_unchanged_as_a_user(clean):
     wait_gone(lab, job)
     out = lab.spec.path("users", f"su-{job}.out").read_text()
     assert f"create partition (p{job}): success." in out, out
-    row = next(line for line in out.splitlines() if f" p{job} " in line)
+    row = next((line for line in out.splitlines() if f" p{job} " in line), out)
     assert f" c{job} " in row and " 16 " in row, row
     nothing_left(lab, job)
 
@@ -72,7 +72,7 @@ def test_graphcore_s_slurm_utils_script_runs_unchanged_as_a_user(clean):
 def test_ipurun_with_vipu_allocation_places_an_instance_on_each_host(clean):
     lab = clean
     probe = "bash -c 'echo RUN $SLURMD_NODENAME $IPUOF_VIPU_API_PARTITION_ID $IPUOF_VIPU_API_GCD_ID'"
-    shape = "--num-instances=2 --num-replicas=2 --ipus-per-replica=16"
+    shape = "--num-instances=2 --num-replicas=8 --ipus-per-replica=4"
     script = ("#!/bin/bash\n"  # PopRun's spelling in Graphcore's scripts, then ours with the site's defaults
               f"ipurun --vipu-allocation=c${{SLURM_JOB_ID}} --vipu-partition=p${{SLURM_JOB_ID}} --update-partition=yes "
               f"{shape} {probe}\n"
