@@ -97,6 +97,7 @@ bench: deps
 	$(PY) tests/bench/prolog.py
 	$(PY) tests/bench/storm.py --rounds 2
 	$(PY) tests/bench/storm.py --rounds 2 --pods 2
+	$(PY) tests/bench/storm.py --rounds 2 --model allocation
 	$(PY) tests/bench/memory.py
 	$(PY) tests/bench/job_submit_cost.py
 

@@ -2,13 +2,15 @@
 lab of its own; jobs per minute each way and their ratio, the CPU time slurmctld and our hooks
 spent in each, then a leak check.
 
-    .venv/bin/python tests/bench/storm.py [--jobs 500] [--rounds 1] [--pods 2]
+    .venv/bin/python tests/bench/storm.py [--jobs 500] [--rounds 1] [--pods 2] [--model allocation]
 
 With --pods 2 the lab has two Pods of four nodes (topology/tree, one switch per Pod) and the
 storm adds 8-node jobs over both: the cost of keeping jobs inside Pods is in the ratio.
 
-The plain storm is the same jobs without --gres=ipu. Afterwards no partition, journal entry or
-creation record may be left, and every node must be idle.
+With --model allocation each IPU job gets an allocation of its hosts' IPU-Machines (job_submit.lua
+raises it to whole hosts, so IPU jobs never share a host). The plain storm is the same jobs
+without --gres=ipu. Afterwards no partition, created allocation, journal entry or creation record
+may be left, and every node must be idle.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def leaks(spec: lab.LabSpec) -> list[str]:
     while time.monotonic() < deadline and any(queue.glob("*.json")):
         time.sleep(0.1)
     found = [f"partition {p['partition']['id']}" for p in api.list_partitions()]
+    found += [f"allocation {a['id']}" for a in api.allocations() if a.get("created")]
     found += [f"journal {p.name}" for p in spec.path("state", "pending-removal").glob("*.json")]
     found += [f"record {p.name}" for p in spec.path("state", "created").glob("*.json")]
     deadline = time.monotonic() + 60
@@ -111,12 +114,14 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=1, help="plain and IPU storms, alternated")
     parser.add_argument("--pods", type=int, default=1, choices=(1, 2), help="2: two Pods of four nodes")
+    parser.add_argument("--model", default="partition", choices=("partition", "allocation"),
+                        help="the lab site's vipu.model: a partition per IPU job, or an allocation of its hosts")
     args = parser.parse_args()
     kinds = SHAPES + [(8, 4), (8, 16)] if args.pods == 2 else SHAPES
     shapes = [random.Random(7).choice(kinds) for _ in range(args.jobs)]
     plain, ipu = [], []
     cpu = {False: [0.0, 0.0, 0.0], True: [0.0, 0.0, 0.0]}  # ipus -> [slurmctld, wrappers, service] s
-    with temporary_lab(nodes=4 * args.pods, pods=args.pods) as spec:
+    with temporary_lab(nodes=4 * args.pods, pods=args.pods, model=args.model) as spec:
         meter = CpuMeter(spec)
         for _ in range(args.rounds):
             for ipus, times in ((False, plain), (True, ipu)):
@@ -126,7 +131,8 @@ def main() -> int:
                 cpu[ipus] = [total + a - b for total, a, b in zip(cpu[ipus], after, before, strict=True)]
         left = leaks(spec)
     per_min = lambda secs: args.jobs * 60 / (sum(secs) / len(secs))  # noqa: E731
-    where = "4-node lab" if args.pods == 1 else "8-node lab of 2 Pods"
+    where = ("4-node lab" if args.pods == 1 else "8-node lab of 2 Pods") + (
+        ", an allocation per IPU job (its hosts whole)" if args.model == "allocation" else "")
     print(f"storm of {args.jobs} short jobs of mixed sizes, {args.rounds} round(s), {where}:")
     print(f"  without IPUs    {per_min(plain):7.1f} jobs/min")
     print(f"  with IPUs       {per_min(ipu):7.1f} jobs/min")
