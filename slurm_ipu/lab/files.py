@@ -214,14 +214,13 @@ def _write_bin(spec: LabSpec) -> None:
     env, python = _for_users()
     cli = f"{address}{env} exec {python} -m slurm_ipu.emulator.vipucli \"$@\"\n"
     _script(spec.path("bin", "vipu-py"), f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n{cli}")
-    # The V-IPU administrator's CLI (allocations, the allocation model's prolog): the same program.
-    _script(spec.path("bin", "vipu-admin"), f"#!/bin/sh\n# The emulator's vipu-admin (docs/vipu.md).\n{cli}")
-    # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in Python.
+    # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in
+    # Python. Its `vipu-admin` (allocations: the allocation model's prolog and epilog) is the same.
     fast = build_vipu_fast(spec)
-    _script(spec.path("bin", "vipu"),
-            "#!/bin/sh\n# The lab's V-IPU CLI: the emulator's vipu-compatible command line.\n" +
-            (f"{address} VIPU_FAST_FALLBACK={spec.path('bin', 'vipu-py')} exec {fast} \"$@\"\n" if fast else
-             f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n"))
+    run = (f"{address} VIPU_FAST_FALLBACK={spec.path('bin', 'vipu-py')} exec {fast} \"$@\"\n" if fast else
+           f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n")
+    _script(spec.path("bin", "vipu"), f"#!/bin/sh\n# The lab's V-IPU CLI: the emulator's, vipu-compatible.\n{run}")
+    _script(spec.path("bin", "vipu-admin"), f"#!/bin/sh\n# The lab's vipu-admin (docs/vipu.md).\n{run}")
     # The product's own commands on the lab's PATH, run by the interpreter that has the package.
     for name, module in LAB_COMMANDS.items():
         _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")

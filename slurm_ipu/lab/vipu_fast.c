@@ -9,6 +9,9 @@
  *        (the read every ipurun launch makes)
  *   vipu [--api-host H] [--api-port P] [--api-timeout S] reset partition NAME [--showjson]
  *        (PopRun's reset between runs of a job)
+ *   vipu-admin [...] create allocation NAME --agents A,B [--grant UID,UID] [--showjson]
+ *   vipu-admin [...] remove|delete allocation NAME
+ *        (the allocation model's prolog and epilog: docs/vipu.md)
  *
  * Same requests, replies and exit codes as the Python CLI (slurm_ipu/emulator/vipucli.py), except
  * that --showjson prints the server's JSON as sent (compact). Anything else (another verb, an
@@ -28,7 +31,8 @@
 #include <unistd.h>
 
 struct req {
-	const char *host, *port, *verb, *name, *size, *gcds, *ilds, *hosts, *owner, *allocation;
+	const char *host, *port, *verb, *noun, *name, *size, *gcds, *ilds, *hosts, *owner, *allocation, *agents,
+		*grant;
 	int showjson, reconfigurable;
 	double timeout;
 };
@@ -100,7 +104,7 @@ static void parse(int argc, char **argv, struct req *r)
 #define TAKE(opt, field) if ((v = value_of(opt, argc, argv, &i))) { r->field = v; continue; }
 		TAKE("--api-host", host) TAKE("--api-port", port) TAKE("--size", size) TAKE("--num-gcds", gcds)
 		TAKE("--gcds", gcds) TAKE("--num-ilds", ilds) TAKE("--hosts", hosts) TAKE("--owner-uid", owner)
-		TAKE("--allocation", allocation)
+		TAKE("--allocation", allocation) TAKE("--agents", agents) TAKE("--grant", grant)
 #undef TAKE
 		if ((v = value_of("--api-timeout", argc, argv, &i))) {
 			char *end;
@@ -123,10 +127,11 @@ static void parse(int argc, char **argv, struct req *r)
 	if (nwords == 2 && !strcmp(words[0], "list") && !strcmp(words[1], "partitions") && r->showjson) {
 		r->verb = words[0];
 		r->name = "";
-	} else if (nwords != 3 || strcmp(words[1], "partition")) {
+	} else if (nwords != 3 || (strcmp(words[1], "partition") && strcmp(words[1], "allocation"))) {
 		fallback();
 	} else {
 		r->verb = words[0];
+		r->noun = words[1];
 		r->name = words[2];
 	}
 	if (!r->host)
@@ -136,11 +141,24 @@ static void parse(int argc, char **argv, struct req *r)
 	if (!word_ok(r->host, ".-:") || !digits(r->port) || atoi(r->port) > 65535)
 		fallback(); /* the address from a config file, or a bad one: the Python CLI says which */
 	if (!strcmp(r->verb, "list")) {
-		if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable || r->allocation)
+		if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable || r->allocation ||
+		    r->agents || r->grant)
 			fallback();
 		return;
 	}
 	if (!isalnum((unsigned char)r->name[0]) || strlen(r->name) > 64 || !word_ok(r->name, "_.-"))
+		fallback();
+	if (r->noun[0] == 'a') { /* an allocation: create with its agents (uids only as grants), or remove */
+		int create = !strcmp(r->verb, "create");
+
+		if ((!create && strcmp(r->verb, "remove") && strcmp(r->verb, "delete")) ||
+		    r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable || r->allocation ||
+		    (create && (!r->agents || !word_ok(r->agents, "_.-,") || (r->grant && !word_ok(r->grant, ",")))) ||
+		    (!create && (r->agents || r->grant)))
+			fallback();
+		return;
+	}
+	if (r->agents || r->grant)
 		fallback();
 	if (!strcmp(r->verb, "create")) {
 		if (!digits(r->size) || (r->gcds && !digits(r->gcds)) || (r->ilds && !digits(r->ilds)) ||
@@ -228,9 +246,29 @@ int main(int argc, char **argv)
 
 	g_argv = argv;
 	parse(argc, argv, &r);
-	snprintf(path, sizeof(path), "/v1/partitions%s%s%s", r.name[0] && r.verb[0] != 'c' ? "/" : "",
-		 r.verb[0] == 'c' ? "" : r.name, !strcmp(r.verb, "reset") ? "/reset" : "");
-	if (r.verb[0] == 'c') {
+	snprintf(path, sizeof(path), "/v1/%s%s%s%s", r.noun && r.noun[0] == 'a' ? "allocations" : "partitions",
+		 r.name[0] && r.verb[0] != 'c' ? "/" : "", r.verb[0] == 'c' ? "" : r.name,
+		 !strcmp(r.verb, "reset") ? "/reset" : "");
+	if (r.verb[0] == 'c' && r.noun[0] == 'a') {
+		char agents[1024] = "", copy[1024], *save = NULL;
+		size_t a = 0;
+
+		snprintf(copy, sizeof(copy), "%s", r.agents);
+		for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+			a += (size_t)snprintf(agents + a, sizeof(agents) - a, "%s\"%s\"", a ? ", " : "", tok);
+		char grants[512] = "";
+		size_t g = 0;
+
+		snprintf(copy, sizeof(copy), "%s", r.grant ? r.grant : "");
+		for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			if (!digits(tok))
+				fallback();
+			/* numbers as numbers: "007" is 7, as Python's int() reads it, never invalid JSON */
+			g += (size_t)snprintf(grants + g, sizeof(grants) - g, "%s%d", g ? ", " : "", atoi(tok));
+		}
+		len = snprintf(body, sizeof(body), "{\"name\": \"%s\", \"agents\": [%s], \"grants\": [%s]}", r.name,
+			       agents, grants);
+	} else if (r.verb[0] == 'c') {
 		if (r.hosts) {
 			char copy[1024], *save = NULL;
 			size_t h = 0;
@@ -297,6 +335,6 @@ int main(int argc, char **argv)
 	} else if ((r.verb[0] == 'c' || !strcmp(r.verb, "reset")) && r.showjson)
 		printf("%s\n", sep + 4);
 	else
-		printf("%s partition (%s): success.\n", r.verb, r.name);
+		printf("%s %s (%s): success.\n", r.verb, r.noun, r.name);
 	return 0;
 }

@@ -52,9 +52,23 @@ def fast(tmp_path):
     return [str(built)], {"VIPU_FAST_FALLBACK": str(fallback)}
 
 
-def replies(command: list[str], port: int, env: dict | None = None) -> list[tuple]:
+ALLOCATIONS = [  # vipu-admin's calls in the allocation model's prolog and epilog, and around them
+    ["create", "allocation", "c1", "--agents", "ag0,ag1,ag2,ag3", "--grant", "0,0042"],  # C: uids as int() reads
+    ["create", "allocation", "c1", "--agents", "ag0,ag1,ag2,ag3"],                # ALREADY_EXISTS
+    ["create", "allocation", "c2", "--agents", "ag4,ag5,ag6"],                    # INVALID_ARGUMENT, the sizes
+    ["create", "allocation", "c3", "--agents=ag8", "--grant", "root"],            # a user name: Python's
+    ["create", "partition", "p1", "--size", "4", "--allocation", "c1"],
+    ["remove", "allocation", "c1"],                                               # FAILED_PRECONDITION
+    ["remove", "partition", "p1"],
+    ["delete", "allocation", "c1"],
+    ["remove", "allocation", "c3"],
+    ["remove", "allocation", "nope"],                                             # NOT_FOUND
+]
+
+
+def replies(command: list[str], port: int, env: dict | None = None, sequence=SEQUENCE) -> list[tuple]:
     out = []
-    for argv in SEQUENCE:
+    for argv in sequence:
         proc = subprocess.run([*command, "--api-host", "127.0.0.1", "--api-port", str(port), *argv],
                               capture_output=True, text=True, timeout=30, env={**os.environ, **(env or {})})
         text = proc.stdout
@@ -74,6 +88,21 @@ def test_the_c_vipu_answers_as_the_python_one(emu, fast):
     for a, b in zip(python, c, strict=True):
         assert a == b
     assert [code for _, code, _, _ in c] == [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 1, 0, 0, 0]
+
+
+def test_the_c_vipu_admin_answers_as_the_python_one(emu, fast):
+    command, env = fast
+    python = replies(VIPU, emu.port, sequence=ALLOCATIONS)
+    c = replies(command, emu.port, env, sequence=ALLOCATIONS)
+    for a, b in zip(python, c, strict=True):
+        assert a == b
+    assert [code for _, code, _, _ in c] == [0, 1, 1, 0, 0, 1, 0, 0, 0, 1]
+    alone = {k: v for k, v in os.environ.items() if k != "VIPU_FAST_FALLBACK"}  # no Python to hand over to
+    for argv, said in ((["create", "allocation", "c9", "--agents", "ag0", "--grant", "7"], "create allocation (c9)"),
+                       (["remove", "allocation", "c9"], "remove allocation (c9)")):
+        proc = subprocess.run([*command, "--api-host", "127.0.0.1", "--api-port", str(emu.port), *argv],
+                              capture_output=True, text=True, timeout=30, env=alone)
+        assert (proc.returncode, proc.stdout.strip(), proc.stderr) == (0, f"{said}: success.", "")
 
 
 def test_a_create_in_an_allocation_needs_no_python(emu, fast):
