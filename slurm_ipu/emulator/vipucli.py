@@ -149,7 +149,9 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
     elif verb == "create":
         spec = {"name": args.name, "size": args.size, "num_gcds": args.num_gcds, "num_ilds": args.num_ilds,
                 "allocation": args.allocation or args.cluster, "reconfigurable": args.reconfigurable,
-                "total_replicas": args.total_num_replicas, "owner_uid": args.owner_uid,
+                # --gcd-sync-replicas R: the replicas synchronised across the GCDs, i.e. the total
+                # (V-IPU guide, multi-GCD partitions); either is what `num_replicas` shows (poptorch reads it).
+                "total_replicas": args.total_num_replicas or args.gcd_sync_replicas, "owner_uid": args.owner_uid,
                 "hosts": [h for h in (args.hosts or "").split(",") if h]}
         doc = api.create_partition(**spec)
         print(json.dumps(doc, indent=2) if show_json else f"create partition ({args.name}): success.", file=out)

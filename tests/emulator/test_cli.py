@@ -52,6 +52,17 @@ def test_showjson_get_ipuof_remove_reset(vipu):
     assert proc.returncode == 1 and "not found" in proc.stderr
 
 
+@pytest.mark.parametrize("flags,replicas", [
+    (["--gcd-sync-replicas", "4"], 4),          # poptorch's tests: --size 4 --num-gcds 2 --gcd-sync-replicas 4
+    (["--total-num-replicas=16"], 16),
+    ([], 0),
+])
+def test_a_partition_shows_its_replica_count_as_poptorch_reads_it(vipu, flags, replicas):
+    vipu("create", "partition", "r", "--size", "4", "--num-gcds", "2", *flags, check=True)
+    spec = json.loads(vipu("list", "partitions", "--showjson", check=True).stdout)[0]["partition"]["spec"]
+    assert (spec["num_gcds"], spec["num_replicas"], len(spec["ipus"])) == (2, replicas, 4)
+
+
 def test_versions_and_allocations(vipu, emu):
     assert "1.18.0" in vipu("--version", check=True).stdout
     second = vipu("--server-version", check=True).stdout.splitlines()[1]
