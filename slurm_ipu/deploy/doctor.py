@@ -105,7 +105,9 @@ def gather(site: Site, runner=None) -> Facts:
                  PROBE_NAME, "--wrap", "true")
     facts.test_submit = "ok" if said is not None else facts.errors.get("test_submit")
     try:
-        facts.partitions = site.vipu_client().list_partitions(deadline=time.monotonic() + 20)
+        from ..hooks.reap import job_objects
+
+        facts.partitions = job_objects(site, site.vipu_client(), time.monotonic() + 20)
         if os.getuid() == 0:
             try:
                 facts.canary = canary(site)
@@ -539,18 +541,19 @@ def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding
 
 def check_orphans(site: Site, facts: Facts) -> Finding:
     from ..hooks.reap import orphans
+    from ..hooks.removal import kind as removal_kind
 
     if facts.partitions is None or facts.jobs is None:
         why = facts.errors.get("vipu") or facts.errors.get("jobs")
         return Finding("orphans", False, f"cannot tell ({why})", "fix the vipu and Slurm items first")
-    found = orphans([p.name for p in facts.partitions], facts.jobs, site["partition.prefix"])
+    found = orphans([p.name for p in facts.partitions], facts.jobs, site.job_prefix)
     queued = {q.get("partition") for q in _queued(site)}
     found = [(name, job) for name, job in found if name not in queued]
     if found:
         names = ", ".join(name for name, _ in found[:5])
-        return Finding("orphans", False, f"{len(found)} partition(s) whose job is gone: {names}",
+        return Finding("orphans", False, f"{len(found)} {removal_kind(site)}(s) whose job is gone: {names}",
                        "slurm-ipu reap (the hook service does it every reap.interval)")
-    return Finding("orphans", True, "every partition under the prefix belongs to a live job")
+    return Finding("orphans", True, f"every {removal_kind(site)} under the prefix belongs to a live job")
 
 
 def check_accounting(site: Site, facts: Facts) -> Finding:

@@ -80,8 +80,10 @@ def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None)
     def slurm(tool: str, *args: str, extra: dict | None = None) -> str | None:
         return cli.output_or_none(errors, tool, tool, *args, extra=extra)
 
+    from ..hooks.reap import job_objects
+
     try:
-        partitions = site.vipu_client().list_partitions(time.monotonic() + 20)
+        partitions = job_objects(site, site.vipu_client(), time.monotonic() + 20)
     except SlurmIpuError as exc:
         partitions, errors["vipu"] = None, str(exc)
     text = slurm("squeue", "--json")
@@ -113,7 +115,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
     from ..hooks.reap import LIVE_STATES, job_of
 
     now = time.time() if now is None else now
-    prefix = site["partition.prefix"]
+    prefix = site.job_prefix
     pods = pod_context(site)
     rows = []
     for p in facts["partitions"] or []:
@@ -133,7 +135,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
         disagreement = (f"Slurm's ipu licence has {slurm_used} in use, V-IPU has {ours_used} in partitions of "
                         "live jobs (a prolog or epilog at work shows briefly; a lasting gap is worth a doctor run)")
     return {
-        "cluster": site["cluster"], "pod_ipus": pod,
+        "cluster": site["cluster"], "pod_ipus": pod, "model": site["vipu.model"],
         "vipu": None if vipu_used is None else {"used": vipu_used, "free": pod - vipu_used},
         "slurm": facts["licenses"] or None, "disagreement": disagreement,
         "pods": [{"name": pod["name"], "hosts": pod["hostlist"], "ilds": pod["ild_ids"],
@@ -171,8 +173,9 @@ def table(view: dict) -> list[str]:
     pod = view["pod_ipus"]
     vipu = view["vipu"]
     lic = view["slurm"] or {}
+    what = "allocation" if view.get("model") == "allocation" else "partition"  # a job's V-IPU object
     lines = [f"Pod {view['cluster']}: {pod} IPUs",
-             f"  V-IPU: {vipu['used']} in partitions, {vipu['free']} free" if vipu else
+             f"  V-IPU: {vipu['used']} in {what}s, {vipu['free']} free" if vipu else
              f"  V-IPU: unreachable ({view['errors'].get('vipu')})",
              f"  Slurm: ipu licence {lic.get('used', '?')} used of {lic.get('total', '?')}"]
     if view["disagreement"]:
@@ -181,9 +184,9 @@ def table(view: dict) -> list[str]:
         used = "?" if pod["used"] is None else pod["used"]
         free = "?" if pod["used"] is None else pod["ipus"] - pod["used"]
         lines.append(f"  Pod {pod['name']}: hosts {pod['hosts']}, ILD {','.join(map(str, pod['ilds']))}: "
-                     f"{pod['ipus']} IPUs, {used} in partitions, {free} free")
+                     f"{pod['ipus']} IPUs, {used} in {what}s, {free} free")
     pods = bool(view["pods"])
-    lines.append(f"{'PARTITION':<16} {'JOB':>8} {'USER':<10} {'NODES':<16} {'SIZE':>4} {'GCDS':>4} {'STATE':<8} "
+    lines.append(f"{what.upper():<16} {'JOB':>8} {'USER':<10} {'NODES':<16} {'SIZE':>4} {'GCDS':>4} {'STATE':<8} "
                  + ("PODS      " if pods else "") + "AGE")
     for r in view["partitions"]:
         job = "-" if r["job"] is None else str(r["job"])
@@ -192,7 +195,7 @@ def table(view: dict) -> list[str]:
         lines.append(f"{r['partition']:<16} {job:>8} {r['user'] or '-':<10} {r['nodes'] or '-':<16} {r['size']:>4} "
                      f"{r['gcds']:>4} {r['state']:<8} {where}{_age(r['age_s'])}{note}")
     if not view["partitions"]:
-        lines.append("(no partitions)")
+        lines.append(f"(no {what}s)")
     lines.append(f"orphans: {', '.join(view['orphans']) or 'none'}")
     lines.append(f"queued removals: {', '.join(view['queued_removals']) or 'none'}")
     lines += [f"restricted: {what}" for what in view.get("restricted", [])]

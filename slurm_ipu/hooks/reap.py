@@ -59,11 +59,17 @@ def orphans(names, jobs: dict[int, str], prefix: str) -> list[tuple[str, int]]:
     return out
 
 
-def listed(cfg, client, deadline: float) -> list[str]:
-    """The names of the V-IPU objects jobs get: allocations in the allocation model, else partitions."""
-    if cfg["vipu.model"] == "allocation":
-        return list(client.list_allocations(deadline))
-    return [p.name for p in client.list_partitions(deadline)]
+def job_objects(cfg, client, deadline: float) -> list:
+    """What V-IPU holds for jobs, as partitions: every partition, or in the allocation model the
+    allocations named like a job's (each as one partition of its IPU-Machines' IPUs)."""
+    if cfg["vipu.model"] != "allocation":
+        return client.list_partitions(deadline)
+    from ..rules import IPUS_PER_AGENT
+    from ..vipu.types import Partition
+
+    prefix = cfg.job_prefix
+    return [Partition(name, len(agents) * IPUS_PER_AGENT, allocation=name)
+            for name, agents in client.list_allocations(deadline).items() if job_of(name, prefix) is not None]
 
 
 def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic, wait: float | None = None) -> int:
@@ -78,7 +84,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
         queued = journal.names()
         recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
         before = time.time()
-        parts = listed(cfg, client, deadline)
+        parts = [p.name for p in job_objects(cfg, client, deadline)]
         jobs = slurm.active_jobs()
         found = []
         for name, job in orphans(parts, jobs, cfg.job_prefix):

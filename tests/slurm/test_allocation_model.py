@@ -93,6 +93,11 @@ def test_a_cancel_removes_the_allocation_and_the_partitions_the_job_made(clean):
                      script=SLURM_UTILS.replace("vipu list partitions", "sleep 300"))
     wait_for(f"p{job} made in c{job}", lambda: f"p{job}" in lab.partitions(), 60)
     assert lab.partitions()[f"p{job}"]["spec"]["allocation"] == f"c{job}"
+    status = lab.run("slurm-ipu", "status", check=True).stdout
+    assert "16 in allocations" in status and any(line.startswith(f"c{job} ") for line in status.splitlines()), status
+    doctor = lab.run("slurm-ipu", "doctor")  # its canary takes a machine no job holds, and gives it back
+    assert doctor.returncode == 0 and "1-IPU-Machine allocation" in doctor.stdout, doctor.stdout + doctor.stderr
+    assert allocations(lab) == {"default", f"c{job}"}
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
     nothing_left(lab, job)
