@@ -307,6 +307,10 @@ class Site:
             for k, host in enumerate(hosts_of):
                 out[host] = [f"ag{first + k * per + j}" for j in range(per)]
             first += ipus // IPUS_PER_AGENT
+        missing = [h for h in hosts if h not in out]
+        if missing:
+            raise ConfigError(f"host {missing[0]} is in no Pod of the site description, so no IPU-Machine is mapped "
+                              "to it; add it to pod.hosts (or a Pod's hosts)")
         return [agent for host in hosts for agent in out[host]]
 
     def _pod_hosts(self) -> list[tuple[list[str], int]]:

@@ -200,8 +200,8 @@ def run_allocation(ctx: JobContext, cfg, client, slurm=None, clock=time.monotoni
     started = clock()
     deadline = started + cfg["prolog.deadline"]
     name = ctx.partition(cfg["allocation.prefix"])
-    agents = cfg.agents_of(ctx.nodes)
     try:
+        agents = cfg.agents_of(ctx.nodes)  # a host in no Pod: an admin's to fix (requeue, then hold)
         _claim_name(cfg, name, deadline)
         try:
             _ensure_with_room(cfg, client, name, deadline, clock, sleep,

@@ -109,3 +109,11 @@ def test_reap_removes_an_orphan_allocation_with_its_partitions(site, api, vipu):
     assert lines == ["reap: removed c7 (job 7 gone)"]
     assert {a["id"] for a in api.allocations()} == {"default", "c8"}
     assert api.list_partitions() == []
+
+
+def test_a_host_in_no_pod_requeues_the_job_with_the_reason(site, api):
+    cfg, client = site
+    slurm = FakeSlurm()
+    assert prolog.run(job(nodes="node9"), cfg, client, slurm) == 1
+    assert "host node9 is in no Pod of the site description" in slurm.comments[42] and 42 not in slurm.held
+    assert {a["id"] for a in api.allocations()} == {"default"}

@@ -209,3 +209,10 @@ def test_what_the_allocation_model_cannot_be_is_one_line(tmp_path, over, words):
     with pytest.raises(ConfigError) as err:
         config.load(str(write_conf(tmp_path, **over)), environ={})
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_host_in_no_pod_has_no_machines_and_says_so(tmp_path):
+    site = _allocation_site(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        site.agents_of(["node1", "login1"])
+    assert "host login1 is in no Pod of the site description" in str(err.value)
