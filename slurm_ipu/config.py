@@ -606,5 +606,6 @@ def _cross_checks(site: Site) -> None:
     timeout = site["prolog_epilog_timeout"]
     for key in ("prolog.deadline", "epilog.deadline"):
         if site[key] >= timeout:
-            raise ConfigError(f"{_at(site, key)}: {key}={site[key]:g} must be below prolog_epilog_timeout="
+            default = "" if key in site.lines else " (the default)"  # not in the file: say whose value it is
+            raise ConfigError(f"{_at(site, key)}: {key}={site[key]:g}{default} must be below prolog_epilog_timeout="
                               f"{timeout} (Slurm kills the hook at that timeout); lower it or raise the timeout")

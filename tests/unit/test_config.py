@@ -216,3 +216,11 @@ def test_a_host_in_no_pod_has_no_machines_and_says_so(tmp_path):
     with pytest.raises(ConfigError) as err:
         site.agents_of(["node1", "login1"])
     assert "host login1 is in no Pod of the site description" in str(err.value)
+
+
+def test_a_default_that_breaks_a_rule_is_named_as_the_default(tmp_path):
+    from .conftest import write_conf
+
+    with pytest.raises(ConfigError) as err:  # epilog.deadline left at its default of 30
+        config.load(str(write_conf(tmp_path, prolog_epilog_timeout=20)), environ={})
+    assert "epilog.deadline=30 (the default) must be below prolog_epilog_timeout=20" in str(err.value)
