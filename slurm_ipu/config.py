@@ -267,8 +267,16 @@ class Site:
     @property
     def vipu_command(self) -> list[str]:
         """The hooks' vipu: the site's command, with its credentials file when there is one."""
-        extra = ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
-        return [self["vipu.command"], *extra]
+        return [self["vipu.command"], *self._credentials]
+
+    @property
+    def vipu_admin_command(self) -> list[str]:
+        """The hooks' vipu-admin (the allocation model's allocations), with the same credentials."""
+        return [self["vipu.admin_command"], *self._credentials]
+
+    @property
+    def _credentials(self) -> list[str]:
+        return ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
 
     @property
     def python(self) -> str:
@@ -286,10 +294,9 @@ class Site:
     def vipu_client(self):
         from .vipu import VipuClient
 
-        extra = ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
         return VipuClient(command=self.vipu_command, host=self["vipu.host"], port=self["vipu.port"],
                           timeout=self["vipu.timeout"], retries=self["vipu.retries"],
-                          emulator_flags=self["vipu.emulator"], admin_command=[self["vipu.admin_command"], *extra])
+                          emulator_flags=self["vipu.emulator"], admin_command=self.vipu_admin_command)
 
     @property
     def job_prefix(self) -> str:

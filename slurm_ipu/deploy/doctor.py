@@ -150,10 +150,9 @@ def canary(site: Site) -> str:
     from ..vipu import VipuClient
 
     who = _as_user(site["slurm.user"])
-    extra = ["--config", site["vipu.cli_config"]] if site["vipu.cli_config"] else []
     client = VipuClient(command=[*who, *site.vipu_command], host=site["vipu.host"],
                         port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1,
-                        emulator_flags=site["vipu.emulator"], admin_command=[*who, site["vipu.admin_command"], *extra])
+                        emulator_flags=site["vipu.emulator"], admin_command=[*who, *site.vipu_admin_command])
     allocation = site.pods[0].name if site.pods else site["vipu.allocation"]
     deadline = time.monotonic() + 3 * site["vipu.timeout"]
     if site["vipu.model"] == "allocation":
