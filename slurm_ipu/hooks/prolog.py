@@ -1,4 +1,5 @@
-"""PrologSlurmctld: create the job's V-IPU partition before any task starts.
+"""PrologSlurmctld: create the job's V-IPU partition before any task starts (with vipu.model
+allocation: the job's allocation of its hosts' IPU-Machines, run_allocation below).
 
 Sized from SLURM_JOB_LICENSES (trusted), named prefix + job id, shaped by the user's
 --ipu-* options (validated), owned by the job's user and attachable from the job's nodes.
