@@ -166,6 +166,9 @@ FIELDS = (
           _between(0, 60)),
     Field("allocation.prefix", str, "c", "with vipu.model allocation: a job's allocation is prefix + job id "
           "(Graphcore's scripts use c${SLURM_JOB_ID})", _prefix),
+    Field("allocation.partition", bool, False, "with vipu.model allocation: also create, in the job's allocation, "
+          "a partition of all its IPUs named partition.prefix + job id (the IPUOF_VIPU_API_PARTITION_ID its tasks "
+          "get), owned by the job's user, who may remove or replace it"),
     Field("ipuof.host", str, None, "IPUOF_VIPU_API_HOST in tasks; null: vipu.host", _host),
     Field("ipuof.port", int, None, "IPUOF_VIPU_API_PORT in tasks; null: vipu.port", _port),
     Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD); not with pods: (their sum)", _pod_size),

@@ -226,17 +226,30 @@ def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str
     grants = sorted({ctx.uid, os.getuid()})  # the job's user, and the hooks (a requeue's cleanup)
     try:
         client.create_allocation(name, agents, grants, deadline=deadline)
-        return
     except PartitionExists:
-        pass
+        _existing_allocation(ctx, client, name, agents, grants, deadline, ours, ledger)
+    if cfg["allocation.partition"]:
+        _default_partition(ctx, cfg, client, name, agents, deadline)
+
+
+def _existing_allocation(ctx, client, name: str, agents: list[str], grants: list[int], deadline: float, ours: bool,
+                         ledger: Ledger) -> None:
     if not ours:
         ledger.drop(name)  # never mark someone else's allocation as ours
         raise ForeignPartition(f"allocation {name} already exists and slurm-ipu did not create it for this job")
-    if sorted(client.list_allocations(deadline).get(name, [])) == sorted(agents):
-        return  # an earlier attempt of this job made it for these hosts: adopt it
-    # Ours, but for other hosts (the job was requeued elsewhere): replace it.
-    client.remove_allocation(name, missing_ok=True, deadline=deadline)
-    client.create_allocation(name, agents, grants, deadline=deadline)
+    if sorted(client.list_allocations(deadline).get(name, [])) != sorted(agents):
+        # Ours, but for other hosts (the job was requeued elsewhere): replace it.
+        client.remove_allocation(name, missing_ok=True, deadline=deadline)
+        client.create_allocation(name, agents, grants, deadline=deadline)
+    # else: an earlier attempt of this job made it for these hosts: adopt it
+
+
+def _default_partition(ctx: JobContext, cfg, client, allocation: str, agents: list[str], deadline: float) -> None:
+    """allocation.partition: the whole allocation as the partition the tasks' IPUOF variables name
+    (an earlier attempt's is adopted if it fits; the epilog removes it with the allocation)."""
+    client.ensure_partition(ctx.partition(cfg["partition.prefix"]), len(agents) * rules.IPUS_PER_AGENT, deadline,
+                            num_gcds=ctx.gcds, num_ilds=ctx.ilds, reconfigurable=ctx.reconfigurable,
+                            allocation=allocation, hosts=list(ctx.nodes), owner_uid=ctx.uid)
 
 
 def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:

@@ -117,3 +117,20 @@ def test_a_host_in_no_pod_requeues_the_job_with_the_reason(site, api):
     assert prolog.run(job(nodes="node9"), cfg, client, slurm) == 1
     assert "host node9 is in no Pod of the site description" in slurm.comments[42] and 42 not in slurm.held
     assert {a["id"] for a in api.allocations()} == {"default"}
+
+
+def test_allocation_partition_makes_the_whole_allocation_the_tasks_partition(site, tmp_path, api):
+    _, client = site
+    path = tmp_path / "site.yaml"
+    doc = json.loads(path.read_text())
+    doc["allocation"] = {"partition": True}
+    path.write_text(json.dumps(doc))
+    cfg = config.load(str(path), environ={})
+    assert prolog.run(job(), cfg, client, FakeSlurm()) == 0
+    assert prolog.run(job(restart=1), cfg, client, FakeSlurm()) == 0  # a requeue adopts both
+    (part,) = [p["partition"] for p in api.list_partitions()]
+    assert (part["id"], part["spec"]["allocation"], part["spec"]["size"], part["spec"]["owner_uid"]) == \
+        ("slurm_42", "c42", 32, ALICE)
+    assert sorted(part["spec"]["hosts"]) == ["node1", "node2"]
+    assert epilog.run(job(), cfg, client) == 0
+    assert api.list_partitions() == [] and [a["id"] for a in api.allocations()] == ["default"]
