@@ -179,10 +179,12 @@ class NotTried(SlurmIpuError):
 def _canary_allocation(site: Site, client, deadline: float) -> str:
     """The allocation model's job start: an allocation of one IPU-Machine no job holds, granted to
     a job's user, created and removed with vipu.admin_command as the hooks' user."""
+    from ..hooks.reap import job_of
+
     with _quiet():
         try:
             held = {a for name, agents in client.list_allocations(deadline).items()
-                    if name[len(site.job_prefix):].isdigit() and name.startswith(site.job_prefix) for a in agents}
+                    if job_of(name, site.job_prefix) is not None for a in agents}
             free = [a for a in site.agents_of(site.hosts) if a not in held]
             if not free:
                 raise NotTried("every IPU-Machine of the Pod is in a job's allocation; not tried")
