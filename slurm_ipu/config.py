@@ -21,7 +21,7 @@ from typing import Any
 from .boolean import parse_bool
 from .errors import ConfigError
 from .pods import Pod
-from .rules import IPUS_PER_AGENT
+from .rules import IPUS_PER_AGENT, IPUS_PER_ILD
 from .slurm import releases
 
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
@@ -174,13 +174,18 @@ FIELDS = (
     Field("pod.ipus", int, None, "IPUs in the Pod (64 per ILD); not with pods: (their sum)", _pod_size),
     Field("pod.hosts", str, None, "the host servers cabled to the Pod, as a Slurm hostlist (ipu-host[1-8]); "
           "not with pods: (theirs)"),
+    Field("pod.agents", str, None, "with vipu.model allocation: the Pod's IPU-Machines as V-IPU names its agents, "
+          "in V-IPU's order, as a hostlist (ag[01-16]); a Pod of pods: has its own agents key; null: ag0, ag1, ... "
+          "counted over the Pods (the emulator's names)"),
     Field("pod.ipus_per_host", int, None, "IPUs each host's jobs may ask for (--gres=ipu:N), its Gres count",
           _between(1, 64), required=True, example=16),
     Field("pods", list, None, "a multi-Pod cluster, instead of pod.ipus/pod.hosts: each Pod's name (its V-IPU "
-          "allocation and Slurm switch), hosts (a hostlist) and ilds (IPU-Link domains of 64 IPUs, default 1)",
+          "allocation and Slurm switch), hosts (a hostlist), ilds (IPU-Link domains of 64 IPUs, default 1) and "
+          "model (its jobs' V-IPU model, default vipu.model)",
           example=POD128),
     Field("pod_groups", list, None, "with pods: groups of Pods used together (a POD256 as two pairs), each a "
-          "switch above its Pods and a V-IPU allocation holding theirs: name and pods"),
+          "switch above its Pods and a V-IPU allocation holding theirs: name, pods and model (its Pods' V-IPU "
+          "model)"),
     Field("partition.prefix", str, "slurm_", "partition name = prefix + job id (Graphcore's own plugin used "
           "slurm_)", _prefix),
     Field("prolog.deadline", float, 60.0, "seconds the prolog may take in all, every V-IPU call included",
@@ -302,31 +307,88 @@ class Site:
                           emulator_flags=self["vipu.emulator"], admin_command=self.vipu_admin_command)
 
     @property
-    def job_prefix(self) -> str:
-        """What a job's V-IPU object is named after its id: its allocation's prefix in the
-        allocation model, else its partition's."""
-        return self["allocation.prefix" if self["vipu.model"] == "allocation" else "partition.prefix"]
+    def models(self) -> set[str]:
+        """The V-IPU models the site's jobs get: each Pod's (pods: and pod_groups: may choose), else
+        vipu.model."""
+        return {p["model"] for p in self["pods"] or []} or {self["vipu.model"]}
+
+    def model_for(self, hosts) -> str:
+        """The model of a job on `hosts`: its Pods'. A job over Pods of both models gets neither
+        (job_submit.lua refuses it where it can tell; the prolog fails it otherwise)."""
+        if len(self.models) == 1:
+            return next(iter(self.models))
+        from .pods import spanned
+
+        used = spanned(self.pods, hosts)
+        model = {p["name"]: p["model"] for p in self["pods"]}
+        found = sorted({model[p.name] for p in used})
+        if len(found) != 1:
+            raise ConfigError(f"the job's hosts are in Pods {', '.join(f'{p.name} ({model[p.name]})' for p in used)}, "
+                              "of both V-IPU models; a job gets one: give each model its own Slurm partition")
+        return found[0]
+
+    def pods_of_model(self, model: str) -> list[Pod]:
+        """The Pods whose jobs get `model` ([] on a single-Pod site)."""
+        return [p for p in self.pods if self._entry(p.name)["model"] == model]
+
+    def _entry(self, pod: str) -> dict:
+        return next(e for e in self["pods"] if e["name"] == pod)
+
+    def host_models(self) -> dict[str, str]:
+        """Each host of a multi-Pod site, with its Pod's model."""
+        return {h: self._entry(p.name)["model"] for p in self.pods for h in p.hosts}
+
+    def prefix_of(self, model: str) -> str:
+        return self["allocation.prefix" if model == "allocation" else "partition.prefix"]
+
+    def job_name(self, job_id, hosts) -> str:
+        """The name of a job's V-IPU object (its partition, or its allocation). Hosts over both
+        models (the prolog refused the job, so nothing was made): the partition's name."""
+        try:
+            model = self.model_for(hosts)
+        except ConfigError:
+            model = "partition"
+        return f"{self.prefix_of(model)}{job_id}"
+
+    @property
+    def job_prefixes(self) -> tuple[str, ...]:
+        """What the site's jobs' V-IPU objects are named after their ids."""
+        return tuple(self.prefix_of(m) for m in sorted(self.models))
+
+    def kind_of(self, name: str) -> str:
+        """Whether a job's object of this name is an allocation or a partition."""
+        prefix = self["allocation.prefix"]
+        if "allocation" in self.models and name.startswith(prefix) and name[len(prefix):].isdigit():
+            return "allocation"
+        return "partition"
 
     def agents_of(self, hosts) -> list[str]:
         """The IPU-Machines (V-IPU agents) mapped to `hosts`, as Graphcore's host-IPU mapping file
         lists them: a Pod's hosts, in hostlist order, take its IPU-Machines in V-IPU's order,
         pod.ipus_per_host / 4 each; Pods follow each other (docs/admin.md, allocation model)."""
         per = self["pod.ipus_per_host"] // IPUS_PER_AGENT
-        first, out = 0, {}
-        for hosts_of, ipus in self._pod_hosts():
+        out = {}
+        for hosts_of, agents in self.pod_agents():
             for k, host in enumerate(hosts_of):
-                out[host] = [f"ag{first + k * per + j}" for j in range(per)]
-            first += ipus // IPUS_PER_AGENT
+                out[host] = agents[k * per:(k + 1) * per]
         missing = [h for h in hosts if h not in out]
         if missing:
             raise ConfigError(f"host {missing[0]} is in no Pod of the site description, so no IPU-Machine is mapped "
                               "to it; add it to pod.hosts (or a Pod's hosts)")
         return [agent for host in hosts for agent in out[host]]
 
-    def _pod_hosts(self) -> list[tuple[list[str], int]]:
-        if self.pods:
-            return [(list(p.hosts), p.ipus) for p in self.pods]
-        return [(self.hosts, self["pod.ipus"])]
+    def pod_agents(self) -> list[tuple[list[str], list[str]]]:
+        """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's
+        agents keys, else ag0, ag1, ... counted over the Pods in the site's order."""
+        pods = [(list(p.hosts), p.ipus, self._entry(p.name).get("agents")) for p in self.pods] or \
+            [(self.hosts, self["pod.ipus"], self["pod.agents"] and _agents("pod.agents", self["pod.agents"],
+                                                                             self["pod.ipus"]))]
+        first, out = 0, []
+        for hosts, ipus, given in pods:
+            count = ipus // IPUS_PER_AGENT
+            out.append((hosts, given or [f"ag{first + j}" for j in range(count)]))
+            first += count
+        return out
 
 
 def _keys(text: str):
@@ -505,7 +567,7 @@ def _at(site: Site, key: str) -> str:
 
 # --- what no single field can check -------------------------------------------------------------
 
-POD_KEYS = ("name", "hosts", "ilds")
+POD_KEYS = ("name", "hosts", "ilds", "model", "agents")
 
 
 def _pods(site: Site) -> None:
@@ -543,6 +605,7 @@ def _pods(site: Site) -> None:
                           "pods: name the V-IPU allocation that holds every Pod (jobs over several Pods go there), "
                           "not one Pod's")
     _groups(site, {p.name for p in pods})
+    _pod_models(site, where)
 
 
 def _groups(site: Site, pods: set[str]) -> None:
@@ -554,10 +617,14 @@ def _groups(site: Site, pods: set[str]) -> None:
     taken: set[str] = set()
     names = pods | {site["vipu.allocation"]}
     for k, item in enumerate(raw):
-        ok = isinstance(item, dict) and set(item) == {"name", "pods"} and isinstance(item["pods"], list)
+        ok = (isinstance(item, dict) and {"name", "pods"} <= set(item) <= {"name", "pods", "model"}
+              and isinstance(item["pods"], list))
         if not ok:
-            raise ConfigError(f"{where}: group {k + 1} must be a mapping of name and pods, e.g. "
-                              "{name: ab, pods: [poda, podb]}")
+            raise ConfigError(f"{where}: group {k + 1} must be a mapping of name, pods and (optionally) model, e.g. "
+                              "{name: ab, pods: [poda, podb], model: allocation}")
+        if _model(str(item.get("model", "partition"))):
+            raise ConfigError(f"{where}: group {item['name']}: model={item['model']!r} is out of range; use "
+                              "partition or allocation")
         name, members = item["name"], [str(m) for m in item["pods"]]
         why = name_check(name) if isinstance(name, str) else "a name"
         if why or name in names:
@@ -571,12 +638,31 @@ def _groups(site: Site, pods: set[str]) -> None:
         names.add(name)
 
 
+def _pod_models(site: Site, where: _Place) -> None:
+    """Each Pod's model: its own, else its group's, else vipu.model. A group's Pods share one (a
+    job over them gets one V-IPU object)."""
+    group_of = {m: g for g in site["pod_groups"] or [] for m in g["pods"]}
+    for pod in site["pods"]:
+        group = group_of.get(pod["name"]) or {}
+        own, theirs = pod.pop("model", None), group.get("model")
+        if own and theirs and own != theirs:
+            raise ConfigError(f"{where}: Pod {pod['name']}: model={own} but its group {group['name']} has "
+                              f"model={theirs}; a group's Pods share one model")
+        pod["model"] = own or theirs or site["vipu.model"]
+    for group in site["pod_groups"] or []:
+        found = {p["name"]: p["model"] for p in site["pods"] if p["name"] in group["pods"]}
+        if len(set(found.values())) > 1:
+            raise ConfigError(f"{where}: group {group['name']}: its Pods' models differ ("
+                              f"{', '.join(f'{n}: {m}' for n, m in found.items())}); a job over them gets one V-IPU "
+                              "object: give the group one model")
+
+
 def _pod_entry(where: _Place, k: int, item: object) -> dict:
     from .slurm.hostlist import expand
 
     if not isinstance(item, dict) or set(item) - set(POD_KEYS) or "name" not in item or "hosts" not in item:
-        raise ConfigError(f"{where}: Pod {k + 1} must be a mapping of name, hosts and (optionally) ilds, e.g. "
-                          "{name: poda, hosts: ipu-host[1-4], ilds: 1}")
+        raise ConfigError(f"{where}: Pod {k + 1} must be a mapping of name, hosts and (optionally) ilds, model and "
+                          "agents, e.g. {name: poda, hosts: ipu-host[1-4], ilds: 1}")
     name, hosts, ilds = item["name"], item["hosts"], item.get("ilds", 1)
     why = name_check(name) if isinstance(name, str) else "a name"
     if why:
@@ -588,7 +674,45 @@ def _pod_entry(where: _Place, k: int, item: object) -> dict:
             raise ValueError("empty")
     except Exception as exc:  # the hostlist parser's own message says what is wrong
         raise ConfigError(f"{where}: Pod {name}: hosts={hosts!r} is not a Slurm hostlist ({exc})") from None
-    return {"name": name, "hosts": hosts, "ilds": ilds}
+    model = item.get("model")
+    if model is not None and (not isinstance(model, str) or _model(model)):
+        raise ConfigError(f"{where}: Pod {name}: model={model!r} is out of range; use partition or allocation")
+    entry = {"name": name, "hosts": hosts, "ilds": ilds, "model": model}
+    if item.get("agents") is not None:
+        entry["agents"] = _agents(f"{where}: Pod {name}", item["agents"], ilds * IPUS_PER_ILD)
+    return entry
+
+
+def _agents(where: str, value: object, ipus: int) -> list[str]:
+    """A Pod's IPU-Machines as V-IPU names them: a hostlist of one name per 4 IPUs."""
+    from .slurm.hostlist import expand
+
+    want = ipus // IPUS_PER_AGENT
+    try:
+        names = expand(value) if isinstance(value, str) else []
+    except Exception:  # the hostlist parser's message is not the point: the count is
+        names = []
+    if len(names) != want or len(set(names)) != want:
+        raise ConfigError(f"{where}: agents={value!r} must name the Pod's {want} IPU-Machines ({ipus} IPUs, "
+                          f"{IPUS_PER_AGENT} each) once each, in V-IPU's order, as a hostlist (e.g. ag[01-{want:02d}])")
+    return names
+
+
+def _model_checks(site: Site) -> None:
+    """IPU-Machine names and job object names the models can tell apart."""
+    if site["pod.agents"] is not None:
+        if site["pods"]:
+            raise ConfigError(f"{_at(site, 'pod.agents')}: pod.agents and pods: both given; each Pod has its own "
+                              "agents key (remove pod.agents)")
+        _agents(_at(site, "pod.agents"), site["pod.agents"], site["pod.ipus"])
+    named = site["pod.agents"] is not None or any("agents" in p for p in site["pods"] or [])
+    if named and site["vipu.emulator"]:
+        raise ConfigError(f"{_at(site, 'vipu.emulator')}: vipu.emulator with agents named: the emulator names its "
+                          "IPU-Machines ag0, ag1, ...; leave agents out for it")
+    a, p = site["allocation.prefix"], site["partition.prefix"]
+    if len(site.models) > 1 and (a.startswith(p) or p.startswith(a)):
+        raise ConfigError(f"{_at(site, 'allocation.prefix')}: allocation.prefix={a!r} and partition.prefix={p!r} with "
+                          "Pods of both models: neither may begin the other (a name must say which it is)")
 
 
 def _cross_checks(site: Site) -> None:
@@ -609,7 +733,8 @@ def _cross_checks(site: Site) -> None:
             raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} on Pod {one.name}'s "
                               f"{len(one.hosts)} hosts is {per * len(one.hosts)} IPUs, more than its {one.ipus}; use "
                               f"at most {one.ipus // len(one.hosts)}")
-    if site["vipu.model"] == "allocation" and per % IPUS_PER_AGENT:
+    _model_checks(site)
+    if "allocation" in site.models and per % IPUS_PER_AGENT:
         raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} with vipu.model allocation: a "
                           f"host's jobs get its whole IPU-Machines of {IPUS_PER_AGENT} IPUs each; use a multiple of "
                           f"{IPUS_PER_AGENT}")

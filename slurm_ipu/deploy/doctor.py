@@ -153,13 +153,16 @@ def canary(site: Site) -> str:
     client = VipuClient(command=[*who, *site.vipu_command], host=site["vipu.host"],
                         port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1,
                         emulator_flags=site["vipu.emulator"], admin_command=[*who, *site.vipu_admin_command])
-    allocation = site.pods[0].name if site.pods else site["vipu.allocation"]
     deadline = time.monotonic() + 3 * site["vipu.timeout"]
-    if site["vipu.model"] == "allocation":
-        return _canary_allocation(site, client, deadline)
+    if "allocation" in site.models:
+        found = _canary_allocation(site, client, deadline)
+        if found != "ok" or "partition" not in site.models:
+            return found
+    pod = (site.pods_of_model("partition") or site.pods or [None])[0]
+    allocation, hosts = (pod.name, list(pod.hosts)) if pod else (site["vipu.allocation"], site.hosts)
     with _quiet():  # the finding carries the error: one line per item
         try:
-            client.ensure_partition(CANARY_NAME, 1, deadline, allocation=allocation, hosts=site.hosts[:1],
+            client.ensure_partition(CANARY_NAME, 1, deadline, allocation=allocation, hosts=hosts[:1],
                                     owner_uid=PROBE_UID)
         except SlurmIpuError as exc:
             return str(exc)
@@ -184,8 +187,9 @@ def _canary_allocation(site: Site, client, deadline: float) -> str:
     with _quiet():
         try:
             held = {a for name, agents in client.list_allocations(deadline).items()
-                    if job_of(name, site.job_prefix) is not None for a in agents}
-            free = [a for a in site.agents_of(site.hosts) if a not in held]
+                    if job_of(name, site["allocation.prefix"]) is not None for a in agents}
+            hosts = [h for p in site.pods_of_model("allocation") for h in p.hosts] or site.hosts
+            free = [a for a in site.agents_of(hosts) if a not in held]
             if not free:
                 raise NotTried("every IPU-Machine of the Pod is in a job's allocation; not tried")
             client.create_allocation(CANARY_NAME, free[:1], [PROBE_UID], deadline=deadline)
@@ -467,16 +471,20 @@ def check_canary(site: Site, facts: Facts) -> Finding:
     if facts.canary is None:
         return Finding("canary", False, f"not tried: V-IPU did not answer ({facts.errors.get('vipu')})",
                        "see the vipu item")
-    what = ("a 1-IPU-Machine allocation" if site["vipu.model"] == "allocation" else "a 1-IPU partition")
+    made = {"allocation": "a 1-IPU-Machine allocation", "partition": "a 1-IPU partition"}
+    what = " and ".join(made[m] for m in sorted(site.models))
     if facts.canary != "ok":
-        if site["vipu.model"] == "allocation":
-            how = (f"list slurm.user ({site['slurm.user']}) under admins: in the emulator's cluster file"
-                   if site["vipu.emulator"] else f"make the hooks' V-IPU user a V-IPU administrator "
-                   f"({site['vipu.admin_command']}'s credentials)")
-        else:
-            how = (f"grant the allocation to slurm.user ({site['slurm.user']}) in the emulator's cluster file (grants:)"
-                   if site["vipu.emulator"] else f"give the hooks' V-IPU user (vipu.cli_config) the right to create "
-                   f"partitions in allocation {site['vipu.allocation'] or '(the default)'} for jobs' users")
+        hows = []
+        if "allocation" in site.models:
+            hows.append(f"list slurm.user ({site['slurm.user']}) under admins: in the emulator's cluster file"
+                        if site["vipu.emulator"] else f"make the hooks' V-IPU user a V-IPU administrator "
+                        f"({site['vipu.admin_command']}'s credentials)")
+        if "partition" in site.models:
+            hows.append(f"grant the allocation to slurm.user ({site['slurm.user']}) in the emulator's cluster file "
+                        "(grants:)" if site["vipu.emulator"] else f"give the hooks' V-IPU user (vipu.cli_config) the "
+                        f"right to create partitions in allocation {site['vipu.allocation'] or '(the default)'} for "
+                        "jobs' users")
+        how = "; and ".join(hows)
         return Finding("canary", False, f"the hooks' create of {what} as {site['slurm.user']} failed: "
                        f"{facts.canary}", f"every IPU job start fails so: {how}")
     return Finding("canary", True, f"an IPU job passes job_submit.lua (sbatch --test-only), and the hooks create and "
@@ -542,19 +550,20 @@ def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding
 
 def check_orphans(site: Site, facts: Facts) -> Finding:
     from ..hooks.reap import orphans
-    from ..hooks.removal import kind as removal_kind
 
     if facts.partitions is None or facts.jobs is None:
         why = facts.errors.get("vipu") or facts.errors.get("jobs")
         return Finding("orphans", False, f"cannot tell ({why})", "fix the vipu and Slurm items first")
-    found = orphans([p.name for p in facts.partitions], facts.jobs, site.job_prefix)
+    found = orphans([p.name for p in facts.partitions], facts.jobs, site.job_prefixes)
     queued = {q.get("partition") for q in _queued(site)}
     found = [(name, job) for name, job in found if name not in queued]
     if found:
         names = ", ".join(name for name, _ in found[:5])
-        return Finding("orphans", False, f"{len(found)} {removal_kind(site)}(s) whose job is gone: {names}",
+        kinds = "/".join(sorted({site.kind_of(name) for name, _ in found}))
+        return Finding("orphans", False, f"{len(found)} {kinds}(s) whose job is gone: {names}",
                        "slurm-ipu reap (the hook service does it every reap.interval)")
-    return Finding("orphans", True, f"every {removal_kind(site)} under the prefix belongs to a live job")
+    what = " and ".join(f"{m}" for m in sorted(site.models))
+    return Finding("orphans", True, f"every {what} under the prefix belongs to a live job")
 
 
 def check_accounting(site: Site, facts: Facts) -> Finding:

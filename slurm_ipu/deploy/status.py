@@ -115,7 +115,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
     from ..hooks.reap import LIVE_STATES, job_of
 
     now = time.time() if now is None else now
-    prefix = site.job_prefix
+    prefix = site.job_prefixes
     pods = pod_context(site)
     rows = []
     for p in facts["partitions"] or []:
@@ -135,7 +135,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
         disagreement = (f"Slurm's ipu licence has {slurm_used} in use, V-IPU has {ours_used} in partitions of "
                         "live jobs (a prolog or epilog at work shows briefly; a lasting gap is worth a doctor run)")
     return {
-        "cluster": site["cluster"], "pod_ipus": pod, "model": site["vipu.model"],
+        "cluster": site["cluster"], "pod_ipus": pod, "model": "/".join(sorted(site.models)),
         "vipu": None if vipu_used is None else {"used": vipu_used, "free": pod - vipu_used},
         "slurm": facts["licenses"] or None, "disagreement": disagreement,
         "pods": [{"name": pod["name"], "hosts": pod["hostlist"], "ilds": pod["ild_ids"],
@@ -173,7 +173,8 @@ def table(view: dict) -> list[str]:
     pod = view["pod_ipus"]
     vipu = view["vipu"]
     lic = view["slurm"] or {}
-    what = "allocation" if view.get("model") == "allocation" else "partition"  # a job's V-IPU object
+    what = {"allocation": "allocation", "allocation/partition": "V-IPU object"}.get(
+        view.get("model"), "partition")  # a job's V-IPU object
     lines = [f"Pod {view['cluster']}: {pod} IPUs",
              f"  V-IPU: {vipu['used']} in {what}s, {vipu['free']} free" if vipu else
              f"  V-IPU: unreachable ({view['errors'].get('vipu')})",

@@ -17,13 +17,14 @@ from ..errors import SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
-from .removal import describe, kind, remove_recorded
+from .removal import describe, remove_recorded
 
 
 def run(ctx: JobContext, cfg, client, clock=time.monotonic) -> int:
     if ctx.ipus == 0:
         return 0
-    name, what = ctx.partition(cfg.job_prefix), kind(cfg)
+    name = cfg.job_name(ctx.job_id, ctx.nodes)
+    what = cfg.kind_of(name)
     try:
         outcome = remove_recorded(cfg, client, name, ctx.job_id, clock() + cfg["epilog.deadline"])
     except SlurmIpuError as exc:

@@ -48,11 +48,15 @@ class Abandoned(SlurmIpuError):
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
-    if cfg["vipu.model"] == "allocation":
+    name = ctx.partition(cfg["partition.prefix"])
+    try:
+        model = cfg.model_for(ctx.nodes)  # Pods of both models: the same on every attempt
+    except SlurmIpuError as exc:
+        return _fail(ctx, cfg, slurm, name, exc)
+    if model == "allocation":
         return run_allocation(ctx, cfg, client, slurm, clock, sleep)
     started = clock()
     deadline = started + cfg["prolog.deadline"]
-    name = ctx.partition(cfg["partition.prefix"])
     try:
         allocation, ilds, room, expect = _where(ctx, cfg)
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ilds, cluster_ilds=room)

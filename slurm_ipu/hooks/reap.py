@@ -45,12 +45,16 @@ def _lock(state_dir: str, wait: float) -> int:
                     wait)
 
 
-def job_of(name: str, prefix: str) -> int | None:
-    suffix = name[len(prefix):] if name.startswith(prefix) else ""
-    return int(suffix) if suffix.isdigit() else None
+def job_of(name: str, prefixes: str | tuple[str, ...]) -> int | None:
+    """The job a V-IPU object is named after (prefix + job id), under any of the prefixes."""
+    for prefix in (prefixes,) if isinstance(prefixes, str) else prefixes:
+        suffix = name[len(prefix):] if name.startswith(prefix) else ""
+        if suffix.isdigit():
+            return int(suffix)
+    return None
 
 
-def orphans(names, jobs: dict[int, str], prefix: str) -> list[tuple[str, int]]:
+def orphans(names, jobs: dict[int, str], prefix: str | tuple[str, ...]) -> list[tuple[str, int]]:
     out = []
     for name in names:
         job = job_of(name, prefix)
@@ -60,16 +64,21 @@ def orphans(names, jobs: dict[int, str], prefix: str) -> list[tuple[str, int]]:
 
 
 def job_objects(cfg, client, deadline: float) -> list:
-    """What V-IPU holds for jobs, as partitions: every partition, or in the allocation model the
-    allocations named like a job's (each as one partition of its IPU-Machines' IPUs)."""
-    if cfg["vipu.model"] != "allocation":
+    """What V-IPU holds for jobs, as partitions: every partition (partition model), and the
+    allocations named like a job's (allocation model; each as one partition of its IPU-Machines'
+    IPUs, the partitions its user made in it going with it)."""
+    models = cfg.models
+    if "allocation" not in models:
         return client.list_partitions(deadline)
     from ..rules import IPUS_PER_AGENT
     from ..vipu.types import Partition
 
-    prefix = cfg.job_prefix
-    return [Partition(name, len(agents) * IPUS_PER_AGENT, allocation=name)
-            for name, agents in client.list_allocations(deadline).items() if job_of(name, prefix) is not None]
+    prefix = cfg["allocation.prefix"]
+    out = [Partition(name, len(agents) * IPUS_PER_AGENT, allocation=name)
+           for name, agents in client.list_allocations(deadline).items() if job_of(name, prefix) is not None]
+    if "partition" in models:  # Pods of both models: the partition-model jobs' too
+        out += [p for p in client.list_partitions(deadline) if job_of(p.allocation or "", prefix) is None]
+    return out
 
 
 def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic, wait: float | None = None) -> int:
@@ -87,7 +96,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
         parts = [p.name for p in job_objects(cfg, client, deadline)]
         jobs = slurm.active_jobs()
         found = []
-        for name, job in orphans(parts, jobs, cfg.job_prefix):
+        for name, job in orphans(parts, jobs, cfg.job_prefixes):
             if ledger.owns(name, job):
                 found.append((name, job))
             elif name in recorded:  # ours, removed meanwhile by its epilog or the hook service

@@ -34,13 +34,9 @@ def remove_recorded(cfg, client, name: str, job_id, deadline: float, wait: bool 
 def remove_vipu(cfg, client, name: str, deadline: float) -> bool:
     """The job's V-IPU object, whichever the site's model makes: its partition, or its allocation
     with every partition its user made in it. False: it was gone already."""
-    if cfg["vipu.model"] == "allocation":
+    if cfg.kind_of(name) == "allocation":
         return client.remove_allocation(name, missing_ok=True, deadline=deadline)
     return client.remove_partition(name, missing_ok=True, deadline=deadline)
-
-
-def kind(cfg) -> str:
-    return "allocation" if cfg["vipu.model"] == "allocation" else "partition"
 
 
 def describe(job_id, name: str, outcome: str, what: str = "partition") -> str:
@@ -71,6 +67,6 @@ def work_off(cfg, client, names: list[str], deadline: float,
                 journal.add(name, job, str(exc))
                 return done, exc
             journal.drop(name)
-        report(cfg["state_dir"], describe(job, name, outcome, kind(cfg)))
+        report(cfg["state_dir"], describe(job, name, outcome, cfg.kind_of(name)))
         done.append(name)
     return done, None

@@ -164,7 +164,7 @@ def _epilog(cfg, env: dict, queued) -> int | None:
     except SlurmIpuError:
         return None
     if ctx.ipus > 0:
-        Journal(cfg["state_dir"]).add(ctx.partition(cfg.job_prefix), ctx.job_id, "queued by the epilog")
+        Journal(cfg["state_dir"]).add(cfg.job_name(ctx.job_id, ctx.nodes), ctx.job_id, "queued by the epilog")
         queued()
     return 0
 
@@ -194,9 +194,9 @@ def _give_back(cfg, job: int) -> None:
     from .journal import Journal
     from .ledger import Ledger
 
-    name = f"{cfg.job_prefix}{job}"
-    if Ledger(cfg["state_dir"]).owns(name, job):
-        Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
+    for name in (f"{prefix}{job}" for prefix in cfg.job_prefixes):  # the job's hosts are not at hand here
+        if Ledger(cfg["state_dir"]).owns(name, job):
+            Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
 
 
 def remove_legacy(state_dir: str) -> None:

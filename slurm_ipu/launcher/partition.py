@@ -211,7 +211,7 @@ def _new_shape(opts, instances: int) -> Shape:
 
 
 def job_allocation(env: dict) -> str | None:
-    """On a site with vipu.model allocation, the job's allocation (prefix + job id), where a
+    """On a site (or the job's Pods) with the allocation model, the job's allocation (prefix + job id), where a
     partition this run creates goes unless --vipu-allocation says otherwise; else None. Read only
     when the partition is missing: the site description costs start-up."""
     from .. import config
@@ -224,7 +224,13 @@ def job_allocation(env: dict) -> str | None:
         site = config.load(path, environ=env)
     except (OSError, SlurmIpuError):
         return None
-    return f"{site['allocation.prefix']}{job}" if site["vipu.model"] == "allocation" else None
+    from ..slurm.hostlist import expand
+
+    try:
+        model = site.model_for(expand(env.get("SLURM_JOB_NODELIST", "")))
+    except (ValueError, SlurmIpuError):
+        return None
+    return f"{site['allocation.prefix']}{job}" if model == "allocation" else None
 
 
 def _missing(name: str, env: dict, opts, own: str | None = None) -> str:

@@ -185,7 +185,7 @@ def test_a_host_s_ipu_machines_are_its_pod_s_in_hostlist_order(tmp_path):
     site = _allocation_site(tmp_path)  # node[1-4], 16 IPUs (4 IPU-Machines) each
     assert site.agents_of(["node2"]) == ["ag4", "ag5", "ag6", "ag7"]
     assert site.agents_of(["node1", "node4"]) == ["ag0", "ag1", "ag2", "ag3", "ag12", "ag13", "ag14", "ag15"]
-    assert site.job_prefix == "c"
+    assert site.job_prefixes == ("c",) and site.models == {"allocation"} and site.model_for(["node9"]) == "allocation"
 
 
 def test_pods_follow_each_other_in_the_mapping(tmp_path):
@@ -224,3 +224,83 @@ def test_a_default_that_breaks_a_rule_is_named_as_the_default(tmp_path):
     with pytest.raises(ConfigError) as err:  # epilog.deadline left at its default of 30
         config.load(str(write_conf(tmp_path, prolog_epilog_timeout=20)), environ={})
     assert "epilog.deadline=30 (the default) must be below prolog_epilog_timeout=20" in str(err.value)
+
+
+# --- the model per Pod group, and IPU-Machine names (issue 25, item 3) ---------------------------
+
+def _mixed(tmp_path, pods, groups=None, **extra):
+    from .conftest import write_conf
+
+    extra = {"vipu": {"allocation": "all", **extra.pop("vipu", {})}, **extra}
+    if groups:
+        extra["pod_groups"] = groups
+    return config.load(str(write_conf(tmp_path, pods=pods, **extra)), environ={})
+
+
+FOUR_PODS = [{"name": f"pod{c}", "hosts": f"node[{4 * k + 1}-{4 * k + 4}]"} for k, c in enumerate("abcd")]
+
+
+def test_each_pod_has_its_model_its_own_its_group_s_or_the_site_s(tmp_path):
+    pods = [dict(FOUR_PODS[0], model="allocation"), *FOUR_PODS[1:]]
+    site = _mixed(tmp_path, pods, [{"name": "cd", "pods": ["podc", "podd"], "model": "allocation"}])
+    assert site.models == {"allocation", "partition"}
+    assert [p.name for p in site.pods_of_model("allocation")] == ["poda", "podc", "podd"]
+    assert site.model_for(["node1", "node2"]) == "allocation" and site.model_for(["node5"]) == "partition"
+    assert site.model_for([f"node{k}" for k in range(9, 17)]) == "allocation"  # group cd
+    assert site.job_prefixes == ("c", "slurm_")
+    assert site.job_name(42, ["node1"]) == "c42" and site.job_name(42, ["node5"]) == "slurm_42"
+    assert site.kind_of("c42") == "allocation" and site.kind_of("slurm_42") == "partition"
+    assert site.kind_of("c42x") == "partition"  # not a job's allocation name
+    with pytest.raises(ConfigError) as err:
+        site.model_for(["node1", "node5"])
+    assert str(err.value) == ("the job's hosts are in Pods poda (allocation), podb (partition), of both V-IPU models; "
+                              "a job gets one: give each model its own Slurm partition")
+    assert site.job_name(7, ["node1", "node5"]) == "slurm_7"  # the prolog refused it: nothing of its was made
+    # the agents of Pod c's first host: Pods a and b hold 16 IPU-Machines each before it
+    assert site.agents_of(["node9"]) == ["ag32", "ag33", "ag34", "ag35"]
+
+
+def test_a_site_of_one_model_never_looks_at_the_hosts(tmp_path):
+    site = _mixed(tmp_path, FOUR_PODS, vipu={"model": "allocation"})
+    assert site.models == {"allocation"} and site.model_for(["not-a-host"]) == "allocation"
+
+
+@pytest.mark.parametrize("pods,groups,extra,words", [
+    ([dict(FOUR_PODS[0], model="allocations"), *FOUR_PODS[1:]], None, {},
+     "Pod poda: model='allocations' is out of range; use partition or allocation"),
+    ([dict(FOUR_PODS[2], model="partition"), FOUR_PODS[0], FOUR_PODS[1], FOUR_PODS[3]],
+     [{"name": "cd", "pods": ["podc", "podd"], "model": "allocation"}], {},
+     "Pod podc: model=partition but its group cd has model=allocation; a group's Pods share one model"),
+    ([dict(FOUR_PODS[2], model="allocation"), FOUR_PODS[0], FOUR_PODS[1], FOUR_PODS[3]],
+     [{"name": "cd", "pods": ["podc", "podd"]}], {},
+     "group cd: its Pods' models differ (podc: allocation, podd: partition); a job over them gets one V-IPU object: "
+     "give the group one model"),
+    (FOUR_PODS, [{"name": "cd", "pods": ["podc", "podd"], "model": "x"}], {},
+     "group cd: model='x' is out of range; use partition or allocation"),
+    ([dict(FOUR_PODS[0], model="allocation"), *FOUR_PODS[1:]], None, {"allocation": {"prefix": "slurm_c"}},
+     "allocation.prefix='slurm_c' and partition.prefix='slurm_' with Pods of both models: neither may begin the "
+     "other"),
+    ([dict(FOUR_PODS[0], model="allocation"), *FOUR_PODS[1:]], None, {"pod": {"ipus_per_host": 2}},
+     "pod.ipus_per_host=2 with vipu.model allocation"),
+    ([dict(FOUR_PODS[0], agents="ag[1-15]"), *FOUR_PODS[1:]], None, {},
+     "Pod poda: agents='ag[1-15]' must name the Pod's 16 IPU-Machines (64 IPUs, 4 each) once each, in V-IPU's "
+     "order, as a hostlist (e.g. ag[01-16])"),
+    ([dict(FOUR_PODS[0], agents="m[1-16]"), *FOUR_PODS[1:]], None, {"vipu": {"emulator": True}},
+     "vipu.emulator with agents named: the emulator names its IPU-Machines ag0, ag1, ...; leave agents out"),
+    (FOUR_PODS, None, {"pod": {"agents": "ag[1-64]"}}, "pod.agents and pods: both given"),
+])
+def test_what_a_model_or_agents_key_cannot_be_is_one_line(tmp_path, pods, groups, extra, words):
+    with pytest.raises(ConfigError) as err:
+        _mixed(tmp_path, pods, groups, **extra)
+    assert words in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_real_pod_s_ipu_machines_are_named_as_v_ipu_names_them(tmp_path):
+    from .conftest import write_conf
+
+    site = config.load(str(write_conf(tmp_path, vipu={"model": "allocation"}, pod={"agents": "ipum[01-16]"})),
+                       environ={})
+    assert site.agents_of(["node2"]) == ["ipum05", "ipum06", "ipum07", "ipum08"]
+    pods = [dict(FOUR_PODS[0], agents="a-m[1-16]"), dict(FOUR_PODS[1], agents="b-m[1-16]")]
+    site = _mixed(tmp_path, pods, vipu={"model": "allocation"})
+    assert site.agents_of(["node4", "node5"]) == ["a-m13", "a-m14", "a-m15", "a-m16", "b-m1", "b-m2", "b-m3", "b-m4"]

@@ -25,7 +25,8 @@ dofile(%(path)r)
 msgs = {}  -- forget the load message
 local job = %(job)s
 local rc
-if %(modify)s then rc = slurm_job_modify(job, %(rec)s, {}, 0) else rc = slurm_job_submit(job, {}, 0) end
+local parts = %(parts)s
+if %(modify)s then rc = slurm_job_modify(job, %(rec)s, parts, 0) else rc = slurm_job_submit(job, parts, 0) end
 print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) .. "\\t" .. table.concat(msgs, "\\030"))
 """
 
@@ -35,7 +36,8 @@ def values(pod_ipus: int, version: str = "22.05", per_host: int | None = None) -
     of the Pod's unless given) and Slurm's syntax."""
     return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version), "limits": limits.lua_values(),
                                           "ipus_per_host": per_host or pod_ipus,
-                                          "gres_prefix": releases.tres_prefix(version), "whole_hosts": False}
+                                          "gres_prefix": releases.tres_prefix(version), "whole_hosts": False,
+                                          "mixed": False, "host_models": {}}
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,7 @@ def lua_256(tmp_path_factory):
 
 def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, str]:
     code = HARNESS % {"path": lua_file, "job": lua_table(job), "rec": lua_table(rec or {}),
-                      "modify": "true" if rec is not None else "false"}
+                      "modify": "true" if rec is not None else "false", "parts": "{}"}
     proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 0, proc.stderr
     rc, lic, nodes, msg = proc.stdout.rstrip("\n").split("\t")
@@ -239,7 +241,7 @@ def test_a_job_over_part_of_a_second_pod_is_refused(tmp_path_factory):
 
 
 def run_switches(lua_file, job: dict) -> tuple[int, str, str, str]:
-    code = HARNESS % {"path": lua_file, "job": lua_table(job), "rec": "{}", "modify": "false"} + SWITCHES
+    code = HARNESS % {"path": lua_file, "job": lua_table(job), "rec": "{}", "modify": "false", "parts": "{}"} + SWITCHES
     proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 0, proc.stderr
     first, switches = proc.stdout.rstrip("\n").split("\n")
@@ -342,10 +344,11 @@ def ipus(total: int, **job) -> dict:
     return {"spank_job_env": [f"_SLURM_SPANK_OPTION_spank_ipu_ipus={total}", f"IPU_IPUS={total}"], **job}
 
 
-def run_tres(lua_file, job: dict) -> tuple[int, str, str, str]:
-    """rc, licence, tres_per_node, message."""
+def run_tres(lua_file, job: dict, parts: dict | None = None) -> tuple[int, str, str, str]:
+    """rc, licence, tres_per_node, message. parts: Slurm's partition list (name -> fields)."""
     code = HARNESS.replace('tostring(job.min_nodes)', 'tostring(job.tres_per_node)') % {
-        "path": lua_file, "job": lua_table(job), "rec": "{}", "modify": "false"}
+        "path": lua_file, "job": lua_table(job), "rec": "{}", "modify": "false",
+        "parts": "{" + ", ".join(f'["{k}"] = {lua_table(v)}' for k, v in (parts or {}).items()) + "}"}
     proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
     assert proc.returncode == 0, proc.stderr
     rc, lic, tres, msg = proc.stdout.rstrip("\n").split("\t")
@@ -404,3 +407,70 @@ def test_in_the_allocation_model_a_job_takes_its_hosts_whole(lua_whole_hosts, jo
 def test_in_the_allocation_model_a_host_count_that_is_no_allocation_is_refused(lua_whole_hosts):
     rc, _, _, msg = run_tres(lua_whole_hosts, {"tres_per_node": "gres/ipu:4", "min_nodes": 3})
     assert rc != 0 and "asks for 48 IPUs, not a valid partition size" in msg
+
+
+# --- Pods of both models (issue 25, item 3: the model chosen per Pod group) ---------------------
+
+MIXED_SITE = """version: 1
+cluster: mixed
+vipu: {host: 127.0.0.1}
+pod: {ipus_per_host: 16}
+pods:
+  - {name: poda, hosts: "node[1-4]", model: allocation}
+  - {name: podb, hosts: "node[5-8]"}
+  - {name: podc, hosts: "node[9-12]", model: allocation}
+  - {name: podd, hosts: "node[13-16]"}
+vipu_allocation_placeholder: null
+"""
+
+
+@pytest.fixture(scope="module")
+def lua_mixed(tmp_path_factory):
+    """Four Pods: a and c allocation-per-job, b and d partition-per-job; Slurm 24.11."""
+    from slurm_ipu import config
+    from slurm_ipu.deploy import fragments
+
+    text = MIXED_SITE.replace("vipu_allocation_placeholder: null\n", "").replace(
+        "vipu: {host: 127.0.0.1}", "vipu: {host: 127.0.0.1, allocation: all}\nslurm: {version: '24.11'}")
+    site = config.parse(text, "mixed.yaml")
+    path = tmp_path_factory.mktemp("luamixed") / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", fragments.context(site)))
+    return str(path)
+
+
+PARTS = {"alloc": {"nodes": "node[1-4,9-12]", "flag_default": 0},
+         "part": {"nodes": "node[5-8],node[13-16]", "flag_default": 0},
+         "all": {"nodes": "node[1-16]", "flag_default": 1},
+         "cpu": {"nodes": "cpu[01-02]", "flag_default": 0}}
+
+
+@pytest.mark.parametrize("job,tres,said", [
+    ({"partition": "alloc"}, "gres/ipu:16", "4 IPUs per node raised to 16"),  # lands on an allocation Pod
+    ({"partition": "part"}, "gres/ipu:4", ""),  # partition-per-job Pods: as asked
+    ({"partition": "part,alloc"}, "gres/ipu:16", "raised"),  # may land on either: whole hosts
+    ({}, "gres/ipu:16", "raised"),  # the default partition holds both
+    ({"partition": "cpu"}, "gres/ipu:4", ""),  # no IPU host of the allocation model
+    ({"partition": "nosuch"}, "gres/ipu:16", "raised"),  # not known here: whole hosts, Slurm refuses it
+])
+def test_with_pods_of_both_models_a_job_takes_whole_hosts_where_it_may_meet_an_allocation_pod(lua_mixed, job, tres,
+                                                                                               said):
+    rc, lic, got, msg = run_tres(lua_mixed, {"tres_per_node": "gres/ipu:4", "min_nodes": 1, **job}, PARTS)
+    assert (rc, got) == (0, tres) and said in msg, msg
+
+
+def test_a_job_over_several_pods_of_both_models_is_refused_and_of_one_model_is_not(lua_mixed):
+    job = {"tres_per_node": "gres/ipu:16", "min_nodes": 8}
+    rc, _, _, msg = run_tres(lua_mixed, job, PARTS)  # the default partition: Pods of both models
+    assert rc == -1 and msg == ("slurm-ipu: --gres=ipu:16 on 8 node(s) takes 2 Pods, but its Slurm partition(s) "
+                                "(the default) hold Pods of both V-IPU models (a job gets one); ask for a partition of "
+                                "one model with -p"), msg
+    for one in ("alloc", "part"):
+        assert run_tres(lua_mixed, {**job, "partition": one}, PARTS)[:3] == (0, "ipu:128", "gres/ipu:16")
+
+
+def test_a_partition_s_node_list_is_read_as_slurm_writes_hostlists(lua_mixed):
+    parts = {"odd": {"nodes": "node[01-02],node[5,7-8],node10", "flag_default": 1}}
+    # node01/node02 are not the site's node1/node2; node10 is in Pod c (allocation)
+    assert run_tres(lua_mixed, {"tres_per_node": "gres/ipu:4"}, parts)[2] == "gres/ipu:16"
+    parts = {"odd": {"nodes": "node[01-02],node[5,7-8]", "flag_default": 1}}
+    assert run_tres(lua_mixed, {"tres_per_node": "gres/ipu:4"}, parts)[2] == "gres/ipu:4"

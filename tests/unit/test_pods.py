@@ -278,7 +278,7 @@ def test_groups_of_pods_are_switches_and_allocations_of_their_own():
     (("{name: cd, pods: [podc, podd]}", "{name: cd, pods: [podc, pode]}"), "must name two or more Pods of pods:"),
     (("{name: cd, pods: [podc, podd]}", "{name: poda, pods: [podc, podd]}"), "name='poda' is out of range"),
     (("{name: cd, pods: [podc, podd]}", "{name: all, pods: [podc, podd]}"), "name='all' is out of range"),
-    (("{name: cd, pods: [podc, podd]}", "cd"), "must be a mapping of name and pods"),
+    (("{name: cd, pods: [podc, podd]}", "cd"), "must be a mapping of name, pods and"),
 ])
 def test_bad_groups_name_the_fix(change, words):
     with pytest.raises(ConfigError, match=words):

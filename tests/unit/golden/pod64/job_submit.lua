@@ -11,6 +11,11 @@ local IPUS_PER_HOST = 16
 -- The allocation model (vipu.model: allocation): a job's allocation holds every IPU-Machine
 -- mapped to its hosts, so an IPU job takes its hosts whole: Slurm counts all their IPUs.
 local WHOLE_HOSTS = false
+-- Pods of both models (pods:/pod_groups: model): each IPU host's model. A job whose Slurm
+-- partition(s) hold an allocation-model host takes whole hosts (it may land there); one whose
+-- partition(s) hold both kinds may not span Pods (a job gets one V-IPU object).
+local MIXED = false
+local HOST_MODEL = { }
 local GRES_PREFIX = "gres:"  -- how Slurm 22.05 spells a GRES in tres_per_node
 local VALID = { [1] = true, [2] = true, [4] = true, [8] = true, [16] = true, [32] = true, [64] = true, }
 local VALID_TEXT = "1, 2, 4, 8, 16, 32, 64"
@@ -137,6 +142,69 @@ local function spank_count(job_desc, key)
   return nil
 end
 
+-- A Slurm hostlist's names: "node[1-3,5],gpu7" -> node1 node2 node3 node5 gpu7 (bounded, like
+-- Slurm's own). Only for partitions' node lists, once each (cached below).
+local function expand_word(word, out)
+  local pre, ranges, post = string.match(word, "^([^%[]*)%[([^%]]*)%](.*)$")
+  if pre == nil then
+    if word ~= "" then table.insert(out, word) end
+    return
+  end
+  for r in string.gmatch(ranges, "[^,]+") do
+    local a, b = string.match(r, "^(%d+)-(%d+)$")
+    if a == nil then a = string.match(r, "^(%d+)$") b = a end
+    if a ~= nil then
+      for n = tonumber(a), math.min(tonumber(b), tonumber(a) + 65536) do
+        expand_word(pre .. string.format("%0" .. #a .. "d", n) .. post, out)
+      end
+    end
+  end
+end
+
+local function expand(list)
+  local out, depth, start = {}, 0, 1
+  for i = 1, #list + 1 do
+    local c = string.sub(list, i, i)
+    if c == "[" then depth = depth + 1
+    elseif c == "]" then depth = depth - 1
+    elseif (c == "," or c == "") and depth == 0 then
+      expand_word(string.sub(list, start, i - 1), out)
+      start = i + 1
+    end
+  end
+  return out
+end
+
+-- The models of the IPU hosts in a partition's node list, as {allocation=, partition=} (cached
+-- by the list: slurmctld keeps this script's state between jobs).
+local KINDS = {}
+local function kinds_of(nodes)
+  if KINDS[nodes] == nil then
+    local found = {}
+    for _, host in ipairs(nodes == "ALL" and {} or expand(nodes)) do
+      if HOST_MODEL[host] then found[HOST_MODEL[host]] = true end
+    end
+    if nodes == "ALL" then found = { allocation = true, partition = true } end
+    KINDS[nodes] = found
+  end
+  return KINDS[nodes]
+end
+
+-- Which models a job may meet: those of the Slurm partition(s) it names, else of the default
+-- one. Not known (no partition list, a partition the user may not use): both.
+local function models_met(partition, part_list)
+  local met, seen = {}, false
+  for name, part in pairs(part_list or {}) do
+    local named = partition ~= nil and string.find("," .. partition .. ",", "," .. name .. ",", 1, true)
+    if named or (partition == nil and part.flag_default == 1) then
+      seen = true
+      for model in pairs(kinds_of(part.nodes or "ALL")) do met[model] = true end
+    end
+  end
+  if not seen then return { allocation = true, partition = true } end
+  return met
+end
+
 -- How many Pods the job takes, or nil and the refusal when it cannot sit in whole Pods. Slurm is
 -- told with --switches: at most that many leaf switches, waited for as long as max_switch_wait
 -- allows.
@@ -242,12 +310,13 @@ local function whole_hosts(job_desc, per)
   return IPUS_PER_HOST
 end
 
-local function apply(job_desc, per, nodes, others, refuse, total_option)
+local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list)
   refuse = refuse or reject
   if per < 1 then
     return refuse("--gres=ipu:%d is invalid; ask for at least 1 IPU per node", per)
   end
-  if WHOLE_HOSTS and per < IPUS_PER_HOST then
+  local met = MIXED and models_met(partition, part_list) or {}
+  if (WHOLE_HOSTS or met.allocation) and per < IPUS_PER_HOST then
     per = whole_hosts(job_desc, per)
   end
   local total = per * nodes
@@ -265,6 +334,11 @@ local function apply(job_desc, per, nodes, others, refuse, total_option)
   end
   local spans, err = pods_of(job_desc, nodes, refuse)
   if err then return err end
+  if spans > 1 and met.allocation and met.partition then
+    return refuse("%s takes %d Pods, but its Slurm partition(s) %s hold Pods of both V-IPU models (a job gets one); " ..
+                  "ask for a partition of one model with -p", asked(per, nodes, total_option), spans,
+                  partition or "(the default)")
+  end
   local bad = check_shape(job_desc, total, spans, refuse)
   if bad then return bad end
   table.insert(others, "ipu:" .. total)
@@ -330,7 +404,7 @@ local function job_submit(job_desc, part_list, submit_uid)
     per, err = spread(job_desc, total, per, nodes)
     if err then return err end
   end
-  return apply(job_desc, per, nodes, others, nil, total ~= nil)
+  return apply(job_desc, per, nodes, others, nil, total ~= nil, job_desc.partition, part_list)
 end
 
 -- A modify never sets the ipu licence itself: the licence is recomputed from the GRES and the
@@ -367,7 +441,7 @@ local function job_modify(job_desc, job_rec, part_list, modify_uid)
   if job_desc.licenses == nil then
     others = split_licenses(job_rec.licenses)
   end
-  return apply(job_desc, per, nodes, others, refuse_modify)
+  return apply(job_desc, per, nodes, others, refuse_modify, nil, job_desc.partition or job_rec.partition, part_list)
 end
 
 -- Alone, this file is the site's job_submit.lua. As a module, a site's own job_submit.lua
