@@ -83,9 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--db-port", type=int, default=16820, help="MariaDB's port (with --accounting)")
     lab.add_argument("--prefix", help="run on slurm-ipu as `make install PREFIX=... SITE=<lab site>` installed it, "
                                       "instead of installing its own copy")
-    lab.add_argument("--model", choices=("partition", "allocation"), default="partition",
-                     help="vipu.model of the lab's site: a partition per job (default), or an allocation per job of "
-                          "its hosts' IPU-Machines (Graphcore's host-IPU mapping)")
+    lab.add_argument("--model", choices=("partition", "allocation", "mixed"), default="partition",
+                     help="vipu.model of the lab's site: a partition per job (default), an allocation per job of "
+                          "its hosts' IPU-Machines (Graphcore's host-IPU mapping), or mixed (with --pods: Pod a "
+                          "allocation, the others partition; Slurm partitions ipu-alloc and ipu-part)")
     lab.add_argument("--own-conf", action="store_true",
                      help="start Slurm from the slurm.conf and vipu-emu.yaml already in DIR/etc (a site's own "
                           "files): the lab writes no configuration, installs nothing, starts no hook service")

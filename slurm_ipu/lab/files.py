@@ -18,7 +18,7 @@ from ..fsutil import atomic_write
 from ..hooks.transport import build_client
 from ..slurm import releases
 from .procs import say
-from .spec import CLUSTER, PREFIX, REAP_INTERVAL, REPO, SBIN, LabSpec
+from .spec import CLUSTER, MODEL_PARTITIONS, PREFIX, REAP_INTERVAL, REPO, SBIN, LabSpec
 
 
 def context(spec: LabSpec) -> dict:
@@ -35,6 +35,7 @@ def context(spec: LabSpec) -> dict:
                    "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": spec.ipus_per_node}
                   for i, n in enumerate(spec.node_names)],
         "partition_name": "ipu",
+        "model_partitions": _model_partitions(spec),
         # A munged of the lab's own: no lab, test run or benchmark can stop another's.
         "munge_socket": str(spec.path("run", "munge.socket")),
         # A requeued job waits cred_expire (120 s by default) before it may start again: the lab's
@@ -50,6 +51,15 @@ def context(spec: LabSpec) -> dict:
     return ctx
 
 
+def _model_partitions(spec: LabSpec) -> list[dict]:
+    """--model mixed: a Slurm partition of each model's hosts (Pod a: allocation; the rest)."""
+    if spec.model != "mixed":
+        return []
+    pods = _pods(spec)
+    return [{"name": MODEL_PARTITIONS["allocation"], "nodes": pods[0]["hosts"]},
+            {"name": MODEL_PARTITIONS["partition"], "nodes": ",".join(p["hosts"] for p in pods[1:])}]
+
+
 def site_description(spec: LabSpec) -> str:
     """The lab's site description: rendered and merged exactly as a site's would be (docs/admin.md),
     with every path inside the lab's directory."""
@@ -57,7 +67,8 @@ def site_description(spec: LabSpec) -> str:
         "version": 1,
         "cluster": CLUSTER,
         "vipu": {"host": "127.0.0.1", "port": spec.vipu_port, "command": str(spec.path("bin", "vipu")),
-                 "timeout": 5.0, "emulator": True, "model": spec.model,
+                 "timeout": 5.0, "emulator": True,
+                 "model": "partition" if spec.model == "mixed" else spec.model,
                  "admin_command": str(spec.path("bin", "vipu-admin"))},
         "pod": _pod_section(spec),
         "partition": {"prefix": PREFIX},
@@ -75,6 +86,8 @@ def site_description(spec: LabSpec) -> str:
     if spec.pods > 1:
         doc["pods"] = _pods(spec)
         doc["vipu"]["allocation"] = "all"
+    if spec.model == "mixed":
+        doc["pods"][0]["model"] = "allocation"
     if spec.pods > 2 and spec.pods % 2 == 0:  # a POD256 as two pairs: podab and podcd
         names = [p["name"] for p in doc["pods"]]
         doc["pod_groups"] = [{"name": "pod" + names[k][-1] + names[k + 1][-1], "pods": names[k:k + 2]}

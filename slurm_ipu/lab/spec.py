@@ -15,6 +15,8 @@ SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"
 REAP_INTERVAL = 30.0  # the hook service's full reap: short, so drills see orphans go
+MODELS = ("partition", "allocation", "mixed")
+MODEL_PARTITIONS = {"allocation": "ipu-alloc", "partition": "ipu-part"}  # --model mixed: Slurm's, per model
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,9 @@ class LabSpec:
     # does); the emulator reads DIR/etc/vipu-emu.yaml.
     own_conf: bool = False
     # vipu.model of the lab's site: 'partition' (a partition per job) or 'allocation' (Graphcore's
-    # host-IPU mapping: an allocation per job, its hosts' IPU-Machines; the job makes partitions)
+    # host-IPU mapping: an allocation per job, its hosts' IPU-Machines; the job makes partitions);
+    # 'mixed' (--pods 2 or more): Pod a takes the allocation model, the others the partition model,
+    # and Slurm has a partition of each model's hosts beside the default one of all (MODEL_PARTITIONS)
     model: str = "partition"
 
     @property
@@ -91,8 +95,11 @@ def check_spec(spec: LabSpec) -> None:
                        "describe a configuration the lab writes; leave them out")
     if spec.pods < 1:
         raise LabError(f"--pods {spec.pods} must be at least 1")
-    if spec.model not in ("partition", "allocation"):
-        raise LabError(f"--model {spec.model}: use partition or allocation")
+    if spec.model not in MODELS:
+        raise LabError(f"--model {spec.model}: use {', '.join(MODELS)}")
+    if spec.model == "mixed" and spec.pods < 2:
+        raise LabError("--model mixed gives Pod a the allocation model and the others the partition model: use "
+                       "--pods 2 or more (e.g. --nodes 8 --pods 2)")
     if spec.own_conf:  # the site's own files say which nodes have IPUs; --ipus-per-node is not used
         return
     if not rules.is_valid_allocation(total):

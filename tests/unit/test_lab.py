@@ -61,3 +61,21 @@ def test_accounting_without_its_packages_names_them(monkeypatch, tmp_path):
     monkeypatch.setitem(accounting.TOOLS, "mariadbd", str(tmp_path / "no-mariadbd"))
     with pytest.raises(LabError, match="--accounting needs mariadbd: apt-get install slurmdbd mariadb-server-core"):
         accounting.check_installed()
+
+
+def test_the_mixed_lab_gives_pod_a_the_allocation_model_and_slurm_a_partition_per_model(mocker, tmp_path):
+    from slurm_ipu import config
+    from slurm_ipu.deploy import render
+    from slurm_ipu.errors import LabError
+    from slurm_ipu.lab import files
+    from slurm_ipu.lab.spec import LabSpec, check_spec
+
+    mocker.patch.object(files, "_slurm_release", return_value="22.05")
+    spec = LabSpec(dir=tmp_path / "lab", nodes=8, pods=2, model="mixed")
+    check_spec(spec)
+    site = config.parse(files.site_description(spec), "site.yaml")
+    assert {p.name: site.model_for(p.hosts) for p in site.pods} == {"poda": "allocation", "podb": "partition"}
+    conf = render.render("slurm.conf", files.context(spec))
+    assert "PartitionName=ipu-alloc Nodes=node[1-4] " in conf and "PartitionName=ipu-part Nodes=node[5-8] " in conf
+    with pytest.raises(LabError, match="use --pods 2 or more"):
+        check_spec(LabSpec(dir=tmp_path / "lab", nodes=4, model="mixed"))
