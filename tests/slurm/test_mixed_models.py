@@ -13,7 +13,7 @@ from slurm_ipu.lab.spec import MODEL_PARTITIONS
 
 from ..waiting import wait_for
 from .conftest import ensure_users, started_lab, wait_gone
-from .test_allocation_model import SLURM_UTILS
+from .test_allocation_model import SLURM_UTILS, allocations
 
 FILE_ALLOCATIONS = {"all", "poda", "podb"}  # the cluster file's: the whole and each Pod's
 
@@ -22,14 +22,6 @@ FILE_ALLOCATIONS = {"all", "poda", "podb"}  # the cluster file's: the whole and 
 def mlab():
     with started_lab(nodes=8, pods=2, model="mixed") as handle:
         yield handle
-
-
-def allocations(lab) -> set[str]:
-    api = lab.admin()
-    try:
-        return {a["id"] for a in api.allocations()}
-    finally:
-        api.close()
 
 
 def nothing_left(lab) -> None:
