@@ -210,12 +210,17 @@ class Service:
         with self._lock:
             if name in self.cluster.allocations:
                 raise PartitionExists(f"allocation {name} already exists")
-            problem = allocation_problem(name, agents, self.cluster.allocations)
-            if problem:
-                raise InvalidPartition(problem)
+            # Machines in another created allocation are busy (a job's, its epilog still to come),
+            # not a malformed request: checked after the size rule, before the file's nesting rule.
+            size = allocation_problem(name, agents, {})
+            if size:
+                raise InvalidPartition(size)
             taken = [n for n, theirs in self.dynamic.items() if theirs & agents]
             if taken:
                 raise InsufficientIpus(f"allocation {name}: its IPU-Machines are in allocation {taken[0]} already")
+            problem = allocation_problem(name, agents, self.base.allocations)
+            if problem:
+                raise InvalidPartition(problem)
             ipus = self.cluster.allocation_ipus_of(agents)
             users = sorted({r["name"] for r in self.store.partitions() if set(r["ipus"]) & ipus})
             if users:

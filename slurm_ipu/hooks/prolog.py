@@ -232,8 +232,25 @@ def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str
         client.create_allocation(name, agents, grants, deadline=deadline)
     except PartitionExists:
         _existing_allocation(ctx, client, name, agents, grants, deadline, ours, ledger)
+    except InvalidPartition as exc:
+        busy = _held_by_a_job(cfg, client, name, agents, deadline)
+        if busy is None:
+            raise
+        raise busy from exc
     if cfg["allocation.partition"]:
         _default_partition(ctx, cfg, client, name, agents, deadline)
+
+
+def _held_by_a_job(cfg, client, name: str, agents: list[str], deadline: float) -> InsufficientIpus | None:
+    """A refusal of the job's machines while another job's allocation holds them (its epilog
+    still queued) is the machines being busy, however the controller words it (the emulator
+    says so; what a real one says is not public): the job waits for them, it is not cancelled."""
+    from .reap import job_of
+
+    for other, theirs in client.list_allocations(deadline).items():
+        if other != name and set(theirs) & set(agents) and job_of(other, cfg["allocation.prefix"]) is not None:
+            return InsufficientIpus(f"its IPU-Machines are still in allocation {other}")
+    return None
 
 
 def _existing_allocation(ctx, client, name: str, agents: list[str], grants: list[int], deadline: float, ours: bool,

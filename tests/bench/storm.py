@@ -3,6 +3,7 @@ lab of its own; jobs per minute each way and their ratio, the CPU time slurmctld
 spent in each, then a leak check.
 
     .venv/bin/python tests/bench/storm.py [--jobs 500] [--rounds 1] [--pods 2] [--model allocation]
+                                          [--drill 200]
 
 With --pods 2 the lab has two Pods of four nodes (topology/tree, one switch per Pod) and the
 storm adds 8-node jobs over both: the cost of keeping jobs inside Pods is in the ratio.
@@ -11,6 +12,12 @@ With --model allocation each IPU job gets an allocation of its hosts' IPU-Machin
 raises it to whole hosts, so IPU jobs never share a host). The plain storm is the same jobs
 without --gres=ipu. Afterwards no partition, created allocation, journal entry or creation record
 may be left, and every node must be idle.
+
+--drill N adds, after the measured storms, N IPU jobs of the same shapes run as users' scripts
+run them (in the allocation model each makes its own reconfigurable partition in its allocation,
+Graphcore's `vipu create partition p$SLURM_JOB_ID --allocation c$SLURM_JOB_ID`), every 5th
+cancelled as soon as it is submitted (pending, starting or running), every 50th overrunning a
+one-minute time limit; then the same leak check.
 """
 
 from __future__ import annotations
@@ -50,6 +57,47 @@ def storm(spec: lab.LabSpec, shapes: list[tuple[int, int]], ipus: bool, deadline
             return time.monotonic() - start
         time.sleep(0.2)  # a benchmark's own poll interval, bounded by the deadline above
     raise SystemExit(f"storm: jobs still queued after {deadline_s:.0f}s")
+
+
+def drill(spec: lab.LabSpec, shapes: list[tuple[int, int]], deadline_s: float = 1800) -> dict[str, int]:
+    """The storm's shapes as users' jobs, with cancels and time limits; how each ended."""
+    env = spec.env()
+    jobs = []
+    for k, (nodes, per) in enumerate(shapes):
+        body = "#!/bin/sh\n"
+        if spec.model == "allocation":  # whole hosts: the job's allocation has nodes x 16 IPUs
+            body += (f"vipu create partition p$SLURM_JOB_ID --allocation c$SLURM_JOB_ID "
+                     f"--size {nodes * spec.ipus_per_node} --reconfigurable || exit 3\n")
+        body += "sleep 120\n" if k % 50 == 48 else "sleep 0.2\n"
+        argv = ["sbatch", "--parsable", f"--gres=ipu:{per}", "-N", str(nodes), "-o", "/dev/null"]
+        argv += ["--time=1"] if k % 50 == 48 else []
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True, cwd=spec.dir,
+                              input=body)
+        jobs.append(proc.stdout.strip().split(";")[0])
+        if k % 5 == 4:
+            subprocess.run(["scancel", jobs[-1]], env=env, capture_output=True, timeout=60)
+    start = time.monotonic()
+    while time.monotonic() - start < deadline_s:
+        out = subprocess.run(["squeue", "-h", "-o", "%A"], env=env, capture_output=True, text=True, timeout=60)
+        if out.returncode == 0 and not out.stdout.split():
+            break
+        time.sleep(0.5)  # a benchmark's own poll interval, bounded by the deadline above
+    else:
+        raise SystemExit(f"drill: jobs still queued after {deadline_s:.0f}s")
+    return _endings(env, jobs)
+
+
+def _endings(env: dict, jobs: list[str]) -> dict[str, int]:
+    """How the drill's jobs ended, as sacct tells it, else as slurmctld still remembers them."""
+    counts: dict[str, int] = {}
+    for job in jobs:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job], env=env, capture_output=True, text=True,
+                             timeout=60)
+        state = next((w.split("=", 1)[1] for w in out.stdout.split() if w.startswith("JobState=")), "GONE")
+        exit_code = next((w.split("=", 1)[1] for w in out.stdout.split() if w.startswith("ExitCode=")), "")
+        key = state if state != "FAILED" else f"FAILED({exit_code})"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def _ticks(pid: int) -> tuple[int, int]:
@@ -120,6 +168,8 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=1, choices=(1, 2), help="2: two Pods of four nodes")
     parser.add_argument("--model", default="partition", choices=("partition", "allocation"),
                         help="the lab site's vipu.model: a partition per IPU job, or an allocation of its hosts")
+    parser.add_argument("--drill", type=int, default=0, metavar="N",
+                        help="then N IPU jobs as users run them, with cancels and time limits, and a leak check")
     args = parser.parse_args()
     kinds = SHAPES + [(8, 4), (8, 16)] if args.pods == 2 else SHAPES
     shapes = [random.Random(7).choice(kinds) for _ in range(args.jobs)]
@@ -134,6 +184,8 @@ def main() -> int:
                 after = meter.sample()
                 cpu[ipus] = [total + a - b for total, a, b in zip(cpu[ipus], after, before, strict=True)]
         left = leaks(spec)
+        ended = drill(spec, [random.Random(11).choice(kinds) for _ in range(args.drill)]) if args.drill else None
+        left += [f"after the drill: {what}" for what in leaks(spec)] if args.drill else []
     per_min = lambda secs: args.jobs * 60 / (sum(secs) / len(secs))  # noqa: E731
     where = ("4-node lab" if args.pods == 1 else "8-node lab of 2 Pods") + (
         ", an allocation per IPU job (its hosts whole)" if args.model == "allocation" else "")
@@ -147,6 +199,9 @@ def main() -> int:
         print(f"  CPU {name:<13} slurmctld {ctld:6.2f} s, our hooks {hooks:6.2f} s "
               f"({100 * hooks / max(ctld + hooks, 1e-9):4.1f}% of the two; wrappers {scripts:.2f} s, "
               f"hook service {service:.2f} s)")
+    if ended is not None:
+        print(f"  drill of {args.drill} IPU jobs (every 5th cancelled, every 50th over a 1-minute limit): "
+              + ", ".join(f"{n} {state.lower()}" for state, n in sorted(ended.items())))
     print(f"  left behind     {', '.join(left) if left else 'nothing'}")
     return 1 if left else 0
 

@@ -134,3 +134,31 @@ def test_allocation_partition_makes_the_whole_allocation_the_tasks_partition(sit
     assert sorted(part["spec"]["hosts"]) == ["node1", "node2"]
     assert epilog.run(job(), cfg, client) == 0
     assert api.list_partitions() == [] and [a["id"] for a in api.allocations()] == ["default"]
+
+
+def test_the_next_job_on_a_host_waits_out_the_last_one_s_queued_removal(site, api):
+    """The storm's case: job 41's epilog only queued c41 (the hook service removes it a moment
+    later) when job 42 starts on the same host. The same machines are busy, not a bad request:
+    the prolog works the queue off and makes c42, instead of cancelling the job."""
+    from slurm_ipu.hooks.journal import Journal
+
+    cfg, client = site
+    assert prolog.run(job(41, "node1"), cfg, client, FakeSlurm()) == 0
+    Journal(cfg["state_dir"]).add("c41", 41, "queued by the epilog")
+    slurm = FakeSlurm()
+    assert prolog.run(job(42, "node1"), cfg, client, slurm) == 0, slurm.comments
+    assert {a["id"] for a in api.allocations()} == {"default", "c42"}
+
+
+def test_a_controller_that_calls_busy_machines_a_bad_request_still_gets_the_job_waited_for(site, api, admin):
+    """What a real V-IPU answers for machines in another allocation is not public: refused as
+    INVALID_ARGUMENT while a job's allocation holds them, the job still waits, it is not cancelled."""
+    from slurm_ipu.hooks.journal import Journal
+
+    cfg, client = site
+    assert prolog.run(job(41, "node1"), cfg, client, FakeSlurm()) == 0
+    Journal(cfg["state_dir"]).add("c41", 41, "queued by the epilog")
+    admin.faults(fail={"count": 1, "code": "INVALID_ARGUMENT", "op": "create_allocation"})
+    slurm = FakeSlurm()
+    assert prolog.run(job(42, "node1"), cfg, client, slurm) == 0, slurm.comments
+    assert {a["id"] for a in api.allocations()} == {"default", "c42"} and 42 not in slurm.cancelled

@@ -58,6 +58,10 @@ def test_a_partition_outside_never_takes_its_ipus(api):
     (["ag0", "ag1", "ag2"], "holds 3 IPU-Machine(s) = 12 IPUs; an allocation is 4, 8, 16, 32, 64 IPUs"),
     (["ag99"], "unknown agent 'ag99'; agents are ag0..ag15"),
     (["ag2", "ag3"], "its IPU-Machines are in allocation c42 already"),
+    # The same machines, or some of them and others: busy (InsufficientIpus: the prolog waits for
+    # a job's allocation whose epilog is still queued), never a bad request.
+    (["ag0", "ag1", "ag2", "ag3"], "its IPU-Machines are in allocation c42 already"),
+    (["ag2", "ag3", "ag4", "ag5"], "its IPU-Machines are in allocation c42 already"),
 ])
 def test_what_cannot_be_an_allocation_is_refused_in_one_line(api, agents, words):
     api.create_allocation("c42", AGENTS)
