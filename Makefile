@@ -97,7 +97,10 @@ bench: deps
 	$(PY) tests/bench/prolog.py
 	$(PY) tests/bench/storm.py --rounds 2
 	$(PY) tests/bench/storm.py --rounds 2 --pods 2
-	$(PY) tests/bench/storm.py --rounds 2 --model allocation
+	$(PY) tests/bench/storm.py --rounds 2 --model allocation --drill 200
+	$(PY) tests/bench/storm.py --jobs 200 --nodes 16 --pods 4
+	$(PY) tests/bench/storm.py --jobs 200 --nodes 64 --pods 16
+	$(PY) tests/bench/curves.py
 	$(PY) tests/bench/memory.py
 	$(PY) tests/bench/job_submit_cost.py
 

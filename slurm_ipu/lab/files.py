@@ -18,7 +18,7 @@ from ..fsutil import atomic_write
 from ..hooks.transport import build_client
 from ..slurm import releases
 from .procs import say
-from .spec import CLUSTER, MODEL_PARTITIONS, PREFIX, REAP_INTERVAL, REPO, SBIN, LabSpec
+from .spec import CLUSTER, MODEL_PARTITIONS, PREFIX, REPO, SBIN, LabSpec
 
 
 def context(spec: LabSpec) -> dict:
@@ -74,7 +74,7 @@ def site_description(spec: LabSpec) -> str:
         "partition": {"prefix": PREFIX},
         "prolog": {"deadline": spec.prolog_deadline},
         "epilog": {"deadline": spec.epilog_deadline},
-        "reap": {"interval": REAP_INTERVAL},
+        "reap": {"interval": spec.reap_interval},
         "accounting": {"slurmdbd_host": "127.0.0.1" if spec.accounting else None},
         "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "state_dir": str(spec.path("state")),

@@ -48,6 +48,8 @@ class LabSpec:
     # 'mixed' (--pods 2 or more): Pod a takes the allocation model, the others the partition model,
     # and Slurm has a partition of each model's hosts beside the default one of all (MODEL_PARTITIONS)
     model: str = "partition"
+    # the hook service's full reap (reap.interval); benchmarks that pile up state set it long
+    reap_interval: float = REAP_INTERVAL
 
     @property
     def pod_ipus(self) -> int:

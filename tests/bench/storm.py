@@ -141,6 +141,21 @@ class CpuMeter:
         return (ctld + scriptd) / hz, scripts / hz, (own + children) / hz
 
 
+def lab_rss(spec: lab.LabSpec) -> float:
+    """MiB resident in the lab's recorded processes (slurmctld, the slurmds, munged, the emulator,
+    the hook service), idle."""
+    total = 0
+    for key, rec in lab.load_pids(spec).items():
+        if key == "spec" or not isinstance(rec, dict) or "pid" not in rec:
+            continue
+        try:
+            with open(f"/proc/{rec['pid']}/status") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+        except OSError:
+            continue
+    return total / 1024
+
+
 def leaks(spec: lab.LabSpec) -> list[str]:
     from slurm_ipu.emulator.api import Api
 
@@ -165,17 +180,22 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=1, help="plain and IPU storms, alternated")
-    parser.add_argument("--pods", type=int, default=1, choices=(1, 2), help="2: two Pods of four nodes")
+    parser.add_argument("--pods", type=int, default=1, help="Pods (2 or more: jobs over two Pods too)")
+    parser.add_argument("--nodes", type=int, default=None, help="hosts in all (default: four per Pod)")
     parser.add_argument("--model", default="partition", choices=("partition", "allocation"),
                         help="the lab site's vipu.model: a partition per IPU job, or an allocation of its hosts")
     parser.add_argument("--drill", type=int, default=0, metavar="N",
                         help="then N IPU jobs as users run them, with cancels and time limits, and a leak check")
     args = parser.parse_args()
-    kinds = SHAPES + [(8, 4), (8, 16)] if args.pods == 2 else SHAPES
+    nodes = args.nodes or 4 * args.pods
+    kinds = SHAPES + [(2 * nodes // args.pods, 4), (2 * nodes // args.pods, 16)] if args.pods >= 2 else SHAPES
     shapes = [random.Random(7).choice(kinds) for _ in range(args.jobs)]
     plain, ipu = [], []
     cpu = {False: [0.0, 0.0, 0.0], True: [0.0, 0.0, 0.0]}  # ipus -> [slurmctld, wrappers, service] s
-    with temporary_lab(nodes=4 * args.pods, pods=args.pods, model=args.model) as spec:
+    started = time.monotonic()
+    with temporary_lab(nodes=nodes, pods=args.pods, model=args.model) as spec:
+        up = time.monotonic() - started
+        rss = lab_rss(spec)
         meter = CpuMeter(spec)
         for _ in range(args.rounds):
             for ipus, times in ((False, plain), (True, ipu)):
@@ -187,8 +207,9 @@ def main() -> int:
         ended = drill(spec, [random.Random(11).choice(kinds) for _ in range(args.drill)]) if args.drill else None
         left += [f"after the drill: {what}" for what in leaks(spec)] if args.drill else []
     per_min = lambda secs: args.jobs * 60 / (sum(secs) / len(secs))  # noqa: E731
-    where = ("4-node lab" if args.pods == 1 else "8-node lab of 2 Pods") + (
-        ", an allocation per IPU job (its hosts whole)" if args.model == "allocation" else "")
+    where = (f"{nodes}-node lab" + (f" of {args.pods} Pods" if args.pods > 1 else "")
+             + f" (up in {up:.1f} s, {rss:.0f} MiB resident)"
+             + (", an allocation per IPU job (its hosts whole)" if args.model == "allocation" else ""))
     print(f"storm of {args.jobs} short jobs of mixed sizes, {args.rounds} round(s), {where}:")
     print(f"  without IPUs    {per_min(plain):7.1f} jobs/min")
     print(f"  with IPUs       {per_min(ipu):7.1f} jobs/min")
