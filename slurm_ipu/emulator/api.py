@@ -105,8 +105,9 @@ class Api:
     def version(self) -> dict:
         return self.call("GET", "/v1/version")
 
-    def list_partitions(self) -> list[dict]:
-        return self.call("GET", "/v1/partitions")["partitions"]
+    def list_partitions(self, allocation: str | None = None) -> list[dict]:
+        query = f"?allocation={_quote(allocation)}" if allocation is not None else ""
+        return self.call("GET", f"/v1/partitions{query}")["partitions"]
 
     def create_partition(self, **spec) -> dict:
         return self.call("POST", "/v1/partitions", spec)
@@ -129,8 +130,18 @@ class Api:
     def allocations(self) -> list[dict]:
         return self.call("GET", "/v1/allocations")["allocations"]
 
-    def create_allocation(self, name: str, agents: list[str], grants: list[int] | None = None) -> dict:
-        return self.call("POST", "/v1/allocations", {"name": name, "agents": agents, "grants": grants or []})
+    def create_allocation(self, name: str, agents: list[str] | None, grants: list[int] | None = None,
+                          size: int | None = None) -> dict:
+        """Of the IPU-Machines named, or (no agents) of `size` IPUs the controller picks."""
+        body: dict = {"name": name, "grants": grants or []}
+        if agents or size is None:
+            body["agents"] = agents or []
+        if size is not None:
+            body["size"] = size
+        return self.call("POST", "/v1/allocations", body)
+
+    def get_allocation(self, name: str) -> dict:
+        return self.call("GET", f"/v1/allocations/{_quote(name)}")
 
     def remove_allocation(self, name: str) -> dict:
         return self.call("DELETE", f"/v1/allocations/{_quote(name)}")

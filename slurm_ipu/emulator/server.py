@@ -41,6 +41,7 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
         ("GET", r"^/v1/partitions/(?P<name>[^/]+)/ipuof$", "ipuof"),
         ("GET", r"^/v1/allocations$", "allocations"),
         ("POST", r"^/v1/allocations$", "create_allocation"),
+        ("GET", r"^/v1/allocations/(?P<name>[^/]+)$", "get_allocation"),
         ("DELETE", r"^/v1/allocations/(?P<name>[^/]+)$", "remove_allocation"),
         ("GET", r"^/v1/clusters$", "clusters"),
         ("POST", r"^/v1/attach$", "attach"),
@@ -118,8 +119,9 @@ class App:
     def _api_version(self, _p, _q, _b, _u):
         return 200, {"version": API_VERSION, "host": self.host, "port": self.port, "emulator": True}
 
-    def _api_list(self, _p, _q, _b, uid):
-        return 200, {"partitions": self.service.list_partitions(uid)}
+    def _api_list(self, _p, query, _b, uid):
+        allocation = query.get("allocation", [None])[0]  # `list partitions --allocation A`
+        return 200, {"partitions": self.service.list_partitions(uid, allocation)}
 
     def _api_create(self, _p, _q, body, uid):
         return 201, self.service.create(body, uid)
@@ -140,6 +142,9 @@ class App:
 
     def _api_create_allocation(self, _p, _q, body, uid):
         return 201, self.service.create_allocation(body, uid)
+
+    def _api_get_allocation(self, p, _q, _b, _u):
+        return 200, self.service.get_allocation(p["name"])
 
     def _api_remove_allocation(self, p, _q, _b, uid):
         self.service.remove_allocation(p["name"], uid)

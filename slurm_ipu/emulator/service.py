@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from .. import rules
@@ -39,7 +40,7 @@ CODES: dict[str, tuple[int, type[VipuError]]] = {
     "DEADLINE_EXCEEDED": (504, VipuUnavailable),
 }
 OPS = ("create", "remove", "get", "list", "reset", "ipuof", "attach", "allocations", "version", "create_allocation",
-       "remove_allocation")
+       "remove_allocation", "get_allocation")
 
 
 def code_of(exc: VipuError) -> str:
@@ -151,11 +152,16 @@ class Service:
             "status": {"state": f"PS_{state}", "created_at": rec["created_at"]},
         }
 
-    def list_partitions(self, caller_uid: int | None = None) -> list[dict]:
-        """Every partition; on a cluster with grants, a caller who holds none of a partition's
-        allocation sees it only if it is theirs (a job's user: their job's partition)."""
+    def list_partitions(self, caller_uid: int | None = None, allocation: str | None = None) -> list[dict]:
+        """Every partition (or those made in `allocation`); on a cluster with grants, a caller who
+        holds none of a partition's allocation sees it only if it is theirs (a job's user: their
+        job's partition)."""
+        if allocation is not None and allocation not in self.cluster.allocations:
+            raise PartitionNotFound(f"allocation {allocation} not found; allocations: "
+                                    f"{', '.join(self.cluster.allocations)}")
         now = time.time()
-        return [{"partition": self._view(r, now)} for r in self.store.partitions() if self._visible(r, caller_uid)]
+        return [{"partition": self._view(r, now)} for r in self.store.partitions()
+                if self._visible(r, caller_uid) and allocation in (None, r["allocation"])]
 
     def _visible(self, rec: dict, uid: int | None) -> bool:
         if uid is None or uid == 0 or uid == rec["owner_uid"]:
@@ -185,6 +191,17 @@ class Service:
             for name, agents in self.cluster.allocations.items()
         ]
 
+    def get_allocation(self, name: str) -> dict:
+        """`vipu-admin get allocation NAME --showjson` in V-IPU 1.18's shape: caas-poplar-appliance
+        reads `.allocation.spec.agent_ids` (names from vipuuser.proto's Allocation and
+        AllocationSpec); the emulator's num_ipus, created and grants sit beside `spec`."""
+        entry = next((a for a in self.allocations() if a["id"] == name), None)
+        if entry is None:
+            raise PartitionNotFound(f"allocation {name} not found; `vipu-admin list allocations` lists them")
+        spec = {"cluster_id": self.cluster.name, "agent_ids": entry["agents"]}
+        return {"allocation": {"id": name, "spec": spec, "num_ipus": entry["num_ipus"], "created": entry["created"],
+                               "grants": entry["grants"]}}
+
     # --- allocations an admin makes (`vipu-admin create|remove allocation`) -----------------
     def _admin_only(self, caller_uid: int, what: str) -> None:
         if caller_uid != 0 and caller_uid not in self.base.admins:
@@ -192,24 +209,22 @@ class Service:
                                    "emulator's admins: root and the cluster file's admins list)")
 
     def create_allocation(self, req: dict, caller_uid: int) -> dict:
-        """An allocation of the named IPU-Machines, granted to the uids given (none: anyone may use
+        """An allocation of the named IPU-Machines (`agents`), or of `size` IPUs' worth the emulator
+        picks (`create allocation NAME --size N`), granted to the uids given (none: anyone may use
         it). It may sit inside a file's allocation (a job's inside its Pod's) but never overlaps
         another created one, nor holds IPUs a partition outside it uses."""
         self._admin_only(caller_uid, "create allocations")
         name = rules.check_name(str(req.get("name", "")))
-        raw = req.get("agents")
-        if not isinstance(raw, list) or not raw:
-            raise InvalidPartition(f"allocation {name}: name its IPU-Machines (--agents ag0,ag1,...)")
-        try:
-            agents = frozenset(agent_index(a, self.base.num_agents, f"allocation {name}") for a in raw)
-        except Exception as exc:  # model's ConfigError: the agent named is not this cluster's
-            raise InvalidPartition(str(exc)) from None
+        by_size = req.get("agents") is None and req.get("size") is not None
+        agents = None if by_size else self._named_agents(name, req)
+        size = self._allocation_size(name, req) if by_size else 0
         grants = req.get("grants") or []
         if not isinstance(grants, list) or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in grants):
             raise InvalidPartition(f"allocation {name}: grants must be uids, got {grants!r}")
         with self._lock:
             if name in self.cluster.allocations:
                 raise PartitionExists(f"allocation {name} already exists")
+            agents = agents if agents is not None else self._free_agents(name, size)
             # Machines in another created allocation are busy (a job's, its epilog still to come),
             # not a malformed request: checked after the size rule, before the file's nesting rule.
             size = allocation_problem(name, agents, {})
@@ -229,6 +244,49 @@ class Service:
             self.store.insert_allocation(name, sorted(agents), grants, time.time())
             self._rebuild()
         return next(a for a in self.allocations() if a["id"] == name)
+
+    def _named_agents(self, name: str, req: dict) -> frozenset[int]:
+        raw = req.get("agents")
+        if req.get("size") is not None:
+            raise InvalidPartition(f"allocation {name}: give --agents or --size, not both")
+        if not isinstance(raw, list) or not raw:
+            raise InvalidPartition(f"allocation {name}: name its IPU-Machines (--agents ag0,ag1,...) or give "
+                                   "--size N (IPUs)")
+        try:
+            return frozenset(agent_index(a, self.base.num_agents, f"allocation {name}") for a in raw)
+        except Exception as exc:  # model's ConfigError: the agent named is not this cluster's
+            raise InvalidPartition(str(exc)) from None
+
+    def _allocation_size(self, name: str, req: dict) -> int:
+        size = _int(req, "size")
+        if not rules.is_valid_allocation(size):
+            raise InvalidPartition(f"allocation {name} --size {size}: an allocation is 4, 8, 16, 32, 64 IPUs or a "
+                                   "multiple of 64 (1, 2, 4, 8, 16 IPU-Machines or multiples of 16)")
+        if size > self.base.total_ipus:
+            raise InvalidPartition(f"allocation {name} --size {size}: this cluster has {self.base.total_ipus} IPUs; "
+                                   "ask for fewer")
+        return size
+
+    def _free_agents(self, name: str, size: int) -> frozenset[int]:
+        """`--size N`'s IPU-Machines: N/4 free ones (in no created allocation, holding no
+        partition), consecutive in one ILD where they can be, nesting with the file's allocations
+        as named ones must. None to be had: `no free allocation` (caas-poplar-appliance looks for
+        those words on stderr)."""
+        count = size // rules.IPUS_PER_AGENT
+        free = self._unheld_agents()
+        for chosen in _agent_choices(count, free, self.base.agents_per_ild, self.base.num_agents):
+            if allocation_problem(name, chosen, self.base.allocations) is None:
+                return chosen
+        why = "" if len(free) < count else (" (a created allocation never equals nor straddles the cluster "
+                                             f"file's allocations: {', '.join(self.base.allocations)})")
+        raise InsufficientIpus(f"allocation {name}: no free allocation of {size} IPUs ({count} IPU-Machines): "
+                               f"{len(free)} IPU-Machine(s) are in no created allocation and hold no partition{why}; "
+                               "remove an allocation or ask for a smaller --size")
+
+    def _unheld_agents(self) -> list[int]:
+        taken = set().union(*self.dynamic.values())
+        held = {i // rules.IPUS_PER_AGENT for i in self.store.used_ipus()}
+        return [a for a in range(self.base.num_agents) if a not in taken and a not in held]
 
     def remove_allocation(self, name: str, caller_uid: int) -> None:
         """Refused while partitions live in it (they would lose their IPU-Machines under a running
@@ -381,6 +439,22 @@ class Service:
                     problems.append(f"partition {name} holds {ipus}")
             used = len(self.store.used_ipus())
         return {"ok": not problems, "problems": problems, "used": used}
+
+
+def _agent_choices(count: int, free: list[int], per_ild: int, num_agents: int) -> Iterator[frozenset[int]]:
+    """Sets of `count` free IPU-Machines, best first: aligned consecutive runs (inside one ILD when
+    `count` fits one), then the first free ones of one ILD, then the first free ones anywhere."""
+    have = set(free)
+    for start in range(0, num_agents - count + 1, min(count, per_ild)):
+        run = frozenset(range(start, start + count))
+        if run <= have:
+            yield run
+    for ild in range(num_agents // per_ild):
+        mine = [a for a in free if a // per_ild == ild]
+        if len(mine) >= count:
+            yield frozenset(mine[:count])
+    if len(free) >= count:
+        yield frozenset(free[:count])
 
 
 def _int(req: dict, key: str) -> int:

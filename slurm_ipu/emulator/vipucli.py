@@ -11,6 +11,12 @@ Output follows the documented forms (docs/vipu.md):
 - `--server-version`: line 2 is `host: <host>:<port>` (what Graphcore scripts cut out).
 - no controller answering: `unable to connect to VIRM/V-IPU Controller at HOST:PORT: context
   deadline exceeded` (PopRun's troubleshooting guide), exit status 1.
+- the forms Graphcore's own tools run (docs/vipu.md, "Forms Graphcore's tools run"): `-H`/`-P` for
+  --api-host/--api-port; `remove partition NAME --force`; `list partitions --allocation A`, whose
+  --showjson is V-IPU 1.18's `{"partitions": [{"id", "spec", ...}]}`; `get allocation NAME`, whose
+  --showjson is `{"allocation": {"id", "spec": {"cluster_id", "agent_ids"}}}`; `create allocation
+  NAME --size N` (the controller picks the IPU-Machines; none free: `no free allocation`); the
+  command names vipu, vipu-admin and vipu-cli (any with a version suffix) behave alike.
 Choices where the record is silent (UNCONFIRMED upstream): other errors are one line on stderr,
 `error: <message> [<CODE>]`, exit status 1; usage errors exit 2. Emulator-only flags:
 `--hosts` (hosts allowed to attach) and `--owner-uid` (owner, for a root caller acting for a job).
@@ -37,7 +43,7 @@ DEFAULT_HCL = "/etc/vipu/vipu-cli.hcl"
 def _globals(parser: argparse.ArgumentParser, suppress: bool) -> None:
     d = argparse.SUPPRESS if suppress else None
     parser.add_argument("-H", "--api-host", default=d)
-    parser.add_argument("--api-port", type=int, default=d)
+    parser.add_argument("-P", "--api-port", type=int, default=d)
     parser.add_argument("--api-timeout", type=float, default=argparse.SUPPRESS if suppress else 30.0)
     parser.add_argument("--config", default=d, help="CLI config file (HCL, api-host/api-port lines)")
     parser.add_argument("--showjson", action="store_true", default=argparse.SUPPRESS if suppress else False)
@@ -74,24 +80,34 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     # vipu-admin's (the form is our choice where the record stops: docs/vipu.md): admins only.
     a = create.add_parser("allocation", parents=[leaf])
     a.add_argument("name")
-    a.add_argument("--agents", required=True, help="comma-separated IPU-Machines (agents), e.g. ag0,ag1")
+    a.add_argument("--agents", help="comma-separated IPU-Machines (agents), e.g. ag0,ag1")
+    a.add_argument("--size", type=int, help="IPUs, without --agents: the controller picks free IPU-Machines")
     a.add_argument("--grant", default="", help="emulator: comma-separated users or uids granted it (default: anyone)")
 
     for verb in ("remove", "delete", "reset"):
         sub = verbs.add_parser(verb).add_subparsers(dest="noun", required=True)
-        sub.add_parser("partition", parents=[leaf]).add_argument("name")
+        r = sub.add_parser("partition", parents=[leaf])
+        r.add_argument("name")
         if verb != "reset":
-            sub.add_parser("allocation", parents=[leaf]).add_argument("name")
+            r.add_argument("--force", action="store_true", help="accepted for compatibility; remove always removes")
+            r = sub.add_parser("allocation", parents=[leaf])
+            r.add_argument("name")
+            r.add_argument("--size", type=int, help="accepted for compatibility; ignored")
 
     lst = verbs.add_parser("list").add_subparsers(dest="noun", required=True)
     for noun in ("partitions", "partition", "allocations", "allocation", "clusters", "cluster"):
-        lst.add_parser(noun, parents=[leaf])
+        n = lst.add_parser(noun, parents=[leaf])
+        if noun.startswith("partition"):
+            n.add_argument("--allocation", help="only the partitions made in this allocation")
 
     get = verbs.add_parser("get").add_subparsers(dest="noun", required=True)
     g = get.add_parser("partition", parents=[leaf])
     g.add_argument("name")
     g.add_argument("--gcd", type=int, default=0)
     g.add_argument("--ipu-configs", "--ipuof-configs", dest="ipu_configs", action="store_true")
+    g = get.add_parser("allocation", parents=[leaf])
+    g.add_argument("name")
+    g.add_argument("--size", type=int, help="accepted for compatibility; ignored")
     return top
 
 
@@ -140,13 +156,9 @@ def partitions_table(parts: list[dict]) -> str:
 def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
     verb, noun = args.verb, getattr(args, "noun", None)
     show_json = args.showjson
-    if verb == "create" and noun == "allocation":
-        doc = api.create_allocation(args.name, [a for a in args.agents.split(",") if a], _uids(args.grant))
-        print(json.dumps(doc, indent=2) if show_json else f"create allocation ({args.name}): success.", file=out)
-    elif verb in ("remove", "delete") and noun == "allocation":
-        api.remove_allocation(args.name)
-        print(f"{verb} allocation ({args.name}): success.", file=out)
-    elif verb == "create":
+    if noun == "allocation" and verb != "list":
+        return run_allocation(args, api, out)
+    if verb == "create":
         spec = {"name": args.name, "size": args.size, "num_gcds": args.num_gcds, "num_ilds": args.num_ilds,
                 "allocation": args.allocation or args.cluster, "reconfigurable": args.reconfigurable,
                 # --gcd-sync-replicas R: the replicas synchronised across the GCDs, i.e. the total
@@ -162,8 +174,7 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
         doc = api.reset_partition(args.name)
         print(json.dumps(doc, indent=2) if show_json else f"reset partition ({args.name}): success.", file=out)
     elif verb == "list" and noun.startswith("partition"):
-        parts = api.list_partitions()
-        print(json.dumps(parts, indent=2) if show_json else partitions_table(parts), file=out)
+        print(list_partitions(api, args.allocation, show_json), file=out)
     elif verb == "list" and noun.startswith("cluster"):
         clusters = api.clusters()
         rows = [[c["id"], str(len(c["spec"]["ipu_link_domains"])), str(c["spec"]["num_ipus"])] for c in clusters]
@@ -187,6 +198,38 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
     return 0
 
 
+def list_partitions(api: Api, allocation: str | None, show_json: bool) -> str:
+    parts = api.list_partitions(allocation)
+    if not show_json:
+        return partitions_table(parts)
+    if allocation is None:  # the 2020 vipu-cli's array, which poptorch and our own client read
+        return json.dumps(parts, indent=2)
+    # V-IPU 1.18's ListPartitionsReply, for the form only 1.18-era tools run: caas-poplar-appliance
+    # reads `partitions[*].id` of `vipu-admin list partitions --allocation A --showjson`.
+    return json.dumps({"partitions": [p["partition"] for p in parts]}, indent=2)
+
+
+def run_allocation(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
+    """vipu-admin's create, get, remove (or delete) allocation."""
+    if args.verb == "create":
+        agents = [a for a in (args.agents or "").split(",") if a]
+        doc = api.create_allocation(args.name, agents, _uids(args.grant), size=args.size)
+        print(json.dumps(doc, indent=2) if args.showjson else f"create allocation ({args.name}): success.", file=out)
+    elif args.verb == "get":
+        doc = api.get_allocation(args.name)
+        print(json.dumps(doc, indent=2) if args.showjson else allocation_table(doc["allocation"]), file=out)
+    else:
+        api.remove_allocation(args.name)
+        print(f"{args.verb} allocation ({args.name}): success.", file=out)
+    return 0
+
+
+def allocation_table(alloc: dict) -> str:
+    spec = alloc["spec"]
+    row = [alloc["id"], spec["cluster_id"], " ".join(spec["agent_ids"]), str(alloc.get("num_ipus", "-"))]
+    return table(["Allocation ID", "Cluster", "Agents", "IPUs"], [row], True)
+
+
 def _uids(users: str) -> list[int]:
     import pwd
 
@@ -199,7 +242,19 @@ def _uids(users: str) -> list[int]:
     return out
 
 
-def main(argv: list[str] | None = None, prog: str = "vipu") -> int:
+PROG = re.compile(r"vipu(-admin|-cli)?[0-9.]*")
+
+
+def prog_name(argv0: str) -> str:
+    """The name this was run by: vipu, vipu-admin or vipu-cli (poptorch's and popart's), also with
+    a version suffix as Graphcore installs them side by side (vipu-admin1.18.0). Each behaves
+    the same (the server decides who may do what); anything else (`python -m`) is `vipu`."""
+    name = os.path.basename(argv0)
+    return name if PROG.fullmatch(name) else "vipu"
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    prog = prog or prog_name(sys.argv[0])
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.version:
