@@ -36,6 +36,16 @@ def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable
         raise
 
 
+def write_into(directory: Path, name: str, data: str) -> None:
+    """A durable, root-only state file (a creation record, a journal entry): the directory is
+    made on first use only, not checked on every write (the hooks' hot path)."""
+    try:
+        atomic_write(directory / name, data, 0o600, durable=True)
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write(directory / name, data, 0o600, durable=True)
+
+
 def poll(check, timeout: float, interval: float = 0.05, max_interval: float = 0.5):
     """Call check() until it returns something truthy or timeout seconds pass; returns its last
     value. The interval grows (x1.5) to max_interval: prompt when it is quick, cheap when not."""

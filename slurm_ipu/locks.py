@@ -18,8 +18,11 @@ class LockTimeout(SlurmIpuError):
 
 
 def _open(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:  # the directory is there but for the first lock: no mkdir per lock (the hooks' hot path)
+        return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    except FileNotFoundError:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
 
 
 def try_lock(path: Path, busy: str, wait: float = 0.0) -> int:

@@ -3,6 +3,7 @@ STATE_DIR/hooks.log, each prefixed `slurm-ipu:` and naming the job. Logging neve
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,10 +14,17 @@ def report(state_dir: str, line: str, echo: bool = True) -> None:
     text = f"slurm-ipu: {line}"
     if echo:
         print(text, file=sys.stderr, flush=True)
+    stamped = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n"
     try:
-        path = Path(state_dir)
-        path.mkdir(parents=True, exist_ok=True)
-        with open(path / "hooks.log", "a") as fh:
-            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {text}\n")
+        try:  # the state directory exists but on a first run: no mkdir per line
+            _append(state_dir, stamped)
+        except FileNotFoundError:
+            Path(state_dir).mkdir(parents=True, exist_ok=True)
+            _append(state_dir, stamped)
     except OSError:
         pass
+
+
+def _append(state_dir: str, text: str) -> None:
+    with open(os.path.join(state_dir, "hooks.log"), "a") as fh:
+        fh.write(text)

@@ -13,24 +13,29 @@ acted on after the job's next attempt has claimed the name.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
 from pathlib import Path
 
 from .. import locks
-from ..fsutil import atomic_write
+from ..fsutil import write_into
+
+
+@functools.lru_cache(maxsize=8)
+def _paths(state_dir: str) -> tuple[Path, Path]:
+    """Built once per state directory: the hook service makes a Journal per request."""
+    return Path(state_dir) / "pending-removal", Path(state_dir) / "pending-removal.lock"
 
 
 class Journal:
     def __init__(self, state_dir: str | Path):
-        self.dir = Path(state_dir) / "pending-removal"
-        self.lock_path = Path(state_dir) / "pending-removal.lock"
+        self.dir, self.lock_path = _paths(str(state_dir))
 
     def add(self, partition: str, job_id: int, reason: str) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
         entry = {"partition": partition, "job_id": job_id, "reason": reason, "time": time.time()}
-        atomic_write(self.dir / f"{partition}.json", json.dumps(entry), 0o600, durable=True)
+        write_into(self.dir, f"{partition}.json", json.dumps(entry))
 
     def get(self, partition: str) -> dict | None:
         path = self.dir / f"{partition}.json"

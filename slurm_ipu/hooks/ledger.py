@@ -10,13 +10,14 @@ the whole record or none.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import zlib
 from pathlib import Path
 
 from .. import locks
-from ..fsutil import atomic_write
+from ..fsutil import write_into
 
 LOCK_STRIPES = 64  # partitions share this many lock files (never removed: flock needs them to stay)
 
@@ -30,10 +31,15 @@ def stripe(partition: str) -> int:
     return key % LOCK_STRIPES
 
 
+@functools.lru_cache(maxsize=8)
+def _paths(state_dir: str) -> tuple[Path, Path]:
+    """Built once per state directory: the hook service makes a Ledger per request."""
+    return Path(state_dir) / "created", Path(state_dir) / "name-locks"
+
+
 class Ledger:
     def __init__(self, state_dir: str | Path):
-        self.dir = Path(state_dir) / "created"
-        self.locks = Path(state_dir) / "name-locks"
+        self.dir, self.locks = _paths(str(state_dir))
 
     def lock(self, partition: str, deadline: float):
         """Held by the prolog while it makes `partition`, and taken by whoever removes it: a
@@ -60,9 +66,8 @@ class Ledger:
         return doc if isinstance(doc, dict) else None
 
     def put(self, partition: str, **record) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
         doc = dict(record, partition=partition, time=time.time())
-        atomic_write(self._path(partition), json.dumps(doc), 0o600, durable=True)
+        write_into(self.dir, f"{partition}.json", json.dumps(doc))
 
     def drop(self, partition: str) -> None:
         self._path(partition).unlink(missing_ok=True)

@@ -228,15 +228,29 @@ def _write_bin(spec: LabSpec) -> None:
     cli = f"{address}{env} exec {python} -m slurm_ipu.emulator.vipucli \"$@\"\n"
     _script(spec.path("bin", "vipu-py"), f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n{cli}")
     # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in
-    # Python. Its `vipu-admin` (allocations: the allocation model's prolog and epilog) is the same.
-    fast = build_vipu_fast(spec)
-    run = (f"{address} VIPU_FAST_FALLBACK={spec.path('bin', 'vipu-py')} exec {fast} \"$@\"\n" if fast else
-           f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n")
-    _script(spec.path("bin", "vipu"), f"#!/bin/sh\n# The lab's V-IPU CLI: the emulator's, vipu-compatible.\n{run}")
-    _script(spec.path("bin", "vipu-admin"), f"#!/bin/sh\n# The lab's vipu-admin (docs/vipu.md).\n{run}")
+    # Python. Its `vipu-admin` (allocations: the allocation model's prolog and epilog) and `vipu-cli`
+    # (poptorch's and popart's name) are the same. The C one carries the lab's address and fallback
+    # compiled in, so each is that program itself: one exec per call, no shell around it.
+    fast = build_vipu_fast(spec, lab_defaults=True)
+    for name in VIPU_NAMES:
+        if fast:
+            _copy_exe(fast, spec.path("bin", name))
+        else:
+            _script(spec.path("bin", name), f"#!/bin/sh\n# The lab's {name}: the emulator's CLI (docs/vipu.md).\n"
+                                            f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n")
     # The product's own commands on the lab's PATH, run by the interpreter that has the package.
     for name, module in LAB_COMMANDS.items():
         _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
+
+
+VIPU_NAMES = ("vipu", "vipu-admin", "vipu-cli")
+
+
+def _copy_exe(source: Path, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    shutil.copy2(source, tmp)
+    os.replace(tmp, target)
 
 
 def _for_users() -> tuple[str, str]:
@@ -249,21 +263,29 @@ def _for_users() -> tuple[str, str]:
     return "", sys.executable
 
 
-def build_vipu_fast(spec: LabSpec) -> Path | None:
-    """bin/vipu-fast from vipu_fast.c (beside this module) (gcc, a fraction of a second, once); None
-    without gcc: the Python CLI does every call then, only slower."""
+def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
+    """bin/vipu-fast from vipu_fast.c (beside this module) (gcc, a fraction of a second, once per
+    source and flags); None without gcc: the Python CLI does every call then, only slower.
+    lab_defaults: the lab's address and Python fallback compiled in (the environment still wins)."""
     source = Path(__file__).with_name("vipu_fast.c")
     target = spec.path("bin", "vipu-fast")
-    if target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime:
+    flags = ["-O2"]
+    if lab_defaults:
+        flags += ['-DLAB_HOST="127.0.0.1"', f'-DLAB_PORT="{spec.vipu_port}"',
+                  f'-DLAB_FALLBACK="{spec.path("bin", "vipu-py")}"']
+    stamp = target.with_name(".vipu-fast.flags")
+    fresh = target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime
+    if fresh and stamp.exists() and stamp.read_text() == " ".join(flags):
         return target
     gcc = shutil.which("gcc")
     if not gcc or not source.exists():
         return None
     tmp = target.with_name(".vipu-fast.tmp")
-    proc = subprocess.run([gcc, "-O2", "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([gcc, *flags, "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise LabError(f"building {source} failed: {proc.stderr.strip()[-300:]}")
     os.replace(tmp, target)
+    stamp.write_text(" ".join(flags))
     return target
 
 

@@ -39,9 +39,28 @@ struct req {
 
 static char **g_argv;
 
+/* The lab builds its own copy with its address and fallback compiled in (-D), so its bin/vipu is
+ * this program itself, not a shell script around it: one exec per call. The environment wins. */
+#ifndef LAB_HOST
+#define LAB_HOST NULL
+#endif
+#ifndef LAB_PORT
+#define LAB_PORT NULL
+#endif
+#ifndef LAB_FALLBACK
+#define LAB_FALLBACK NULL
+#endif
+
+static const char *env_or(const char *name, const char *lab)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : lab;
+}
+
 static void fallback(void)
 {
-	const char *py = getenv("VIPU_FAST_FALLBACK");
+	const char *py = env_or("VIPU_FAST_FALLBACK", LAB_FALLBACK);
 
 	if (!py || !*py) {
 		fprintf(stderr, "vipu: this call needs the Python CLI and VIPU_FAST_FALLBACK is not set\n");
@@ -135,9 +154,9 @@ static void parse(int argc, char **argv, struct req *r)
 		r->name = words[2];
 	}
 	if (!r->host)
-		r->host = getenv("VIPU_CLI_API_HOST");
+		r->host = env_or("VIPU_CLI_API_HOST", LAB_HOST);
 	if (!r->port)
-		r->port = getenv("VIPU_CLI_API_PORT");
+		r->port = env_or("VIPU_CLI_API_PORT", LAB_PORT);
 	if (!word_ok(r->host, ".-:") || !digits(r->port) || atoi(r->port) > 65535)
 		fallback(); /* the address from a config file, or a bad one: the Python CLI says which */
 	if (!strcmp(r->verb, "list")) {
