@@ -6,8 +6,9 @@ Output follows the documented forms (docs/vipu.md):
 - `list partitions`: the user table as PopRun's guide shows it (Cluster | Allocation |
   Partition | ILDs | GW Routing | ILD Routing | Size | GCDs | State). `--showjson` prints a JSON array of
   {"partition": {"id", "spec": {"ipus", "num_gcds", "num_replicas", ...}, "status": {"state"}}}.
-- `get partition NAME --ipu-configs` (or `--ipuof-configs`): one header line, then JSON with
-  one entry per IPU of the GCD.
+- `get partition NAME --ipu-configs` (or `--ipuof-configs`): one header line, then the GCD's
+  IPUoF configuration as Graphcore's readers take it: {"devices": [one per IPU], "attributes":
+  {"GCD Id": "<n>", ...}} (popart counts `devices`; poptorch reads `attributes["GCD Id"]`).
 - `--server-version`: line 2 is `host: <host>:<port>` (what Graphcore scripts cut out).
 - no controller answering: `unable to connect to VIRM/V-IPU Controller at HOST:PORT: context
   deadline exceeded` (PopRun's troubleshooting guide), exit status 1.
@@ -190,12 +191,20 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
     elif verb == "get" and args.ipu_configs:
         doc = api.ipuof(args.name, args.gcd)
         print(f"IPUoF configuration of partition {args.name} GCD {args.gcd}:", file=out)
-        # One IPU per line: still one JSON document (tail -n +2 | jq works), easy to grep.
-        print("[\n" + ",\n".join("  " + json.dumps(i) for i in doc["ipus"]) + "\n]", file=out)
+        print(ipuof_document(args.name, args.gcd, doc["ipus"]), file=out)
     elif verb == "get":
         doc = api.get_partition(args.name)
         print(json.dumps(doc, indent=2) if show_json else partitions_table([doc]), file=out)
     return 0
+
+
+def ipuof_document(name: str, gcd: int, ipus: list[dict]) -> str:
+    """The GCD's IPUoF configuration: an object of `devices` (one per IPU, one per line: still one
+    JSON document after `tail -n +2`, easy to grep) and `attributes`, whose "GCD Id" is a string
+    (vipuuser.proto's PartitionConfig.Gcd; popart and poptorch read these two)."""
+    devices = ",\n".join("    " + json.dumps(i) for i in ipus)
+    attributes = json.dumps({"GCD Id": str(gcd), "Partition Id": name, "Num IPUs": str(len(ipus))})
+    return f'{{\n  "devices": [\n{devices}\n  ],\n  "attributes": {attributes}\n}}'
 
 
 def list_partitions(api: Api, allocation: str | None, show_json: bool) -> str:

@@ -43,8 +43,9 @@ def test_showjson_get_ipuof_remove_reset(vipu):
     assert parts[0]["partition"]["id"] == "g" and spec["num_gcds"] == 2 and len(spec["ipus"]) == 16
     assert parts[0]["partition"]["status"]["state"] == "PS_ACTIVE" and spec["reconfigurable"] is True
     out = vipu("get", "partition", "g", "--gcd", "1", "--ipuof-configs", check=True).stdout.splitlines()
-    gcd1 = json.loads("\n".join(out[1:]))  # first line is a header, as `tail -n +2` expects
-    assert len(gcd1) == 8 and {i["gcd"] for i in gcd1} == {1}
+    doc = json.loads("\n".join(out[1:]))  # first line is a header, as `tail -n +2` expects
+    gcd1 = doc["devices"]  # popart: len(j["devices"]); poptorch: j["attributes"].get("GCD Id")
+    assert len(gcd1) == 8 and {i["gcd"] for i in gcd1} == {1} and doc["attributes"]["GCD Id"] == "1"
     assert set(i["id"] for i in gcd1).isdisjoint(i["id"] for i in spec["ipus"][:8])
     assert vipu("reset", "partition", "g", check=True).stdout.strip() == "reset partition (g): success."
     assert vipu("delete", "partition", "g", check=True).stdout.strip() == "delete partition (g): success."
