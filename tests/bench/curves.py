@@ -10,7 +10,9 @@ service's periodic reap set to an hour so the state built up stays:
   live partitions (1 IPU each, made by someone else: V-IPU's size is what grows);
 - the same against 0, 1,000 and 10,000 creation records (of jobs that are still running, as far
   as the records say: nothing settles them);
-- `slurm-ipu reap --dry-run`, `status` and `doctor` wall time at each point.
+- `slurm-ipu reap --dry-run`, `status` and `doctor` wall time at each point;
+- the emulator's create and remove alone (its HTTP API, a kept-alive connection) on clusters of
+  16, 64, 256 and 1,024 IPU-Machines (one to 64 POD64s).
 Each table row says how the figure grows.
 """
 
@@ -31,6 +33,7 @@ from tests.bench.common import temporary_lab  # noqa: E402
 from tests.bench.prolog import job_env, timed  # noqa: E402
 
 PARTITIONS = (0, 100, 250)
+AGENTS = (16, 64, 256, 1024)
 RECORDS = (0, 1000, 10000)
 
 
@@ -93,6 +96,39 @@ def table(title: str, xs: tuple[int, ...], points: list[dict]) -> None:
         print(f"  {key + ' wall ms':<30}{cells} {growth(points[1][key], points[-1][key], ratio)}")
 
 
+def agents_curve(runs: int) -> list[tuple[float, float]]:
+    """(create p50, remove p50) ms of 4-IPU partitions on emulators of AGENTS IPU-Machines."""
+    import tempfile
+
+    import yaml
+
+    from slurm_ipu.emulator.api import Api
+    from slurm_ipu.emulator.process import EmulatorProcess
+
+    out = []
+    for agents in AGENTS:
+        with tempfile.TemporaryDirectory(prefix="slurm-ipu-curve-") as tmp:
+            cluster = Path(tmp, "c.yaml")
+            cluster.write_text(yaml.safe_dump({"version": 1, "name": "c", "ilds": agents // 16, "agents_per_ild": 16,
+                                               "allocations": {"default": "all"}}))
+            emu = EmulatorProcess.start(Path(tmp, "state"), cluster=str(cluster))
+            api = Api("127.0.0.1", emu.port, timeout=10)
+            try:
+                create, remove = [], []
+                for k in range(runs * 5):
+                    start = time.perf_counter()
+                    api.create_partition(name=f"p{k}", size=4)
+                    create.append((time.perf_counter() - start) * 1000)
+                    start = time.perf_counter()
+                    api.remove_partition(f"p{k}")
+                    remove.append((time.perf_counter() - start) * 1000)
+                out.append((statistics.median(create), statistics.median(remove)))
+            finally:
+                api.close()
+                emu.stop()
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=20)
@@ -123,6 +159,12 @@ def main() -> int:
     print(f"lab of {args.nodes} hosts up in {up:.1f} s; {args.runs} runs per point")
     table("against live partitions (someone else's, 1 IPU each):", PARTITIONS, by_parts)
     table("against creation records:", RECORDS, by_records)
+    by_agents = agents_curve(args.runs)
+    print("the emulator's create / remove p50 (its API, kept alive) against IPU-Machines:")
+    for agents, (create, remove) in zip(AGENTS, by_agents, strict=True):
+        print(f"  {agents:5d} IPU-Machines  {create:6.2f} / {remove:5.2f} ms")
+    print(f"  growth: create {growth(by_agents[0][0], by_agents[-1][0], AGENTS[-1] / AGENTS[0])}, remove "
+          f"{growth(by_agents[0][1], by_agents[-1][1], AGENTS[-1] / AGENTS[0])}")
     return 0
 
 
