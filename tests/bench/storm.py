@@ -204,6 +204,9 @@ def main() -> int:
                 after = meter.sample()
                 cpu[ipus] = [total + a - b for total, a, b in zip(cpu[ipus], after, before, strict=True)]
         left = leaks(spec)
+        from tests.bench.curves import admin_walls
+
+        walls = admin_walls(spec.env(), spec.dir)  # against the lab's hosts and Pods
         ended = drill(spec, [random.Random(11).choice(kinds) for _ in range(args.drill)]) if args.drill else None
         left += [f"after the drill: {what}" for what in leaks(spec)] if args.drill else []
     per_min = lambda secs: args.jobs * 60 / (sum(secs) / len(secs))  # noqa: E731
@@ -220,6 +223,7 @@ def main() -> int:
         print(f"  CPU {name:<13} slurmctld {ctld:6.2f} s, our hooks {hooks:6.2f} s = {hooks / max(ctld, 1e-9):.2f}x "
               f"(wrappers {scripts:.2f} s, hook service {service:.2f} s, its vipu calls {vipu:.2f} s; without "
               f"the vipu calls {(scripts + service) / max(ctld, 1e-9):.2f}x)")
+    print("  admin commands  " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in walls.items()))
     if ended is not None:
         print(f"  drill of {args.drill} IPU jobs (every 5th cancelled, every 50th over a 1-minute limit): "
               + ", ".join(f"{n} {state.lower()}" for state, n in sorted(ended.items())))
