@@ -45,17 +45,17 @@ def _submit(lab, argv: list[str]) -> str:
     return proc.stdout.strip().split(";")[0]
 
 
+def _queue_empty(lab) -> bool:
+    """Whether the queue is empty; a held job fails at once (it would wait for an admin)."""
+    out = lab.run("squeue", "-h", "-o", "%A %T %r", timeout=60).stdout.split("\n")
+    rows = [line.split() for line in out if line.strip()]
+    held = [r for r in rows if len(r) > 2 and r[2].startswith("JobHeld")]
+    assert not held, f"held: {held[:5]}"
+    return not rows
+
+
 def _drain_queue(lab, deadline: float) -> None:
-    """Until the queue is empty; a held job fails at once (it would wait for an admin)."""
-    while True:
-        out = lab.run("squeue", "-h", "-o", "%A %T %r", timeout=60).stdout.split("\n")
-        rows = [line.split() for line in out if line.strip()]
-        held = [r for r in rows if len(r) > 2 and r[2].startswith("JobHeld")]
-        assert not held, f"held: {held[:5]}"
-        if not rows:
-            return
-        assert time.monotonic() < deadline, f"{len(rows)} jobs still queued at the bound: {rows[:5]}"
-        time.sleep(0.5)  # poll interval, bounded by the deadline above
+    wait_for("the queue to empty", lambda: _queue_empty(lab), max(1.0, deadline - time.monotonic()), interval=0.5)
 
 
 def test_a_storm_with_cancels_time_limits_and_an_outage_leaves_nothing(big):
