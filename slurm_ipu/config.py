@@ -319,13 +319,11 @@ class Site:
             return next(iter(self.models))
         from .pods import spanned
 
-        used = spanned(self.pods, hosts)
-        model = {p["name"]: p["model"] for p in self["pods"]}
-        found = sorted({model[p.name] for p in used})
-        if len(found) != 1:
-            raise ConfigError(f"the job's hosts are in Pods {', '.join(f'{p.name} ({model[p.name]})' for p in used)}, "
+        used = {p.name: self._entry(p.name)["model"] for p in spanned(self.pods, hosts)}
+        if len(set(used.values())) != 1:
+            raise ConfigError(f"the job's hosts are in Pods {', '.join(f'{n} ({m})' for n, m in used.items())}, "
                               "of both V-IPU models; a job gets one: give each model its own Slurm partition")
-        return found[0]
+        return next(iter(used.values()))
 
     def pods_of_model(self, model: str) -> list[Pod]:
         """The Pods whose jobs get `model` ([] on a single-Pod site)."""

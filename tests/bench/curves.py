@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from slurm_ipu import config  # noqa: E402
 from slurm_ipu.hooks.ledger import Ledger  # noqa: E402
 from tests.bench.common import temporary_lab  # noqa: E402
-from tests.bench.prolog import job_env, timed  # noqa: E402
+from tests.bench.prolog import hook_pair, timed  # noqa: E402
 
 PARTITIONS = (0, 100, 250)
 AGENTS = (16, 64, 256, 1024)
@@ -40,14 +40,6 @@ RECORDS = (0, 1000, 10000)
 def pcts(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-
-
-def hooks(wrapper: str, first_job: int, runs: int) -> tuple[list[float], list[float]]:
-    prologs, epilogs = [], []
-    for job in range(first_job, first_job + runs):
-        prologs.append(timed([wrapper], job_env(job, "ipu:1", "prolog")))
-        epilogs.append(timed([wrapper], job_env(job, "ipu:1", "epilog")))
-    return prologs, epilogs
 
 
 def vipu_calls(vipu: list[str], env: dict, runs: int) -> tuple[list[float], list[float]]:
@@ -72,7 +64,7 @@ def admin_walls(env: dict, cwd: Path) -> dict[str, float]:
 
 def point(spec, wrapper: str, vipu: list[str], first_job: int, runs: int) -> dict:
     env = spec.env()
-    p, e = hooks(wrapper, first_job, runs)
+    p, e = hook_pair(wrapper, first_job, runs, "ipu:1")
     c, r = vipu_calls(vipu, env, runs)
     return {"prolog": pcts(p), "epilog": pcts(e), "create": pcts(c), "remove": pcts(r), **admin_walls(env, spec.dir)}
 
@@ -140,7 +132,7 @@ def main() -> int:
         site = config.load(str(spec.path("etc", "site.yaml")), twins=False)
         wrapper = site.path("wrapper")
         vipu = [str(spec.path("bin", "vipu")), "--api-host", "127.0.0.1", "--api-port", str(spec.vipu_port)]
-        hooks(wrapper, 600000, args.runs)  # warm-up: the first jobs after the lab's start run slower
+        hook_pair(wrapper, 600000, args.runs, "ipu:1")  # warm-up: the first jobs after the lab's start run slower
         by_parts, made = [], 0
         for n in PARTITIONS:
             for k in range(made, n):  # someone else's partitions: not under the jobs' prefix

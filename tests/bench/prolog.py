@@ -38,11 +38,11 @@ def job_env(job: int, licences: str, context: str) -> dict:
             "SLURM_JOB_LICENSES": licences, "SLURM_SCRIPT_CONTEXT": f"{context}_slurmctld"}
 
 
-def hook_pair(wrapper: str, first_job: int, runs: int) -> tuple[list[float], list[float]]:
+def hook_pair(wrapper: str, first_job: int, runs: int, licences: str = "ipu:4") -> tuple[list[float], list[float]]:
     prologs, epilogs = [], []
     for job in range(first_job, first_job + runs):
-        prologs.append(timed([wrapper], job_env(job, "ipu:4", "prolog")))
-        epilogs.append(timed([wrapper], job_env(job, "ipu:4", "epilog")))
+        prologs.append(timed([wrapper], job_env(job, licences, "prolog")))
+        epilogs.append(timed([wrapper], job_env(job, licences, "epilog")))
     return prologs, epilogs
 
 

@@ -179,12 +179,13 @@ end
 -- by the list: slurmctld keeps this script's state between jobs).
 local KINDS = {}
 local function kinds_of(nodes)
-  if KINDS[nodes] == nil then
+  if KINDS[nodes] == nil and nodes == "ALL" then
+    KINDS[nodes] = { allocation = true, partition = true }
+  elseif KINDS[nodes] == nil then
     local found = {}
-    for _, host in ipairs(nodes == "ALL" and {} or expand(nodes)) do
+    for _, host in ipairs(expand(nodes)) do
       if HOST_MODEL[host] then found[HOST_MODEL[host]] = true end
     end
-    if nodes == "ALL" then found = { allocation = true, partition = true } end
     KINDS[nodes] = found
   end
   return KINDS[nodes]
