@@ -203,9 +203,9 @@ FIELDS = (
     Field("slurm.version", str, "22.05", "the Slurm release the cluster runs", _version),
     Field("slurm.user", str, "slurm", "SlurmUser: the hooks and the hook service run as this user and own "
           "state_dir", name_check),
-    Field("slurm.site_prolog_slurmctld", str, None, "the site's own PrologSlurmctld, run by the hook wrapper for "
+    Field("slurm.site_prolog_slurmctld", str, None, "the site's own PrologSlurmctld, run by slurm-ipu-hook for "
           "every job before ours (Slurm takes one PrologSlurmctld); null: none", _plain_path),
-    Field("slurm.site_epilog_slurmctld", str, None, "the site's own EpilogSlurmctld, run by the hook wrapper for "
+    Field("slurm.site_epilog_slurmctld", str, None, "the site's own EpilogSlurmctld, run by slurm-ipu-hook for "
           "every job after ours; null: none", _plain_path),
     Field("slurm.conf_dir", str, "/etc/slurm", "where slurm.conf lives (the hooks pass its slurm.conf as "
           "SLURM_CONF)", _abs),
@@ -217,7 +217,7 @@ FIELDS = (
     Field("install.unit_dir", str, "/etc/systemd/system", "where `make install` puts the hook service's unit",
           _abs),
     Field("install.prefix", str, "/opt/slurm-ipu", "where `make install` puts slurm-ipu (its venv, the hook "
-          "wrapper); `make install PREFIX=` must name the same", _abs),
+          "controller hooks); `make install PREFIX=` must name the same", _abs),
 )
 BY_KEY = {f.key: f for f in FIELDS}
 
@@ -292,8 +292,8 @@ class Site:
 
     def path(self, what: str) -> str:
         """Where an installed file lives (the fragments name installed paths, never the checkout)."""
-        roots = {"wrapper": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
-                 "client": f"{self['install.prefix']}/libexec/slurm-ipu-hook-client",
+        roots = {"hook": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
+                 "hook_conf": f"{self['install.prefix']}/libexec/slurm-ipu-hook.conf",  # hook.c reads it
                  "site": self["install.site"],
                  "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",
                  "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so"}

@@ -264,9 +264,7 @@ def check_slurm(site: Site, facts: Facts) -> Finding:
 
 
 def check_hooks(site: Site, facts: Facts) -> Finding:
-    from .fragments import texts
-
-    want = site.path("wrapper")
+    want = site.path("hook")
     got = {k: facts.config.get(k) for k in ("PrologSlurmctld", "EpilogSlurmctld")}
     wrong = [f"{k}={v or '(none)'}" for k, v in got.items() if want not in (v or "").split(",")]
     if wrong:
@@ -276,25 +274,49 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
                               for k, v in theirs.items())
             return Finding("hooks", False, f"{', '.join(wrong)}, expected {want} (Slurm runs one of each)",
                            f"name the site's own script in the site description ({names}), make install SITE=..., "
-                           f"and set the key to {want}: the wrapper runs the site's script for every job")
+                           f"and set the key to {want}: slurm-ipu-hook runs the site's script for every job")
         return Finding("hooks", False, f"{', '.join(wrong)}, expected {want}",
                        f"Include {site['slurm.conf_dir']}/slurm-ipu.conf in slurm.conf, then scontrol reconfigure")
     for key in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld"):
         if site[key] and not os.access(site[key], os.X_OK):
             return Finding("hooks", False, f"{key}: {site[key]} is missing or not executable: every job start or end "
                            "fails", f"install the site's script there, or remove {key} from the site description")
-    try:
-        text = Path(want).read_text()
-    except OSError as exc:
-        return Finding("hooks", False, f"{want}: {exc.strerror}", "make install SITE=<site description>")
-    if not os.access(want, os.X_OK):
-        return Finding("hooks", False, f"{want} is not executable", f"chmod 755 {want}")
-    if text != texts(site)["slurm-ipu-hook"]:
-        return Finding("hooks", False, f"{want} differs from what the site description renders",
-                       "make install SITE=<site description> (re-renders the wrapper)")
+    broken = _hook_broken(site, want)
+    if broken:
+        return Finding("hooks", False, broken, "make install SITE=<site description> (builds slurm-ipu-hook and "
+                                               "renders its settings)")
     own = [site[k] for k in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld") if site[k]]
     return Finding("hooks", True, f"PrologSlurmctld and EpilogSlurmctld run {want}"
                    + (f", which runs the site's own {' and '.join(own)}" if own else ""))
+
+
+def _hook_broken(site: Site, hook: str) -> str | None:
+    """What keeps slurm-ipu-hook from doing what this site says, tried as slurmctld would start it:
+    its settings are not what the site renders, or it is not this package's build (a Python
+    upgrade without `make install`), or `slurm-ipu-hook --check` refuses what they name."""
+    import subprocess
+
+    from ..hooks.transport import source_id
+    from .fragments import texts
+
+    conf = site.path("hook_conf")
+    try:
+        text = Path(conf).read_text()
+    except OSError as exc:
+        return f"{conf}: {exc.strerror}"
+    if text != texts(site)["slurm-ipu-hook.conf"]:
+        return f"{conf} differs from what the site description renders"
+    try:
+        proc = subprocess.run([hook, "--check"], capture_output=True, text=True, timeout=10)
+    except OSError as exc:
+        return f"{hook}: {exc.strerror}"
+    except subprocess.TimeoutExpired:
+        return f"`{hook} --check` did not answer within 10 s"
+    if proc.returncode != 0:
+        return (proc.stderr.strip().splitlines() or [f"`{hook} --check` exited {proc.returncode}"])[-1]
+    if f"(source {source_id()})" not in proc.stdout:
+        return f"{hook} was built from another slurm-ipu than this one"
+    return None
 
 
 def check_timeout(site: Site, facts: Facts) -> Finding:
@@ -602,11 +624,8 @@ def check_service(site: Site, facts: Facts) -> Finding:
                        "systemctl enable --now slurm-ipu-reaper")
     if not stat.S_ISSOCK(_lstat_mode(socket_path(site["state_dir"]))):
         return Finding("service", False, "the hook service runs, but without its hook socket (a slurm-ipu "
-                       "older than the hook wrapper?): every IPU job's hooks start Python",
+                       "older than slurm-ipu-hook?): every IPU job's hooks start Python",
                        "systemctl restart slurm-ipu-reaper")
-    if not os.access(site.path("client"), os.X_OK):
-        return Finding("service", False, f"{site.path('client')} is missing: every IPU job's hooks start Python",
-                       "make install SITE=... (it builds the hook client)")
     return Finding("service", True, "the hook service runs (slurm-ipu reap --watch) and takes IPU jobs' "
                    "prologs and epilogs on its socket")
 

@@ -20,11 +20,10 @@ FILES = {
     "gres-ipu.conf": "site/gres-ipu.conf",
     "plugstack-ipu.conf": "site/plugstack-ipu.conf",
     "job_submit.lua": "job_submit.lua",
-    "slurm-ipu-hook": "slurm-ipu-hook",
+    "slurm-ipu-hook.conf": "slurm-ipu-hook.conf",
     "slurm-ipu-reaper.service": "site/slurm-ipu-reaper.service",
     "topology.conf": "site/topology.conf",  # multi-Pod sites only
 }
-EXECUTABLE = {"slurm-ipu-hook"}
 DIFF = "slurm.conf.diff"  # with --slurm-conf: the edit of the site's own files (merge.py)
 
 
@@ -58,13 +57,13 @@ def top_switches(site: Site) -> list[str]:
 
 
 def hook_paths(state_dir: str) -> dict:
-    """What the hook wrapper's fast path touches (templates/slurm-ipu-hook.j2)."""
+    """What slurm-ipu-hook's fast path touches (templates/slurm-ipu-hook.conf.j2)."""
     return {"socket": str(transport.socket_path(state_dir))}
 
 
 def prolog_wait(deadline: float, slurm_timeout: int) -> int:
-    """How long the wrapper waits for a handed-over prolog: past the prolog's own deadline (its
-    failure path still tells Slurm why), before Slurm's PrologEpilogTimeout kills the wrapper."""
+    """How long slurm-ipu-hook waits for a handed-over prolog: past the prolog's own deadline (its
+    failure path still tells Slurm why), before Slurm's PrologEpilogTimeout kills the hook."""
     return max(int(deadline) + 1, int((deadline + slurm_timeout) / 2))
 
 
@@ -72,10 +71,10 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
     return {
         "conf": (merged or merge.merge(site, None)).values, "merged_from": merged_from,
         "site": site.values, "source": Path(site.source).name,
-        "wrapper": site.path("wrapper"), "site_path": site.path("site"), "plugin": site.path("plugin"),
+        "site_path": site.path("site"), "plugin": site.path("plugin"),
         "python": site.python, "ipuof_host": site.ipuof_host, "ipuof_port": site.ipuof_port,
         "hook": hook_paths(site["state_dir"]) | {
-            "site": site.path("site"), "python": site.python, "client": site.path("client"),
+            "site": site.path("site"), "python": site.python,
             "site_prolog": site["slurm.site_prolog_slurmctld"], "site_epilog": site["slurm.site_epilog_slurmctld"],
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
@@ -111,6 +110,6 @@ def write(site: Site, out_dir: Path, slurm_conf: str | None = None) -> list[Path
     written = []
     for name, text in texts(site, slurm_conf).items():
         path = out_dir / name
-        atomic_write(path, text, 0o755 if name in EXECUTABLE else 0o644)
+        atomic_write(path, text, 0o644)
         written.append(path)
     return written

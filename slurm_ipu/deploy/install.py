@@ -4,8 +4,8 @@ The Makefile makes PREFIX/venv on the system Python and pip-installs the package
 module, run by that venv's Python, puts the rest in place: `slurm-ipu` and `ipurun` on the
 default PATH (symlinks into the venv, so every user runs the same install, none of root's
 files), the SPANK plugin in Slurm's plugin directory, and, given a site description: the site
-description itself (the one configuration file, at install.site), the rendered hook wrapper, the
-hook service's unit, the state directory and the fragments the admin merges
+description itself (the one configuration file, at install.site), slurm-ipu-hook (the controller
+hooks, built) and its rendered settings, the hook service's unit, the state directory and the fragments the admin merges
 (PREFIX/share/slurm-ipu/site/).
 
 Every path written outside PREFIX is listed, with its sha256, in PREFIX/share/slurm-ipu/manifest;
@@ -209,7 +209,7 @@ def install(args) -> int:
     relocate_venv(inst.prefix, inst.destdir)
     inst.write_manifest(extra)
     if site is None:
-        print("install: no SITE given: install the site description, the hook wrapper and the unit with "
+        print("install: no SITE given: install the site description, the controller hooks and the unit with "
               "`make install SITE=/path/to/site.yaml` (docs/admin.md)")
     return 0
 
@@ -220,26 +220,23 @@ def _install_site(inst: Installer, site, source: str) -> None:
     texts = fragments.texts(site)
     for name, text in texts.items():  # what the admin merges, kept with the install
         inst.file(f"{inst.prefix}/share/slurm-ipu/site/{name}", text.encode())
-    inst.file(site.path("wrapper"), texts["slurm-ipu-hook"].encode(), 0o755)
-    inst.file(site.path("client"), _hook_client(), 0o755)
+    inst.file(site.path("hook_conf"), texts["slurm-ipu-hook.conf"].encode(), 0o644)
+    inst.file(site.path("hook"), _hook(), 0o755)
     inst.file(site.path("site"), Path(source).read_bytes(), 0o644)
     inst.file(site.path("unit"), texts["slurm-ipu-reaper.service"].encode())
     user = site["slurm.user"]
     inst.directory(site["state_dir"], owner=user if _user_exists(user) else None)
 
 
-def _hook_client() -> bytes:
-    """The wrapper's client of the hook service (slurm_ipu/hooks/client.c), built here like the
-    SPANK plugin: plain C, gcc only."""
+def _hook() -> bytes:
+    """slurm-ipu-hook, the controller hooks (slurm_ipu/hooks/hook.c), built here like the SPANK
+    plugin: plain C, gcc only."""
     import tempfile
 
-    from ..hooks.transport import build_client
+    from ..hooks.transport import build_hook
 
     with tempfile.TemporaryDirectory() as tmp:
-        built = build_client(Path(tmp) / "slurm-ipu-hook-client")
-        if built is None:
-            raise ConfigError("install: gcc not found: it builds the hook client (make install installs it)")
-        return built.read_bytes()
+        return build_hook(Path(tmp) / "slurm-ipu-hook").read_bytes()
 
 
 def _user_exists(name: str) -> bool:
@@ -287,7 +284,7 @@ def _refuse_if_slurm_uses(doc: dict) -> None:
     from ..slurm.conf import plugstack_lines
 
     ours = [e["path"] for e in doc["entries"] if e["kind"] == "file" and
-            e["path"].endswith(("/slurm-ipu-hook", "/spank_ipu.so", "/slurm-ipu-hook-client"))]
+            e["path"].endswith(("/slurm-ipu-hook", "/spank_ipu.so"))]
     site = _site_of(doc)
     cli = SlurmCli.of_site(site) if site is not None else SlurmCli(None, timeout=15.0)
     try:

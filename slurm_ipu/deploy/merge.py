@@ -40,7 +40,7 @@ class Merged:
 def ours(site: Site) -> dict[str, str]:
     """What the fragment sets on a site with no slurm.conf of its own."""
     values = {"GresTypes": "ipu", "Licenses": f"ipu:{site['pod.ipus']}",
-              "PrologSlurmctld": site.path("wrapper"), "EpilogSlurmctld": site.path("wrapper"),
+              "PrologSlurmctld": site.path("hook"), "EpilogSlurmctld": site.path("hook"),
               "PrologEpilogTimeout": str(site["prolog_epilog_timeout"]), "JobSubmitPlugins": "lua",
               "PropagateResourceLimitsExcept": "MEMLOCK"}
     if site.pods:
@@ -127,11 +127,11 @@ def _hook(site: Site, key: str, own: Setting, value: str) -> str:
         return value
     named = site["slurm.site_prolog_slurmctld" if key == "PrologSlurmctld" else "slurm.site_epilog_slurmctld"]
     if named == own.value:
-        return value  # the wrapper runs it: the site's line goes
+        return value  # slurm-ipu-hook runs it: the site's line goes
     field = "site_prolog_slurmctld" if key == "PrologSlurmctld" else "site_epilog_slurmctld"
     raise ConfigError(f"render: {own.where}: {key}={own.value} is the site's own, and Slurm runs one {key}: name "
                       f"it in the site description (slurm.{field}: {own.value}) and render again; the hook "
-                      "wrapper then runs it for every job (docs/admin.md, A site's own controller hooks)")
+                      "slurm-ipu-hook then runs it for every job (docs/admin.md, A site's own controller hooks)")
 
 
 def _timeout(site: Site, key: str, own: Setting, value: str) -> str:

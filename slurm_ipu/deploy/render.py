@@ -36,12 +36,20 @@ def render(name: str, context: dict) -> str:
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
     )
     env.filters["shq"] = shlex.quote  # every path a shell script names, quoted
+    env.filters["line"] = one_line  # a value of a key=value line (slurm-ipu-hook.conf)
     try:
         return env.get_template(f"{name}.j2").render(version=__version__, **context)
     except jinja2.TemplateNotFound:
         raise ConfigError(f"template {name}.j2 not found in {templates_dir()}; set SLURM_IPU_TEMPLATES") from None
     except jinja2.UndefinedError as exc:
         raise ConfigError(f"template {name}.j2 needs a value the Pod description lacks: {exc}") from None
+
+
+def one_line(value) -> str:
+    text = str(value)
+    if "\n" in text or "\r" in text:
+        raise ConfigError(f"{text!r}: a path with a line break cannot be named in slurm-ipu-hook.conf; rename it")
+    return text
 
 
 # Seconds a job may wait for its Pods (job_submit.lua's --switches); slurm.conf's

@@ -1,7 +1,7 @@
 """A durable journal of partitions waiting for removal, in STATE_DIR/pending-removal/.
 
 Entries are written only through `Journal.add` (one format, fsynced before the hook answers):
-by the hook service, which queues an ended job's partition the wrapper's client hands it, and
+by the hook service, which queues an ended job's partition slurm-ipu-hook hands it, and
 by the Python hooks when V-IPU refused a removal (reason given). One small file per partition,
 written whole (tmp + rename), so parallel hooks never contend and a crash leaves either the
 whole entry or none.

@@ -44,7 +44,7 @@ class Ledger:
     def lock(self, partition: str, deadline: float):
         """Held by the prolog while it makes `partition`, and taken by whoever removes it: a
         removal queued for a job cancelled mid-prolog (the hook service keeps a handed-over
-        prolog running after Slurm killed its wrapper) must not run between the record and
+        prolog running after Slurm killed its slurm-ipu-hook) must not run between the record and
         the create, or the create lands after the removal and nothing remembers it."""
         return locks.hold(self._lock_path(partition), deadline)
 

@@ -42,7 +42,7 @@ class Misplaced(SlurmIpuError):
 
 class Abandoned(SlurmIpuError):
     """Nobody waits for this prolog any more (the hook service ran it; Slurm killed the
-    wrapper because the job was cancelled)."""
+    slurm-ipu-hook because the job was cancelled)."""
 
 
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:

@@ -1,13 +1,13 @@
 """The hook service (`slurm-ipu reap --watch`): one long-running process, as SlurmUser, that takes
-the controller hooks the wrapper hands it (transport.py) and removes ended jobs' partitions.
+the controller hooks slurm-ipu-hook hands it (transport.py) and removes ended jobs' partitions.
 
 Why: Slurm (22.05 at least) returns a job's licences only when EpilogSlurmctld exits, and
 schedules again at that moment only if the nodes' epilogs finished *after* it; otherwise the next
 IPU job waits for the next periodic pass (seconds). A Python epilog that calls V-IPU always
-finishes after the nodes. So while this service runs, the wrapper's epilog starts no Python: its
-client hands the job over, the service journals the partition and answers at once, and removes
+finishes after the nodes. So while this service runs, the epilog starts no Python: slurm-ipu-hook
+hands the job over, the service journals the partition and answers at once, and removes
 it within a poll interval. The prologs it runs the same way save a Python start per job. Without
-the service the wrapper runs both hooks in Python, and nothing waits on the service.
+the service slurm-ipu-hook runs both hooks in Python, and nothing waits on the service.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ BACKOFF_MAX_S = 60.0
 
 
 def service_lock(state_dir: str) -> Path:
-    """Held by the running service; the hook wrapper probes it (flock -n) to choose its path."""
+    """Held by the running service (one per state directory); doctor probes it."""
     return Path(state_dir) / "reaper.lock"
 
 
@@ -36,7 +36,7 @@ def service_lock(state_dir: str) -> Path:
 class Service:
     """The long-running hook service: the journal within POLL_S, a full `reap` (orphans
     whose job is gone; one squeue) every reap.interval seconds as the backstop, and the
-    prologs the hook wrapper hands over (transport.py), each in its own thread."""
+    prologs slurm-ipu-hook hands over (transport.py), each in its own thread."""
 
     def __init__(self, cfg, client, slurm, clock=time.monotonic):
         self.cfg, self.client, self.slurm, self.clock = cfg, client, slurm, clock
@@ -93,7 +93,7 @@ class Service:
                 listener.serve(POLL_S)
         finally:
             self.stopping = True
-            listener.close()  # from here on wrappers run the Python hooks themselves
+            listener.close()  # from here on slurm-ipu-hook runs the Python hooks itself
             self.wake.set()
             removals.join(self.cfg["epilog.deadline"] + 5)
             listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)

@@ -1,10 +1,10 @@
-"""The hook wrapper's way into the running hook service: one Unix socket, one small C client.
+"""The controller hooks' way into the running hook service: one Unix socket, one small C program.
 
-Why: slurmctld forks the hook for every IPU job, and a Python hook costs ~80 ms of CPU before it
+Why: slurmctld forks the hook for every job, and a Python hook costs ~80 ms of CPU before it
 does anything; in a storm of short jobs that CPU is taken from slurmctld. The service
-(`slurm-ipu reap --watch`) runs warm as SlurmUser, so the wrapper execs `slurm-ipu-hook-client`
-(client.c, built with the install), which sends the hook's name and its environment on
-STATE_DIR/hooks.sock and exits with the status the service answers:
+(`slurm-ipu reap --watch`) runs warm as SlurmUser, and PrologSlurmctld/EpilogSlurmctld is
+`slurm-ipu-hook` (hook.c, built with the install), which for an IPU job sends the hook's name and
+its environment on STATE_DIR/hooks.sock and exits with the status the service answers:
 
 - prolog: the service runs the very same `prolog.run` in a thread of its own and answers its
   exit status;
@@ -12,9 +12,9 @@ STATE_DIR/hooks.sock and exits with the status the service answers:
   disk before the answer) and answers 0; its removal thread removes it at once.
 
 No answer means no service: nothing listens (connect fails), or the connection ends without an
-answer (the service died or restarts). The client then exits 75 and the wrapper runs the same
-hook in Python at once, which is safe because both hooks are idempotent (the creation record
-makes a re-run adopt what the first run made). Only root and the service's own user may send a
+answer (the service died or restarts). slurm-ipu-hook then runs the same hook in Python at once,
+which is safe because both hooks are idempotent (the creation record makes a re-run adopt what
+the first run made). Only root and the service's own user may send a
 request (SO_PEERCRED).
 """
 
@@ -29,7 +29,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from ..errors import SlurmIpuError
+from ..errors import ConfigError, SlurmIpuError
 from .hooklog import report
 
 MAX_REQUEST = 2 << 20  # job_submit.lua bounds what a job brings (slurm/limits.py): far below this
@@ -41,21 +41,33 @@ def socket_path(state_dir: str) -> Path:
     return Path(state_dir) / "hooks.sock"
 
 
-def build_client(dest: Path) -> Path | None:
-    """Compile client.c into `dest` (gcc, a fraction of a second); None without gcc: the
-    wrapper then runs every hook in Python, only slower."""
-    gcc, source = shutil.which("gcc"), Path(__file__).with_name("client.c")
+HOOK_SOURCE = Path(__file__).with_name("hook.c")
+
+
+def source_id() -> str:
+    """What `slurm-ipu-hook --check` prints of the source it was built from: doctor tells an old
+    build (the package upgraded without `make install`) from this one."""
+    import hashlib
+
+    return hashlib.sha256(HOOK_SOURCE.read_bytes()).hexdigest()[:12]
+
+
+def build_hook(dest: Path) -> Path:
+    """Compile hook.c into `dest` (gcc, a fraction of a second): static where libc.a is there, as
+    it starts in a third less time than a dynamic one, and slurmctld starts it twice per job."""
+    gcc = shutil.which("gcc")
     if gcc is None:
-        return None
+        raise ConfigError("gcc not found: it builds slurm-ipu-hook, the controller hooks (make install installs it)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-    proc = subprocess.run([gcc, "-O2", "-std=gnu11", "-Wall", "-o", str(tmp), str(source)], capture_output=True,
-                          text=True, timeout=120)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise SlurmIpuError(f"building the hook client failed: {proc.stderr.strip()[:300]}")
-    os.replace(tmp, dest)
-    return dest
+    base = [gcc, "-O2", "-std=gnu11", "-Wall", f'-DSOURCE_ID="{source_id()}"', "-o", str(tmp), str(HOOK_SOURCE)]
+    for argv in (base + ["-static"], base):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if proc.returncode == 0:
+            os.replace(tmp, dest)
+            return dest
+    tmp.unlink(missing_ok=True)
+    raise SlurmIpuError(f"building slurm-ipu-hook failed: {proc.stderr.strip()[:300]}")
 
 
 def listen(state_dir: str) -> socket.socket:
@@ -227,7 +239,7 @@ class Listener:
         self.threads.append(thread)
 
     def close(self) -> None:
-        """Stop taking requests: from here on connect fails and wrappers run Python at once."""
+        """Stop taking requests: from here on connect fails and the hooks run Python at once."""
         socket_path(self.cfg["state_dir"]).unlink(missing_ok=True)
         self.sock.close()
 

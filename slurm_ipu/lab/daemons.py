@@ -33,12 +33,12 @@ def _used_files(spec: LabSpec) -> list[Path]:
     """pids.json and the pid files the lab reads (the pids it records, then signals; MariaDB's it
     never reads: the lab records the pid it started); bin/ (first on the PATH of every command the
     lab runs), lib/ (the SPANK plugin srun and slurmd load) and etc/ (the daemons' configuration,
-    which names what they run), whatever is in them; the hook wrapper and its client slurmctld runs
-    for every job (under the installed prefix in installed mode)."""
+    which names what they run), whatever is in them; slurm-ipu-hook, which slurmctld runs for every
+    job, and its settings (under the installed prefix in installed mode)."""
     daemons = ["slurmctld", "munged", "slurmdbd", *(f"slurmd-{n}" for n in spec.node_names)]
     prefix = Path(spec.prefix) if spec.prefix else spec.path("install")
     files = [spec.path("pids.json"), *(spec.path("run", f"{d}.pid") for d in daemons),
-             prefix / "libexec" / "slurm-ipu-hook", prefix / "libexec" / "slurm-ipu-hook-client"]
+             prefix / "libexec" / "slurm-ipu-hook", prefix / "libexec" / "slurm-ipu-hook.conf"]
     for sub in ("bin", "lib", "etc"):
         files.append(spec.path(sub))
         try:
@@ -131,7 +131,7 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
 
 
 def start_reaper(spec: LabSpec, pids: dict) -> None:
-    """The hook service, as a site runs it from systemd: the hook wrapper queues ended jobs'
+    """The hook service, as a site runs it from systemd: slurm-ipu-hook queues ended jobs'
     partitions for it while it holds its lock."""
     if _running(pids.get("reaper")):
         return

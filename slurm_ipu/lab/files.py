@@ -1,5 +1,5 @@
 """The lab's files and builds: its site description (rendered and merged as any site's, docs/admin.md),
-its slurm.conf, the SPANK plugin, the hook client and the C `vipu` (vipu_fast.c, beside this
+its slurm.conf, the SPANK plugin, slurm-ipu-hook and the C `vipu` (vipu_fast.c, beside this
 module), and the product's commands on its PATH."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .. import config, rules
 from ..deploy import render
 from ..errors import LabError
 from ..fsutil import atomic_write
-from ..hooks.transport import build_client
+from ..hooks.transport import HOOK_SOURCE, build_hook
 from ..slurm import releases
 from .procs import say
 from .spec import CLUSTER, MODEL_PARTITIONS, PREFIX, REPO, SBIN, LabSpec
@@ -166,11 +166,10 @@ def install_site(spec: LabSpec):
     libexec = spec.path("install", "libexec")
     libexec.mkdir(parents=True, exist_ok=True)
     _link(spec.path("install", "venv"), sys.prefix)
-    _script(Path(desc.path("wrapper")), texts["slurm-ipu-hook"])
-    client = Path(desc.path("client"))
-    source = Path(__file__).resolve().parents[1] / "hooks" / "client.c"
-    if not client.exists() or client.stat().st_mtime < source.stat().st_mtime:  # like bin/vipu-fast: once
-        build_client(client)
+    atomic_write(desc.path("hook_conf"), texts["slurm-ipu-hook.conf"])
+    hook = Path(desc.path("hook"))
+    if not hook.exists() or hook.stat().st_mtime < HOOK_SOURCE.stat().st_mtime:  # like bin/vipu-fast: once
+        build_hook(hook)
     return desc
 
 
@@ -178,9 +177,9 @@ def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
     """Installed mode: what make install put in place must be what this lab's site renders."""
     fix = (f"run `make install PREFIX={spec.prefix} SITE=<(slurm-ipu lab site --dir {spec.dir} "
            f"--prefix {spec.prefix})` first")
-    path = desc.path("wrapper")
+    path = desc.path("hook_conf")
     try:
-        same = Path(path).read_text() == texts["slurm-ipu-hook"]
+        same = Path(path).read_text() == texts["slurm-ipu-hook.conf"] and os.access(desc.path("hook"), os.X_OK)
     except OSError:
         same = False
     if not same:

@@ -35,7 +35,7 @@ class LabSpec:
     prolog_deadline: float = 30.0
     pods: int = 1                # > 1: the nodes split into that many Pods (one ILD or more each)
     epilog_deadline: float = 20.0
-    # Installed mode: the product as `make install PREFIX=... SITE=<lab site>` put it (wrapper,
+    # Installed mode: the product as `make install PREFIX=... SITE=<lab site>` put it (slurm-ipu-hook,
     # config, SPANK plugin, venv), checked, not written; None: the lab installs its own copy.
     prefix: str | None = None
     # Own configuration: Slurm starts from the slurm.conf (and what it names) already in DIR/etc,

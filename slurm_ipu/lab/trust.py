@@ -1,6 +1,6 @@
 """Whom the lab trusts: root and the user who runs it, nobody else (issue 23, item 2).
 
-`make demo` and `make test` run the lab as root. slurmctld runs the hook wrapper under the lab's
+`make demo` and `make test` run the lab as root. slurmctld runs slurm-ipu-hook under the lab's
 install/ for every job, the lab runs its bin/ first on PATH, and `lab down` signals the pids it
 reads from pids.json: each is only as safe as the least trusted user who could have written it.
 So before the lab uses its directory, it holds the directory and each such file to the usual

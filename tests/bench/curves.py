@@ -130,7 +130,7 @@ def main() -> int:
     with temporary_lab(nodes=args.nodes, reap_interval=3600.0) as spec:
         up = time.monotonic() - started
         site = config.load(str(spec.path("etc", "site.yaml")), twins=False)
-        wrapper = site.path("wrapper")
+        wrapper = site.path("hook")
         vipu = [str(spec.path("bin", "vipu")), "--api-host", "127.0.0.1", "--api-port", str(spec.vipu_port)]
         hook_pair(wrapper, 600000, args.runs, "ipu:1")  # warm-up: the first jobs after the lab's start run slower
         by_parts, made = [], 0

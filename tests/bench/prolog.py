@@ -52,7 +52,7 @@ def main() -> int:
     args = parser.parse_args()
     n = args.runs
     with temporary_lab() as spec:
-        wrapper = config.load(str(spec.path("etc", "site.yaml")), twins=False).path("wrapper")
+        wrapper = config.load(str(spec.path("etc", "site.yaml")), twins=False).path("hook")
         vipu = [str(spec.path("bin", "vipu")), "--api-host", "127.0.0.1", "--api-port", str(spec.vipu_port)]
         plain = [timed([wrapper], job_env(980000 + i, "", "prolog")) for i in range(n)]
         served_p, served_e = hook_pair(wrapper, 981000, n)

@@ -142,7 +142,7 @@ def _breakers(lab, tmp_path):
     etc = lab.spec.path("etc")
     return {
         "slurm": lambda: contextlib.nullcontext(_site_copy(lab, tmp_path, slurm__version="24.05")),
-        "hooks": lambda: _edited(lab.spec.path("install", "libexec", "slurm-ipu-hook"),
+        "hooks": lambda: _edited(lab.spec.path("install", "libexec", "slurm-ipu-hook.conf"),
                                  lambda t: t + "# edited by hand\n"),
         "timeout": lambda: contextlib.nullcontext(_site_copy(lab, tmp_path, prolog__deadline=70,
                                                              prolog_epilog_timeout=180)),

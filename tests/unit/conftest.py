@@ -54,3 +54,27 @@ def build_driver(tmp_path_factory, name: str, *sources: str) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def hook_binary(tmp_path_factory):
+    """slurm-ipu-hook (slurm_ipu/hooks/hook.c) built once, as the install builds it."""
+    import shutil
+
+    from slurm_ipu.hooks import transport
+
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc missing: `make test` installs it")
+    return transport.build_hook(tmp_path_factory.mktemp("hook") / "slurm-ipu-hook")
+
+
+def place_hook(binary, dest, hook: dict):
+    """slurm-ipu-hook at `dest`, with its settings beside it rendered from `hook` (what
+    fragments.context gives the template): what Slurm runs, as the install lays it out."""
+    import shutil
+
+    from slurm_ipu.deploy import render
+
+    shutil.copy2(binary, dest)
+    dest.with_name(dest.name + ".conf").write_text(render.render("slurm-ipu-hook.conf", {"hook": hook}))
+    return dest

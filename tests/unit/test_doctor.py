@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from slurm_ipu.vipu.types import Partition
 
 
 @pytest.fixture
-def here(tmp_path):
+def here(tmp_path, hook_binary):
     """A site whose every path lies in tmp_path, installed there as make install would."""
     conf, state, lib, prefix = tmp_path / "etc", tmp_path / "state", tmp_path / "lib", tmp_path / "opt"
     for d in (conf, state, lib):
@@ -39,10 +40,13 @@ install: {{prefix: {prefix}, site: {conf}/site.yaml}}
     (tmp_path / "site.yaml").write_text(text)
     desc = config.load(tmp_path / "site.yaml")
     texts = fragments.texts(desc)
-    wrapper = Path(desc.path("wrapper"))
+    wrapper = Path(desc.path("hook"))
     wrapper.parent.mkdir(parents=True)
-    wrapper.write_text(texts["slurm-ipu-hook"])
-    wrapper.chmod(0o755)
+    shutil.copy2(hook_binary, wrapper)
+    Path(desc.path("hook_conf")).write_text(texts["slurm-ipu-hook.conf"])
+    Path(desc.python).parent.mkdir(parents=True)
+    Path(desc.python).symlink_to(sys.executable)
+    shutil.copy(tmp_path / "site.yaml", desc.path("site"))
     (conf / "job_submit.lua").write_text(texts["job_submit.lua"])
     (conf / "plugstack.conf.d").mkdir()
     (conf / "plugstack.conf").write_text(f"include {conf}/plugstack.conf.d/*.conf\n")
@@ -143,6 +147,31 @@ def test_each_check_names_what_differs_and_the_fix(here, change, item, words):
     change(facts)
     found = items(doctor.diagnose(desc, facts))[item]
     assert not found.ok and words in found.detail and found.fix, found.line()
+
+
+def _hook_edit(desc, what: str) -> None:
+    hook, conf = Path(desc.path("hook")), Path(desc.path("hook_conf"))
+    if what == "settings":
+        conf.write_text(conf.read_text().replace("prolog_wait=", "prolog_wait=9"))
+    elif what == "old build":  # what a package upgrade without make install leaves
+        hook.unlink()
+        hook.write_text("#!/bin/sh\necho 'slurm-ipu-hook: ok (source 0123456789ab)'\n")
+        hook.chmod(0o755)
+    elif what == "python":
+        Path(desc.python).unlink()
+
+
+@pytest.mark.parametrize("what,words", [
+    ("settings", "slurm-ipu-hook.conf differs from what the site description renders"),
+    ("old build", "slurm-ipu-hook was built from another slurm-ipu than this one"),
+    ("python", "venv/bin/python is missing or not executable"),
+])
+def test_the_hooks_item_tries_slurm_ipu_hook_as_slurmctld_would_start_it(here, what, words):
+    desc, facts = here
+    assert items(doctor.diagnose(desc, facts))["hooks"].ok
+    _hook_edit(desc, what)
+    found = items(doctor.diagnose(desc, facts))["hooks"]
+    assert not found.ok and words in found.detail and "make install SITE=" in found.fix, found.line()
 
 
 def test_vipu_credentials_must_exist_and_not_be_world_readable(here, tmp_path):
@@ -292,11 +321,6 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
         assert not older.ok and "without its hook socket" in older.line()
         assert "systemctl restart slurm-ipu-reaper" in older.line()
         sock = transport.listen(state)
-        no_client = items(doctor.diagnose(desc, facts))["service"]
-        assert not no_client.ok and "slurm-ipu-hook-client is missing" in no_client.line()
-        client = Path(desc.path("client"))
-        client.write_text("#!/bin/sh\n")
-        client.chmod(0o755)
         now = items(doctor.diagnose(desc, facts))["service"]
         assert now.ok and "takes IPU jobs' prologs and epilogs" in now.line()
         sock.close()

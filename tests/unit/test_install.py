@@ -41,9 +41,10 @@ def run_uninstall(dest: Path) -> int:
 def test_install_places_every_file_and_uninstall_leaves_nothing(stage, capsys):
     dest, plugin = stage
     assert run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml")) == 0
-    wrapper = dest / "opt/slurm-ipu/libexec/slurm-ipu-hook"
-    assert wrapper.read_text() == (GOLDEN / "pod64" / "slurm-ipu-hook").read_text()
-    assert os.access(wrapper, os.X_OK)
+    hook = dest / "opt/slurm-ipu/libexec/slurm-ipu-hook"
+    conf = hook.with_name("slurm-ipu-hook.conf")
+    assert conf.read_text() == (GOLDEN / "pod64" / "slurm-ipu-hook.conf").read_text()
+    assert os.access(hook, os.X_OK) and hook.read_bytes().startswith(b"\x7fELF")
     assert (dest / "etc/slurm-ipu/site.yaml").read_bytes() == (GOLDEN / "site-pod64.yaml").read_bytes()
     assert sorted(p.name for p in (dest / "etc/slurm-ipu").iterdir()) == ["site.yaml"]  # the one configuration file
     assert os.readlink(dest / "usr/local/bin/ipurun") == f"{PREFIX}/venv/bin/ipurun"

@@ -105,7 +105,7 @@ def test_values_that_cannot_both_stand_are_one_line(site, line, words):
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_site_prolog_named_in_the_site_description_is_run_by_the_wrapper(site, tmp_path):
+def test_a_site_prolog_named_in_the_site_description_is_run_by_the_hook(site, tmp_path):
     desc, etc = site
     (etc / "slurm.conf").write_text(SITE_CONF + "PrologSlurmctld=/etc/slurm/prolog-ctld.sh\n")
     text = (tmp_path / "site.yaml").read_text().replace("site_prolog_slurmctld: null",
@@ -113,7 +113,7 @@ def test_a_site_prolog_named_in_the_site_description_is_run_by_the_wrapper(site,
     (tmp_path / "site.yaml").write_text(text)
     rendered = fragments.texts(config.load(str(tmp_path / "site.yaml"), environ={}), str(etc / "slurm.conf"))
     assert fragment_values(rendered["slurm-ipu.conf"])["PrologSlurmctld"] == "/opt/slurm-ipu/libexec/slurm-ipu-hook"
-    assert "prolog_slurmctld) /etc/slurm/prolog-ctld.sh || exit $?" in rendered["slurm-ipu-hook"]
+    assert "\nsite_prolog=/etc/slurm/prolog-ctld.sh\n" in rendered["slurm-ipu-hook.conf"]
     assert "+# slurm-ipu merged into slurm-ipu.conf: PrologSlurmctld=/etc/slurm/prolog-ctld.sh" in rendered[
         fragments.DIFF]
 

@@ -7,14 +7,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import subprocess
 import time
-from pathlib import Path
-
-import pytest
 
 from slurm_ipu import config
-from slurm_ipu.deploy import fragments, render
 from slurm_ipu.hooks import prolog, reap
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
@@ -120,46 +115,10 @@ def test_reap_leaves_an_entry_queued_after_its_listings(fake, cfg):
     assert Journal(cfg["state_dir"]).names() == ["slurm_42"]
 
 
-# --- the hook wrapper (templates/slurm-ipu-hook.j2), run by /bin/sh -------------------------------
-
-@pytest.fixture
-def wrapper(tmp_path):
-    state = tmp_path / "state"
-    (state / "pending-removal").mkdir(parents=True)
-    python = tmp_path / "python"  # stands in for the interpreter: records that Python was started
-    python.write_text(f"#!/bin/sh\necho \"$SLURM_SCRIPT_CONTEXT $*\" >> {tmp_path}/python-ran\n")
-    python.chmod(0o755)
-    script = tmp_path / "slurm-ipu-hook"
-    script.write_text(render.render("slurm-ipu-hook", {"hook": fragments.hook_paths(str(state)) | {
-        "site": str(tmp_path / "it's site.yaml"), "python": str(python), "prolog_wait": 2,
-        "client": str(tmp_path / "client")}}))  # the service's side: tests/unit/test_transport.py
-    script.chmod(0o755)
-    return tmp_path, state, script
-
-
-def _run(script: Path, **env) -> subprocess.CompletedProcess:
-    base = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_JOB_LICENSES": "ipu:16",
-            "SLURM_SCRIPT_CONTEXT": "epilog_slurmctld"}
-    base.update(env)
-    return subprocess.run([str(script)], env=base, capture_output=True, text=True, timeout=30)
-
-
-def _python_ran(tmp_path) -> str:
-    path = tmp_path / "python-ran"
-    return path.read_text() if path.exists() else ""
-
-
-def _hold(path: Path) -> int:
+def _hold(path) -> int:
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return fd
-
-
-@pytest.mark.parametrize("licences", ["", "matlab:2", "ipux:1"])
-def test_wrapper_lets_jobs_without_ipus_go_at_once(wrapper, licences):
-    tmp_path, state, script = wrapper
-    assert _run(script, SLURM_JOB_LICENSES=licences).returncode == 0
-    assert Journal(state).names() == [] and _python_ran(tmp_path) == ""
 
 
 def test_reap_keeps_the_record_of_a_partition_created_after_its_listing(fake, cfg):

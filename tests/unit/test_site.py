@@ -54,10 +54,10 @@ def test_the_site_s_values_reach_every_fragment():
 
 
 def test_the_hooks_read_the_installed_site_description_itself():
-    """One file: the wrapper and the hook service name install.site; nothing else is rendered."""
+    """One file: the controller hooks and the hook service name install.site; nothing else is rendered."""
     desc = config.load(SITES["pod128"], environ={})
     text = fragments.texts(desc)
-    assert "SLURM_IPU_SITE=/etc/slurm-ipu/site.yaml exec /opt/slurm-ipu/venv/bin/python" in text["slurm-ipu-hook"]
+    assert "\npython=/opt/slurm-ipu/venv/bin/python\nsite=/etc/slurm-ipu/site.yaml\n" in text["slurm-ipu-hook.conf"]
     assert "Environment=SLURM_IPU_SITE=/etc/slurm-ipu/site.yaml\n" in text["slurm-ipu-reaper.service"]
     assert not [name for name in text if name.endswith(".yaml")]
     assert (desc.slurm_conf, desc.vipu_command, desc.ipuof_port) == (
@@ -111,7 +111,7 @@ def test_render_cli_writes_the_fragments_and_refuses_bad_input_in_one_line(tmp_p
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(set(fragments.FILES) - {"topology.conf"})
-    assert os.access(out / "slurm-ipu-hook", os.X_OK)
+    assert not [p.name for p in out.iterdir() if os.access(p, os.X_OK)]  # fragments to read and merge
     bad = tmp_path / "bad.yaml"
     bad.write_text(BASE + "  ipus_per_hots: 4\n")
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(bad), "--out", str(out)],
@@ -186,9 +186,9 @@ def test_pyproject_lists_every_package_and_ships_the_templates():
 
 
 def test_pyproject_ships_every_file_the_package_reads_beside_its_code():
-    """The C sources built at install or lab time (the hook client, the lab's vipu) and the
+    """The C sources built at install or lab time (slurm-ipu-hook, the lab's vipu) and the
     emulator's presets: a file missing from package-data is absent from every install, and
-    `make install` fails (seen: hooks/client.c)."""
+    `make install` fails (seen: hooks/client.c, now hook.c)."""
     import fnmatch
     import tomllib
 

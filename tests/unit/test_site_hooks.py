@@ -1,6 +1,6 @@
-"""A site's own PrologSlurmctld and EpilogSlurmctld keep running (issue 24, item 2): the rendered
-wrapper, run by /bin/sh as slurmctld runs it, calls them for every job, the site's prolog before
-ours and its epilog after ours, with their exit status."""
+"""A site's own PrologSlurmctld and EpilogSlurmctld keep running (issue 24, item 2): slurm-ipu-hook,
+run as slurmctld runs it, calls them for every job, the site's prolog before ours and its epilog
+after ours, with their exit status."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 from slurm_ipu.deploy import fragments, render
 
+from .conftest import place_hook
+
 
 def script(path: Path, body: str) -> str:
     path.write_text("#!/bin/sh\n" + body)
@@ -19,19 +21,16 @@ def script(path: Path, body: str) -> str:
 
 
 @pytest.fixture
-def wrapper(tmp_path):
+def wrapper(tmp_path, hook_binary):
     trace = tmp_path / "trace"
     python = script(tmp_path / "python", f'echo "ours $SLURM_SCRIPT_CONTEXT $SLURM_JOB_ID" >> {trace}\n')
     prolog = script(tmp_path / "site-prolog", f'echo "site-prolog $SLURM_JOB_ID $SLURM_JOB_USER" >> {trace}\n'
                                               'exit "${SITE_PROLOG_EXIT:-0}"\n')
     epilog = script(tmp_path / "site-epilog", f'echo "site-epilog $SLURM_JOB_ID" >> {trace}\nexit 0\n')
     hook = fragments.hook_paths(str(tmp_path / "state")) | {
-        "site": str(tmp_path / "c.yaml"), "python": python, "prolog_wait": 2, "client": str(tmp_path / "none"),
+        "site": str(tmp_path / "c.yaml"), "python": python, "prolog_wait": 2,
         "site_prolog": prolog, "site_epilog": epilog}
-    path = tmp_path / "slurm-ipu-hook"
-    path.write_text(render.render("slurm-ipu-hook", {"hook": hook}))
-    path.chmod(0o755)
-    return path, trace
+    return place_hook(hook_binary, tmp_path / "slurm-ipu-hook", hook), trace
 
 
 def run(path: Path, context: str, licences: str, **extra) -> int:
@@ -64,7 +63,7 @@ def test_the_site_s_epilog_runs_after_ours_for_every_job(wrapper, licences, ours
     assert lines(trace) == [*ours, "site-epilog 42"]
 
 
-def test_without_site_hooks_the_wrapper_is_ours_alone(tmp_path):
-    hook = fragments.hook_paths(str(tmp_path)) | {"site": "c", "python": "p", "prolog_wait": 2, "client": "x"}
-    text = render.render("slurm-ipu-hook", {"hook": hook})
-    assert "site" not in text.split("ours() {")[0] + text.split("\n}\n")[-1]
+def test_without_site_hooks_the_settings_name_none(tmp_path):
+    hook = fragments.hook_paths(str(tmp_path)) | {"site": "c", "python": "p", "prolog_wait": 2}
+    text = render.render("slurm-ipu-hook.conf", {"hook": hook})
+    assert "site_prolog=\n" in text and "site_epilog=\n" in text

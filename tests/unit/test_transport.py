@@ -1,6 +1,6 @@
-"""The hooks handed to the running service (slurm_ipu/hooks/transport.py): the real rendered
-wrapper and the real C client, run by /bin/sh, against the service's listener in this process,
-with the fake `vipu` at the subprocess boundary. What Slurm would see is the wrapper's exit
+"""The hooks handed to the running service (slurm_ipu/hooks/transport.py): the real slurm-ipu-hook
+with its rendered settings, run as slurmctld runs it, against the service's listener in this
+process, with the fake `vipu` at the subprocess boundary. What Slurm would see is the hook's exit
 status; what the admin would see is hooks.log."""
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_ipu.deploy import fragments, render
+from slurm_ipu.deploy import fragments
 from slurm_ipu.hooks import transport
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 from slurm_ipu.hooks.service import Service
 
+from .conftest import place_hook
 from .test_hooks import FakeSlurm, hooks_log
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc missing: `make test` installs it")
@@ -28,23 +29,15 @@ ENV = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_JOB_UID": "1000", "
        "SLURM_JOB_LICENSES": "ipu:16", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"}
 
 
-@pytest.fixture(scope="module")
-def client_bin(tmp_path_factory) -> Path:
-    return transport.build_client(tmp_path_factory.mktemp("client") / "slurm-ipu-hook-client")
-
-
 @pytest.fixture
-def hook(tmp_path, cfg, client_bin):
-    """The rendered wrapper, with a stand-in for the interpreter that records that Python ran."""
+def hook(tmp_path, cfg, hook_binary):
+    """slurm-ipu-hook, with a stand-in for the interpreter that records that Python ran."""
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\necho \"$SLURM_SCRIPT_CONTEXT\" >> {tmp_path}/python-ran\n")
     python.chmod(0o755)
-    script = tmp_path / "slurm-ipu-hook"
-    script.write_text(render.render("slurm-ipu-hook", {"hook": fragments.hook_paths(cfg["state_dir"]) | {
-        "site": str(tmp_path / "c.yaml"), "python": str(python), "client": str(client_bin), "prolog_wait": 2}}))
-    script.chmod(0o755)
     Path(cfg["state_dir"]).mkdir(parents=True, exist_ok=True)
-    return script
+    return place_hook(hook_binary, tmp_path / "slurm-ipu-hook", fragments.hook_paths(cfg["state_dir"]) | {
+        "site": str(tmp_path / "c.yaml"), "python": str(python), "prolog_wait": 2})
 
 
 @pytest.fixture
@@ -56,7 +49,7 @@ def listener(cfg, fake):
 
 
 def run_hook(script: Path, listener=None, **over) -> tuple[int, str]:
-    """Run the wrapper as slurmctld would; the listener (if any) serves it until it exits."""
+    """Run slurm-ipu-hook as slurmctld would; the listener (if any) serves it until it exits."""
     proc = subprocess.Popen([str(script)], env=dict(ENV, **over), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 20
@@ -76,7 +69,7 @@ def python_ran(script: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
 
-def test_the_service_creates_the_partition_and_the_wrapper_starts_no_python(fake, cfg, hook, listener):
+def test_the_service_creates_the_partition_and_the_hook_starts_no_python(fake, cfg, hook, listener):
     code, _ = run_hook(hook, listener[0])
     assert code == 0 and python_ran(hook) == []
     assert fake.partitions["slurm_42"]["size"] == 16
@@ -93,7 +86,7 @@ def test_the_epilog_is_journaled_durably_and_answered_at_once(fake, cfg, hook, l
     assert (entry["job_id"], entry["reason"]) == (42, "queued by the epilog") and entry["time"] > 0
 
 
-def test_a_job_without_ipus_never_reaches_the_client(fake, cfg, hook, listener):
+def test_a_job_without_ipus_never_reaches_the_service(fake, cfg, hook, listener):
     code, _ = run_hook(hook, listener[0], SLURM_JOB_LICENSES="matlab:1")
     assert code == 0 and python_ran(hook) == [] and fake.calls == []
 
@@ -113,7 +106,7 @@ def test_a_refused_environment_is_held_and_answered_2(fake, cfg, hook, listener)
     assert "--ipu-gcds='two' is not a positive number" in hooks_log(cfg)
 
 
-def test_without_the_service_the_wrapper_runs_the_python_hook_at_once(fake, cfg, hook):
+def test_without_the_service_the_hook_runs_the_python_hook_at_once(fake, cfg, hook):
     started = time.monotonic()
     for context in ("prolog_slurmctld", "epilog_slurmctld"):
         code, _ = run_hook(hook, SLURM_SCRIPT_CONTEXT=context)
@@ -123,7 +116,7 @@ def test_without_the_service_the_wrapper_runs_the_python_hook_at_once(fake, cfg,
 
 def test_a_service_that_dies_with_the_request_leaves_the_hook_to_python_at_once(fake, cfg, hook):
     """Killed (or restarted) after it took the request: the connection ends without an answer,
-    and the wrapper runs the hook itself, with no wait (issue 23, item 6)."""
+    and slurm-ipu-hook runs it in Python, with no wait (issue 23, item 6)."""
     server = transport.listen(cfg["state_dir"])
 
     def die_with_it():
@@ -176,16 +169,23 @@ def test_a_prolog_request_in_another_context_is_refused(fake, cfg):
     assert "prolog request in context 'epilog_slurmctld' refused" in hooks_log(cfg)
 
 
-def test_only_root_and_the_service_user_may_ask(fake, cfg, hook, listener, client_bin):
-    """The socket is the service user's alone (no group or other bits): another user's client cannot connect, so
-    it falls back to Python, which cannot read the hooks' config either."""
+def test_only_root_and_the_service_user_may_ask(fake, cfg, hook, listener, hook_binary, tmp_path_factory):
+    """The socket is the service user's alone (no group or other bits): another user's hook cannot connect, so
+    it falls back to Python (here /bin/false), which cannot read the hooks' config either."""
     if os.getuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv")
     sock = transport.socket_path(cfg["state_dir"])
     assert sock.stat().st_mode & 0o077 == 0  # the service user's alone
-    proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(client_bin),
-                             str(sock), "2"], env=ENV)  # subprocess.run is the fake vipu's here
-    assert proc.wait(timeout=10) == 75 and fake.calls == []
+    where = tmp_path_factory.mktemp("anyone")
+    where.chmod(0o755)
+    hook = place_hook(hook_binary, where / "slurm-ipu-hook", fragments.hook_paths(cfg["state_dir"]) | {
+        "site": "/etc/hostname", "python": "/bin/false", "prolog_wait": 2})
+    proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(hook)],
+                            env=ENV)  # subprocess.run is the fake vipu's here
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and time.monotonic() < deadline:
+        listener[0].serve(0.05)
+    assert proc.wait(timeout=10) == 1 and fake.calls == []
 
 
 def test_a_partition_made_for_a_client_that_went_meanwhile_is_removed(fake, cfg):
