@@ -5,6 +5,7 @@ them); standard library only, so the hooks' start-up stays lean."""
 from __future__ import annotations
 
 import _thread
+import json
 import os
 import time
 from pathlib import Path
@@ -15,18 +16,20 @@ def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable
     same directory (one per process and thread, so concurrent writers, the hook service's
     threads among them, do not share it) and rename it over.
     durable: fsync before the rename (state that must survive a crash: records, the journal)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{_thread.get_ident()}.tmp")
-    if isinstance(data, str):
-        data = data.encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    path = os.fspath(path)  # plain strings and os calls: the hook service writes two per IPU job
+    head, name = os.path.split(path)
+    tmp = os.path.join(head, f".{name}.{os.getpid()}.{_thread.get_ident()}.tmp")
+    view = memoryview(data.encode() if isinstance(data, str) else data)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
             if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.chmod(tmp, mode)  # the umask narrowed O_CREAT's mode
+                os.fsync(fd)
+            os.fchmod(fd, mode)  # the umask narrowed O_CREAT's mode
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -36,14 +39,30 @@ def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable
         raise
 
 
-def write_into(directory: Path, name: str, data: str) -> None:
+def write_into(directory: str | Path, name: str, data: str) -> None:
     """A durable, root-only state file (a creation record, a journal entry): the directory is
     made on first use only, not checked on every write (the hooks' hot path)."""
+    path = os.path.join(directory, name)
     try:
-        atomic_write(directory / name, data, 0o600, durable=True)
+        atomic_write(path, data, 0o600, durable=True)
     except FileNotFoundError:
-        directory.mkdir(parents=True, exist_ok=True)
-        atomic_write(directory / name, data, 0o600, durable=True)
+        os.makedirs(directory, exist_ok=True)
+        atomic_write(path, data, 0o600, durable=True)
+
+
+def read_json(path: str):
+    """A state file's document; FileNotFoundError when there is none, ValueError (or another
+    OSError) when it cannot be read."""
+    with open(path, "rb") as fh:
+        return json.loads(fh.read())
+
+
+def remove(path: str) -> None:
+    """Gone, whether it was there or not."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def poll(check, timeout: float, interval: float = 0.05, max_interval: float = 0.5):

@@ -20,27 +20,28 @@ import time
 from pathlib import Path
 
 from .. import locks
-from ..fsutil import write_into
+from ..fsutil import read_json, remove, write_into
 
 
 @functools.lru_cache(maxsize=8)
-def _paths(state_dir: str) -> tuple[Path, Path]:
-    """Built once per state directory: the hook service makes a Journal per request."""
-    return Path(state_dir) / "pending-removal", Path(state_dir) / "pending-removal.lock"
+def _paths(state_dir: str) -> tuple[Path, str, str]:
+    """Built once per state directory: the hook service makes a Journal per request, and works
+    in plain strings (no Path per entry)."""
+    where = os.path.join(state_dir, "pending-removal")
+    return Path(where), where, os.path.join(state_dir, "pending-removal.lock")
 
 
 class Journal:
     def __init__(self, state_dir: str | Path):
-        self.dir, self.lock_path = _paths(str(state_dir))
+        self.dir, self._dir, self.lock_path = _paths(str(state_dir))
 
     def add(self, partition: str, job_id: int, reason: str) -> None:
         entry = {"partition": partition, "job_id": job_id, "reason": reason, "time": time.time()}
-        write_into(self.dir, f"{partition}.json", json.dumps(entry))
+        write_into(self._dir, f"{partition}.json", json.dumps(entry))
 
     def get(self, partition: str) -> dict | None:
-        path = self.dir / f"{partition}.json"
         try:
-            doc = json.loads(path.read_text())
+            doc = read_json(os.path.join(self._dir, f"{partition}.json"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
@@ -52,7 +53,7 @@ class Journal:
     def names(self) -> list[str]:
         """Partition names with an entry, oldest job first (names end in the job id)."""
         try:
-            found = [e.name[:-5] for e in os.scandir(self.dir) if e.name.endswith(".json") and e.name[0] != "."]
+            found = [e.name[:-5] for e in os.scandir(self._dir) if e.name.endswith(".json") and e.name[0] != "."]
         except FileNotFoundError:
             return []
         return sorted(found, key=lambda n: (len(n), n))
@@ -61,7 +62,7 @@ class Journal:
         return [e for e in map(self.get, self.names()) if e is not None]
 
     def drop(self, partition: str) -> None:
-        (self.dir / f"{partition}.json").unlink(missing_ok=True)
+        remove(os.path.join(self._dir, f"{partition}.json"))
 
     def lock(self, deadline: float):
         return locks.hold(self.lock_path, deadline)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import time
 import zlib
 from pathlib import Path
 
 from .. import locks
-from ..fsutil import write_into
+from ..fsutil import read_json, remove, write_into
 
 LOCK_STRIPES = 64  # partitions share this many lock files (never removed: flock needs them to stay)
 
@@ -32,14 +33,16 @@ def stripe(partition: str) -> int:
 
 
 @functools.lru_cache(maxsize=8)
-def _paths(state_dir: str) -> tuple[Path, Path]:
-    """Built once per state directory: the hook service makes a Ledger per request."""
-    return Path(state_dir) / "created", Path(state_dir) / "name-locks"
+def _paths(state_dir: str) -> tuple[Path, str, str]:
+    """Built once per state directory: the hook service makes a Ledger per request, and works in
+    plain strings (no Path per record)."""
+    where = os.path.join(state_dir, "created")
+    return Path(where), where, os.path.join(state_dir, "name-locks")
 
 
 class Ledger:
     def __init__(self, state_dir: str | Path):
-        self.dir, self.locks = _paths(str(state_dir))
+        self.dir, self._dir, self.locks = _paths(str(state_dir))
 
     def lock(self, partition: str, deadline: float):
         """Held by the prolog while it makes `partition`, and taken by whoever removes it: a
@@ -52,25 +55,22 @@ class Ledger:
         """A prolog is making it now: what a listing shows of it may be out of date."""
         return locks.is_held(self._lock_path(partition))
 
-    def _lock_path(self, partition: str) -> Path:
-        return self.locks / str(stripe(partition))
-
-    def _path(self, partition: str) -> Path:
-        return self.dir / f"{partition}.json"
+    def _lock_path(self, partition: str) -> str:
+        return os.path.join(self.locks, str(stripe(partition)))
 
     def get(self, partition: str) -> dict | None:
         try:
-            doc = json.loads(self._path(partition).read_text())
+            doc = read_json(os.path.join(self._dir, f"{partition}.json"))
         except (OSError, ValueError):
             return None
         return doc if isinstance(doc, dict) else None
 
     def put(self, partition: str, **record) -> None:
         doc = dict(record, partition=partition, time=time.time())
-        write_into(self.dir, f"{partition}.json", json.dumps(doc))
+        write_into(self._dir, f"{partition}.json", json.dumps(doc))
 
     def drop(self, partition: str) -> None:
-        self._path(partition).unlink(missing_ok=True)
+        remove(os.path.join(self._dir, f"{partition}.json"))
 
     def owns(self, partition: str, job_id: int) -> bool:
         record = self.get(partition)

@@ -23,7 +23,11 @@ from .hooklog import report
 from .journal import Journal
 from .removal import work_off
 
-POLL_S = 0.1  # how soon a queued partition goes at the latest; one directory scan per poll
+# The service wakes for work, not on a clock: an epilog it queues wakes the removal thread, a
+# request or a stop signal wakes the accept loop. The journal is still scanned once a second
+# for what a Python hook queued there (while the service was restarting).
+JOURNAL_POLL_S = 1.0
+BUSY_POLL_S = 0.1  # an entry whose prolog still holds its name: soon again
 BACKOFF_MAX_S = 60.0
 
 
@@ -34,9 +38,9 @@ def service_lock(state_dir: str) -> Path:
 
 
 class Service:
-    """The long-running hook service: the journal within POLL_S, a full `reap` (orphans
-    whose job is gone; one squeue) every reap.interval seconds as the backstop, and the
-    prologs slurm-ipu-hook hands over (transport.py), each in its own thread."""
+    """The long-running hook service: the journal as soon as an epilog queues a removal, a full
+    `reap` (orphans whose job is gone; one squeue) every reap.interval seconds as the backstop,
+    and the prologs slurm-ipu-hook hands over (transport.py), each in a thread of its own."""
 
     def __init__(self, cfg, client, slurm, clock=time.monotonic):
         self.cfg, self.client, self.slurm, self.clock = cfg, client, slurm, clock
@@ -46,13 +50,17 @@ class Service:
         self.stopping = False
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
 
-    def step(self) -> None:
+    def step(self) -> float:
+        """One pass; returns how long the removal thread may sleep unless woken."""
         now = self.clock()
         names = Journal(self.cfg["state_dir"]).names()
+        pause = JOURNAL_POLL_S
         if names and now >= self.retry_at:
-            _, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
+            done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
             if failed is None:
                 self.backoff = 1.0
+                if len(done) < len(names):
+                    pause = BUSY_POLL_S
             else:  # V-IPU trouble: no hammering; every entry stays queued
                 self.retry_at = self.clock() + self.backoff
                 report(self.cfg["state_dir"], f"hook service: V-IPU failed ({failed}); "
@@ -61,6 +69,9 @@ class Service:
         if now >= self.next_reap:
             self.next_reap = now + self.cfg["reap.interval"]
             self._reap()
+        elif names:
+            pause = self.retry_at - now
+        return max(0.0, min(pause, self.next_reap - self.clock()))
 
     def _reap(self) -> None:
         from . import reap
@@ -83,6 +94,9 @@ class Service:
         listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
+        # A stop signal writes here, which ends the accept loop's wait at once.
+        stop_r, stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(stop_w)
         os.write(lock, f"{os.getpid()}\n".encode())
         report(self.cfg["state_dir"], f"hook service: started, pid {os.getpid()}")
         # Removals in their own thread: a slow V-IPU removal never delays a waiting prolog.
@@ -90,8 +104,11 @@ class Service:
         removals.start()
         try:
             while not self.stopping:
-                listener.serve(POLL_S)
+                listener.serve(JOURNAL_POLL_S, wake_fd=stop_r)
         finally:
+            signal.set_wakeup_fd(-1)
+            os.close(stop_r)
+            os.close(stop_w)
             self.stopping = True
             listener.close()  # from here on slurm-ipu-hook runs the Python hooks itself
             self.wake.set()
@@ -103,9 +120,9 @@ class Service:
 
     def _removals(self) -> None:
         while not self.stopping:
-            self.step()
-            self.wake.wait(POLL_S)
-            self.wake.clear()
+            self.wake.clear()  # before the pass: an epilog queued during it wakes the next one
+            pause = self.step()
+            self.wake.wait(pause)
 
     def _stop(self, *_):
         self.stopping = True

@@ -21,6 +21,7 @@ request (SO_PEERCRED).
 from __future__ import annotations
 
 import os
+import queue
 import select
 import shutil
 import socket
@@ -112,19 +113,32 @@ def read_request(conn: socket.socket) -> tuple[str, dict[str, str]]:
 
 
 def serve(conn: socket.socket, cfg, client, slurm, queued) -> None:
-    """One request, answered. Never raises: a service thread has no one to raise to, so every
-    failure is an answer (or none: the client then runs the hook in Python) and a line in
-    hooks.log. `queued()` wakes the removal thread."""
+    """One request, taken and answered. Never raises: a service thread has no one to raise to,
+    so every failure is an answer (or none: slurm-ipu-hook then runs the hook in Python) and a
+    line in hooks.log. `queued()` wakes the removal thread."""
+    request = take(conn, cfg)
+    if request is not None:
+        dispatch(conn, cfg, client, slurm, queued, *request)
+
+
+def take(conn: socket.socket, cfg) -> tuple[str, dict[str, str]] | None:
+    """(verb, environment) of a request from root or the service's own user; None (the
+    connection closed) for anyone else's or one that cannot be read."""
+    try:
+        uid = peer_uid(conn)
+        if uid not in (0, os.getuid()):
+            report(cfg["state_dir"], f"hook service: request from uid {uid} refused")
+        else:
+            return read_request(conn)
+    except (OSError, ValueError) as exc:
+        report(cfg["state_dir"], f"hook service: unreadable request: {exc}")
+    conn.close()
+    return None
+
+
+def dispatch(conn: socket.socket, cfg, client, slurm, queued, verb: str, env: dict[str, str]) -> None:
+    """A taken request answered, and its connection closed."""
     with conn:
-        try:
-            uid = peer_uid(conn)
-            if uid not in (0, os.getuid()):
-                report(cfg["state_dir"], f"hook service: request from uid {uid} refused")
-                return
-            verb, env = read_request(conn)
-        except (OSError, ValueError) as exc:
-            report(cfg["state_dir"], f"hook service: unreadable request: {exc}")
-            return
         if verb == "prolog":
             code = _prolog(conn, cfg, client, slurm, env)
         elif verb == "epilog":
@@ -217,26 +231,76 @@ def remove_legacy(state_dir: str) -> None:
     shutil.rmtree(Path(state_dir, "prolog-requests"), ignore_errors=True)
 
 
+class Workers:
+    """Threads that stay for the next prolog: starting one per job costs the service more CPU than
+    handing work to one that waits. A prolog never queues behind another: with none idle, one
+    more thread starts. Daemon threads, so a stuck prolog never holds the service's exit."""
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.cond = threading.Condition()
+        self.idle = self.busy = 0
+
+    def submit(self, work, *args) -> None:
+        with self.cond:
+            self.busy += 1
+            start = self.idle == 0
+            if not start:
+                self.idle -= 1  # that thread takes this job off the queue
+        if start:
+            threading.Thread(target=self._run, args=(work, args), name="hook-prolog", daemon=True).start()
+        else:
+            self.jobs.put((work, args))
+
+    def _run(self, work, args) -> None:
+        while True:
+            done = False
+            try:
+                work(*args)
+                done = True
+            finally:  # a job that raised ends its thread, which then never counts as idle
+                with self.cond:
+                    self.busy -= 1
+                    self.idle += done
+                    self.cond.notify_all()
+            work, args = self.jobs.get()
+
+    def wait(self, deadline: float, clock) -> None:
+        """Until no job runs, or the deadline."""
+        with self.cond:
+            while self.busy and clock() < deadline:
+                self.cond.wait(max(0.0, deadline - clock()))
+
+
 class Listener:
-    """The accept loop, in the service's main thread: a thread per request."""
+    """The accept loop, in the service's main thread. A request is read here (its client writes
+    it whole at once, and only root's or the service user's is read); an epilog, a journal entry,
+    is answered here too; a prolog, which waits on V-IPU, goes to a thread of its own."""
 
     def __init__(self, cfg, client, slurm, queued):
         self.cfg, self.client, self.slurm, self.queued = cfg, client, slurm, queued
         self.sock = listen(cfg["state_dir"])
-        self.threads: list[threading.Thread] = []
+        self.workers = Workers()
 
-    def serve(self, timeout: float) -> None:
-        if not select.select([self.sock], [], [], timeout)[0]:
+    def serve(self, timeout: float, wake_fd: int | None = None) -> None:
+        """One request, or none within `timeout`; a byte on wake_fd (a stop signal) ends the wait."""
+        ready = select.select([self.sock] if wake_fd is None else [self.sock, wake_fd], [], [], timeout)[0]
+        if wake_fd in ready:
+            _drain(wake_fd)
+        if self.sock not in ready:
             return
         try:
             conn, _ = self.sock.accept()
         except OSError:
             return
-        self.threads = [t for t in self.threads if t.is_alive()]
-        thread = threading.Thread(target=serve, args=(conn, self.cfg, self.client, self.slurm, self.queued),
-                                  name="hook-request", daemon=True)
-        thread.start()
-        self.threads.append(thread)
+        request = take(conn, self.cfg)
+        if request is None:
+            return
+        work = (conn, self.cfg, self.client, self.slurm, self.queued, *request)
+        if request[0] == "prolog":
+            self.workers.submit(dispatch, *work)
+        else:
+            dispatch(*work)
 
     def close(self) -> None:
         """Stop taking requests: from here on connect fails and the hooks run Python at once."""
@@ -246,5 +310,12 @@ class Listener:
     def finish(self, deadline: float, clock) -> None:
         """Requests under way are answered before the service exits (each is bounded by its
         hook's deadline), so no client is left to time out on a partition half made."""
-        for thread in self.threads:
-            thread.join(max(0.0, deadline - clock()))
+        self.workers.wait(deadline, clock)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass

@@ -21,6 +21,7 @@ from ..errors import (
     VipuError,
     VipuUnavailable,
 )
+from .command import run as run_command
 from .parse import classify_error, parse_partitions, partition_from_json
 from .types import Partition
 
@@ -40,7 +41,7 @@ class VipuClient:
                  retries: int = 2,               # extra attempts for transient failures
                  backoff: float = 0.2,           # first pause; doubles each retry
                  emulator_flags: bool = False,   # pass --hosts/--owner-uid (the emulator's extensions)
-                 runner: Callable[..., subprocess.CompletedProcess] | None = None,  # default: subprocess.run
+                 runner: Callable[..., subprocess.CompletedProcess] | None = None,  # default: command.run
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
                  admin_command: Sequence[str] | None = None):  # vipu-admin: allocations; None: `command`
         self.command, self.host, self.port, self.timeout = command, host, port, timeout
@@ -68,8 +69,8 @@ class VipuClient:
     def _once(self, args: Sequence[str], timeout: float, admin: bool = False) -> str:
         argv = self._argv(args, admin)
         try:
-            proc = (self.runner or subprocess.run)(argv, capture_output=True, text=True, timeout=timeout,
-                                                   stdin=subprocess.DEVNULL)
+            proc = (self.runner or run_command)(argv, capture_output=True, text=True, timeout=timeout,
+                                                stdin=subprocess.DEVNULL)
         except FileNotFoundError:
             raise ConfigError(
                 f"V-IPU command {argv[0]!r} not found; install vipu or set vipu.command in the slurm-ipu config"

@@ -15,7 +15,7 @@ from .fake_vipu import FakeVipu
 @pytest.fixture
 def fake(mocker):
     vipu = FakeVipu()
-    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=vipu)
+    mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=vipu)
     mocker.patch("slurm_ipu.vipu.client.time.sleep")
     return vipu
 

@@ -26,7 +26,7 @@ class Clock:
 @pytest.fixture
 def fake(mocker):
     vipu = FakeVipu()
-    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=vipu)
+    mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=vipu)
     return vipu
 
 
@@ -42,7 +42,7 @@ def client(clock):
 
 
 def test_create_passes_an_argument_list_with_server_and_shape(client, fake, mocker):
-    run = mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=fake)
+    run = mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=fake)
     client.create_partition("slurm_9", 16, num_gcds=2, reconfigurable=True, hosts=["n1"], owner_uid=5)
     argv = run.call_args.args[0]
     assert argv == ["vipu", "--api-host", "127.0.0.1", "--api-port", "8090", "create", "partition", "slurm_9",
@@ -86,7 +86,7 @@ def test_timeouts_are_transient_then_unavailable(client, fake):
 
 def test_deadline_bounds_retries_and_timeouts(client, fake, clock, mocker):
     fake.failures = [("error: x [UNAVAILABLE]", 1)] * 5
-    run = mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=fake)
+    run = mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=fake)
     with pytest.raises(errors.VipuUnavailable):
         client.list_partitions(deadline=0.3)
     assert run.call_args_list[0].kwargs["timeout"] == pytest.approx(0.3)
@@ -94,7 +94,7 @@ def test_deadline_bounds_retries_and_timeouts(client, fake, clock, mocker):
 
 
 def test_missing_command_is_a_config_error(mocker, clock):
-    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=FileNotFoundError("vipu"))
+    mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=FileNotFoundError("vipu"))
     with pytest.raises(errors.ConfigError, match="vipu.command"):
         VipuClient(sleep=clock.sleep, clock=clock).list_partitions()
 
@@ -143,7 +143,7 @@ def test_failure_output_is_logged_only_on_failure(client, fake, caplog):
 
 
 def test_timeout_kills_and_reports(mocker, clock):
-    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=subprocess.TimeoutExpired(["vipu"], 1))
+    mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=subprocess.TimeoutExpired(["vipu"], 1))
     c = VipuClient(retries=0, timeout=1, sleep=clock.sleep, clock=clock)
     with pytest.raises(errors.VipuUnavailable, match="list partitions` timed out after 1s"):
         c.list_partitions()

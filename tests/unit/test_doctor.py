@@ -117,7 +117,7 @@ def test_the_canary_runs_as_the_hooks_user_with_the_hooks_flags(here, mocker):
                                                "65534 [PERMISSION_DENIED]")
         return subprocess.CompletedProcess(argv, 0, "", "")
 
-    mocker.patch("slurm_ipu.vipu.client.subprocess.run", side_effect=run)
+    mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=run)
     assert "may not create a partition owned by uid 65534" in doctor.canary(desc)
     create = next(c for c in calls if "create" in c)
     assert create[create.index("create") + 2] == doctor.CANARY_NAME and "--size" in create

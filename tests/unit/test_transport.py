@@ -265,3 +265,30 @@ def test_a_new_service_replaces_a_dead_one_s_socket_and_old_fifo_files(cfg):
     probe.connect(str(transport.socket_path(cfg["state_dir"])))
     probe.close()
     fresh.close()
+
+
+def test_prolog_threads_stay_for_the_next_prolog_and_none_waits_behind_another():
+    workers = transport.Workers()
+    release, seen = threading.Event(), []
+
+    def job(name, block):
+        seen.append((name, threading.get_ident()))
+        if block:
+            release.wait(10)
+
+    workers.submit(job, "slow", True)      # holds its thread
+    workers.submit(job, "quick", False)    # gets a second one at once
+    deadline = time.monotonic() + 10
+    while len(seen) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [name for name, _ in seen] == ["slow", "quick"] and seen[0][1] != seen[1][1]
+    workers.wait(time.monotonic() + 0.2, time.monotonic)   # bounded: "slow" still runs
+    assert workers.busy == 1
+    release.set()
+    workers.wait(time.monotonic() + 10, time.monotonic)
+    assert (workers.busy, workers.idle) == (0, 2)
+    threads = threading.active_count()
+    for k in range(5):                      # one after the other: the same threads, none new
+        workers.submit(job, f"next{k}", False)
+        workers.wait(time.monotonic() + 10, time.monotonic)
+    assert threading.active_count() == threads and {i for _, i in seen[2:]} <= {i for _, i in seen[:2]}
