@@ -103,13 +103,13 @@ def read_request(conn: socket.socket) -> tuple[str, dict[str, str]]:
         if size > MAX_REQUEST:
             raise ValueError(f"request over {MAX_REQUEST} bytes")
         chunks.append(chunk)
-    verb, _, body = b"".join(chunks).partition(b"\n")
+    verb, _, body = b"".join(chunks).decode("utf-8", "replace").partition("\n")
     env = {}
-    for item in body.split(b"\0"):
-        key, sep, value = item.partition(b"=")
+    for item in body.split("\0"):
+        key, sep, value = item.partition("=")
         if sep:
-            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
-    return verb.decode("ascii", "replace"), env
+            env[key] = value
+    return verb, env
 
 
 def serve(conn: socket.socket, cfg, client, slurm, queued) -> None:

@@ -5,7 +5,7 @@ V-IPU and the hooks' state hold (issue 26), on a lab of its own.
 
 On a lab of --nodes hosts (16 x 16 = 256 IPUs: room for 250 other partitions), with the hook
 service's periodic reap set to an hour so the state built up stays:
-- an IPU job's prolog and epilog (the rendered wrapper as slurmctld runs it, to its reply),
+- an IPU job's prolog and epilog (slurm-ipu-hook as slurmctld runs it, to its reply),
   p50/p99, and the emulator's create and remove (the lab's C vipu), against 0, 100 and 250
   live partitions (1 IPU each, made by someone else: V-IPU's size is what grows);
 - the same against 0, 1,000 and 10,000 creation records (of jobs that are still running, as far
@@ -62,9 +62,9 @@ def admin_walls(env: dict, cwd: Path) -> dict[str, float]:
     return out
 
 
-def point(spec, wrapper: str, vipu: list[str], first_job: int, runs: int) -> dict:
+def point(spec, hook: str, vipu: list[str], first_job: int, runs: int) -> dict:
     env = spec.env()
-    p, e = hook_pair(wrapper, first_job, runs, "ipu:1")
+    p, e = hook_pair(hook, first_job, runs, "ipu:1")
     c, r = vipu_calls(vipu, env, runs)
     return {"prolog": pcts(p), "epilog": pcts(e), "create": pcts(c), "remove": pcts(r), **admin_walls(env, spec.dir)}
 
@@ -130,15 +130,15 @@ def main() -> int:
     with temporary_lab(nodes=args.nodes, reap_interval=3600.0) as spec:
         up = time.monotonic() - started
         site = config.load(str(spec.path("etc", "site.yaml")), twins=False)
-        wrapper = site.path("hook")
+        hook = site.path("hook")
         vipu = [str(spec.path("bin", "vipu")), "--api-host", "127.0.0.1", "--api-port", str(spec.vipu_port)]
-        hook_pair(wrapper, 600000, args.runs, "ipu:1")  # warm-up: the first jobs after the lab's start run slower
+        hook_pair(hook, 600000, args.runs, "ipu:1")  # warm-up: the first jobs after the lab's start run slower
         by_parts, made = [], 0
         for n in PARTITIONS:
             for k in range(made, n):  # someone else's partitions: not under the jobs' prefix
                 timed([*vipu, "create", "partition", f"load{k}", "--size", "1"], spec.env())
             made = n
-            by_parts.append(point(spec, wrapper, vipu, 700000 + 1000 * n, args.runs))
+            by_parts.append(point(spec, hook, vipu, 700000 + 1000 * n, args.runs))
         for k in range(made):
             timed([*vipu, "remove", "partition", f"load{k}"], spec.env())
         ledger, by_records, written = Ledger(site["state_dir"]), [], 0
@@ -147,7 +147,7 @@ def main() -> int:
                 ledger.put(f"{site['partition.prefix']}{900000 + k}", job_id=900000 + k, uid=0, hosts=["node1"],
                            size=1)
             written = n
-            by_records.append(point(spec, wrapper, vipu, 800000 + n, args.runs))
+            by_records.append(point(spec, hook, vipu, 800000 + n, args.runs))
     print(f"lab of {args.nodes} hosts up in {up:.1f} s; {args.runs} runs per point")
     table("against live partitions (someone else's, 1 IPU each):", PARTITIONS, by_parts)
     table("against creation records:", RECORDS, by_records)

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/memory.py [--partitions 1000]
 
-- the prolog and the epilog as the hook wrapper runs them without the hook service (Python,
+- the prolog and the epilog as slurm-ipu-hook runs them without the hook service (Python,
   with the lab's configuration and `vipu`), from the kernel's accounting of the finished
   process and its children (wait4's ru_maxrss);
 - the hook service, which runs the prologs and removals while it is up, after 40 IPU jobs;

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/prolog.py [--runs 20]
 
-The lab's rendered hook wrapper is run as slurmctld runs it (a bare environment, one synthetic
+The lab's slurm-ipu-hook is run as slurmctld runs it (a bare environment, one synthetic
 job at a time) and timed end to end: a job without IPUs; an IPU job's prolog and epilog handed
 to the hook service; the `vipu` create and remove those make (the lab's C vipu and the
 emulator), alone; then, with the service stopped, the Python prolog and epilog.
@@ -38,11 +38,11 @@ def job_env(job: int, licences: str, context: str) -> dict:
             "SLURM_JOB_LICENSES": licences, "SLURM_SCRIPT_CONTEXT": f"{context}_slurmctld"}
 
 
-def hook_pair(wrapper: str, first_job: int, runs: int, licences: str = "ipu:4") -> tuple[list[float], list[float]]:
+def hook_pair(hook: str, first_job: int, runs: int, licences: str = "ipu:4") -> tuple[list[float], list[float]]:
     prologs, epilogs = [], []
     for job in range(first_job, first_job + runs):
-        prologs.append(timed([wrapper], job_env(job, licences, "prolog")))
-        epilogs.append(timed([wrapper], job_env(job, licences, "epilog")))
+        prologs.append(timed([hook], job_env(job, licences, "prolog")))
+        epilogs.append(timed([hook], job_env(job, licences, "epilog")))
     return prologs, epilogs
 
 
@@ -52,19 +52,19 @@ def main() -> int:
     args = parser.parse_args()
     n = args.runs
     with temporary_lab() as spec:
-        wrapper = config.load(str(spec.path("etc", "site.yaml")), twins=False).path("hook")
+        hook = config.load(str(spec.path("etc", "site.yaml")), twins=False).path("hook")
         vipu = [str(spec.path("bin", "vipu")), "--api-host", "127.0.0.1", "--api-port", str(spec.vipu_port)]
-        plain = [timed([wrapper], job_env(980000 + i, "", "prolog")) for i in range(n)]
-        served_p, served_e = hook_pair(wrapper, 981000, n)
+        plain = [timed([hook], job_env(980000 + i, "", "prolog")) for i in range(n)]
+        served_p, served_e = hook_pair(hook, 981000, n)
         create, remove = [], []
         for i in range(n):
             create.append(timed([*vipu, "create", "partition", f"bench{i}", "--size", "4"], spec.env()))
             remove.append(timed([*vipu, "remove", "partition", f"bench{i}"], spec.env()))
         lab.stop_reaper(spec)  # a site without the hook service
-        python_p, python_e = hook_pair(wrapper, 982000, n)
+        python_p, python_e = hook_pair(hook, 982000, n)
     med = statistics.median
-    print(f"controller hooks, median of {n} runs on the 4-node lab (the wrapper as slurmctld runs it):")
-    print(f"  job without IPUs (the wrapper exits at once)        {med(plain):6.1f} ms")
+    print(f"controller hooks, median of {n} runs on the 4-node lab (slurm-ipu-hook as slurmctld runs it):")
+    print(f"  job without IPUs (slurm-ipu-hook exits at once)  {med(plain):6.1f} ms")
     print(f"  IPU prolog handed to the hook service            {med(served_p):6.1f} ms")
     print(f"    of which `vipu create partition` (C vipu + emulator) {med(create):6.1f} ms")
     print(f"  IPU epilog queued for the hook service           {med(served_e):6.1f} ms "

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from slurm_ipu import lab  # noqa: E402
+from slurm_ipu import config, lab  # noqa: E402
 from tests.bench.common import temporary_lab  # noqa: E402
 
 SHAPES = [(1, 1), (1, 2), (1, 4), (1, 16), (2, 4), (2, 8), (4, 4), (1, 8)]  # (nodes, IPUs per node)
@@ -123,7 +123,7 @@ def _scriptd(ctld: int) -> int | None:
 
 
 class CpuMeter:
-    """slurmctld's CPU (itself and slurmscriptd) and our hooks' (the wrapper scripts slurmscriptd
+    """slurmctld's CPU (itself and slurmscriptd) and our hooks' (the slurm-ipu-hook runs slurmscriptd
     reaps, and the hook service with its `vipu` calls) over one storm."""
 
     def __init__(self, spec: lab.LabSpec):
@@ -133,7 +133,7 @@ class CpuMeter:
         self.service = pids["reaper"]["pid"]
 
     def sample(self) -> tuple[float, float, float, float]:
-        """(slurmctld, the hook wrappers, the hook service itself, its `vipu` calls) in seconds."""
+        """(slurmctld, the slurm-ipu-hook runs, the hook service itself, its `vipu` calls) in seconds."""
         ctld, _ = _ticks(self.ctld)
         scriptd, scripts = _ticks(self.scriptd) if self.scriptd else (0, 0)
         own, children = _ticks(self.service)
@@ -191,9 +191,12 @@ def main() -> int:
     kinds = SHAPES + [(2 * nodes // args.pods, 4), (2 * nodes // args.pods, 16)] if args.pods >= 2 else SHAPES
     shapes = [random.Random(7).choice(kinds) for _ in range(args.jobs)]
     plain, ipu = [], []
-    cpu = {False: [0.0] * 4, True: [0.0] * 4}  # ipus -> [slurmctld, wrappers, service, its vipu calls] s
+    cpu = {False: [0.0] * 4, True: [0.0] * 4}  # ipus -> [slurmctld, slurm-ipu-hook, service, its vipu calls] s
     started = time.monotonic()
-    with temporary_lab(nodes=nodes, pods=args.pods, model=args.model) as spec:
+    # The product's reap.interval (the lab's own is short, so drills see orphans go): a full reap
+    # lists the whole queue, and at the lab's interval its squeue alone would be ~1 ms per job.
+    reap_every = config.BY_KEY["reap.interval"].default
+    with temporary_lab(nodes=nodes, pods=args.pods, model=args.model, reap_interval=reap_every) as spec:
         up = time.monotonic() - started
         rss = lab_rss(spec)
         meter = CpuMeter(spec)
@@ -216,13 +219,13 @@ def main() -> int:
     print(f"storm of {args.jobs} short jobs of mixed sizes, {args.rounds} round(s), {where}:")
     print(f"  without IPUs    {per_min(plain):7.1f} jobs/min")
     print(f"  with IPUs       {per_min(ipu):7.1f} jobs/min")
-    print(f"  ratio ipu/plain {per_min(ipu) / per_min(plain):7.2f}  (target >= 0.8)")
+    print(f"  ratio ipu/plain {per_min(ipu) / per_min(plain):7.2f}  (target >= 0.9)")
     for ipus, name in ((False, "without IPUs"), (True, "with IPUs")):
-        ctld, scripts, service, vipu = cpu[ipus]
-        hooks = scripts + service + vipu
-        print(f"  CPU {name:<13} slurmctld {ctld:6.2f} s, our hooks {hooks:6.2f} s = {hooks / max(ctld, 1e-9):.2f}x "
-              f"(wrappers {scripts:.2f} s, hook service {service:.2f} s, its vipu calls {vipu:.2f} s; without "
-              f"the vipu calls {(scripts + service) / max(ctld, 1e-9):.2f}x)")
+        ctld, hooks, service, vipu = cpu[ipus]
+        ours = hooks + service
+        print(f"  CPU {name:<13} slurmctld {ctld:6.2f} s, our hooks {ours:6.2f} s = {ours / max(ctld, 1e-9):.2f}x "
+              f"(slurm-ipu-hook {hooks:.2f} s, hook service {service:.2f} s; target <= 0.5x); the vipu calls "
+              f"{vipu:.2f} s more (with them {(ours + vipu) / max(ctld, 1e-9):.2f}x)")
     print("  admin commands  " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in walls.items()))
     if ended is not None:
         print(f"  drill of {args.drill} IPU jobs (every 5th cancelled, every 50th over a 1-minute limit): "
