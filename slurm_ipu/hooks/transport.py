@@ -137,14 +137,21 @@ def take(conn: socket.socket, cfg) -> tuple[str, dict[str, str]] | None:
 
 
 def dispatch(conn: socket.socket, cfg, client, slurm, queued, verb: str, env: dict[str, str]) -> None:
-    """A taken request answered, and its connection closed."""
+    """A taken request answered, and its connection closed. Never raises (the accept loop runs
+    epilogs itself): a failure here (the state directory full, say) closes the connection
+    unanswered, and slurm-ipu-hook runs the hook in Python, which says why."""
     with conn:
-        if verb == "prolog":
-            code = _prolog(conn, cfg, client, slurm, env)
-        elif verb == "epilog":
-            code = _epilog(cfg, env, queued)
-        else:
-            report(cfg["state_dir"], f"hook service: request {verb[:40]!r} ignored")
+        try:
+            if verb == "prolog":
+                code = _prolog(conn, cfg, client, slurm, env)
+            elif verb == "epilog":
+                code = _epilog(cfg, env, queued)
+            else:
+                report(cfg["state_dir"], f"hook service: request {verb[:40]!r} ignored")
+                return
+        except Exception as exc:  # noqa: BLE001 - the service outlives one request's failure
+            report(cfg["state_dir"], f"job {env.get('SLURM_JOB_ID', '?')}: the hook service could not take "
+                                     f"the {verb}: {exc!r}; left to the Python hook")
             return
         if code is not None:
             _answer(conn, cfg, env, code)

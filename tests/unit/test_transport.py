@@ -292,3 +292,14 @@ def test_prolog_threads_stay_for_the_next_prolog_and_none_waits_behind_another()
         workers.submit(job, f"next{k}", False)
         workers.wait(time.monotonic() + 10, time.monotonic)
     assert threading.active_count() == threads and {i for _, i in seen[2:]} <= {i for _, i in seen[:2]}
+
+
+def test_an_epilog_the_service_cannot_journal_is_left_to_the_python_hook(fake, cfg, hook, listener, mocker):
+    """The accept loop journals epilogs itself: a failure there (a full disk) must not end the
+    service; the hook gets no answer and runs the Python epilog, which says why."""
+    mocker.patch("slurm_ipu.hooks.journal.write_into", side_effect=OSError(28, "No space left on device"))
+    code, _ = run_hook(hook, listener[0], SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
+    assert code == 0 and python_ran(hook) == ["epilog_slurmctld"]
+    assert "could not take the epilog: OSError(28, 'No space left on device')" in hooks_log(cfg)
+    code, _ = run_hook(hook, listener[0])  # the same listener still serves
+    assert code == 0 and fake.partitions["slurm_42"]["size"] == 16
