@@ -234,6 +234,7 @@ class Site:
     source: str
     text: str = ""
     _lines: dict[str, int] | None = field(default=None, repr=False)
+    _pods: tuple | None = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -257,8 +258,13 @@ class Site:
 
     @property
     def pods(self) -> list[Pod]:
-        """The Pods of a multi-Pod site; [] for one Pod (no cabling, no topology)."""
-        return [Pod(p["name"], p["ilds"], p["hosts"]) for p in self["pods"] or []]
+        """The Pods of a multi-Pod site; [] for one Pod (no cabling, no topology). Built once for
+        the site's `pods` list (the hook service asks for every job, and each Pod expands its
+        hostlist), again only if that list is replaced."""
+        entries = self["pods"] or []
+        if self._pods is None or self._pods[0] is not entries:
+            self._pods = (entries, [Pod(p["name"], p["ilds"], p["hosts"]) for p in entries])
+        return list(self._pods[1])
 
     @property
     def ipuof_host(self) -> str:

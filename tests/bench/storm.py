@@ -160,20 +160,36 @@ def leaks(spec: lab.LabSpec) -> list[str]:
     from slurm_ipu.emulator.api import Api
 
     api = Api(admin_socket=str(spec.path("vipu-emu", "admin.sock")), timeout=10)
-    # The hook service works the epilogs' queue off within a poll interval of each job's end.
-    queue = spec.path("state", "pending-removal")
+
+    def left() -> list[str]:
+        found = [f"partition {p['partition']['id']}" for p in api.list_partitions()]
+        found += [f"allocation {a['id']}" for a in api.allocations() if a.get("created")]
+        found += [f"journal {p.name}" for p in spec.path("state", "pending-removal").glob("*.json")]
+        return found + [f"record {p.name}" for p in spec.path("state", "created").glob("*.json")]
+
+    # An empty queue is not the end: the last jobs' EpilogSlurmctld may still be on its way to
+    # the hook service, which removes their partitions a moment later. What is still there after
+    # 30 s is left behind.
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(queue.glob("*.json")):
-        time.sleep(0.1)
-    found = [f"partition {p['partition']['id']}" for p in api.list_partitions()]
-    found += [f"allocation {a['id']}" for a in api.allocations() if a.get("created")]
-    found += [f"journal {p.name}" for p in spec.path("state", "pending-removal").glob("*.json")]
-    found += [f"record {p.name}" for p in spec.path("state", "created").glob("*.json")]
+    while (found := left()) and time.monotonic() < deadline:
+        time.sleep(0.2)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(s != "idle" for s in lab.node_states(spec).values()):
         time.sleep(0.2)
     found += [f"node {n} {s}" for n, s in lab.node_states(spec).items() if s != "idle"]
     return found
+
+
+def story(spec: lab.LabSpec, left: list[str]) -> list[str]:
+    """hooks.log's lines about each job whose V-IPU object was left behind: what to look at next."""
+    jobs = {w.rstrip("0123456789") and w[len(w.rstrip("0123456789")):] for what in left for w in what.split()[-1:]}
+    jobs.discard("")
+    try:
+        lines = spec.path("state", "hooks.log").read_text().splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if any(f"job {j}:" in line or f"_{j} " in line or line.endswith(f"_{j}")
+                                          for j in jobs)][-40:]
 
 
 def main() -> int:
@@ -207,6 +223,7 @@ def main() -> int:
                 after = meter.sample()
                 cpu[ipus] = [total + a - b for total, a, b in zip(cpu[ipus], after, before, strict=True)]
         left = leaks(spec)
+        why = story(spec, left)
         from tests.bench.curves import admin_walls
 
         walls = admin_walls(spec.env(), spec.dir)  # against the lab's hosts and Pods
@@ -231,6 +248,8 @@ def main() -> int:
         print(f"  drill of {args.drill} IPU jobs (every 5th cancelled, every 50th over a 1-minute limit): "
               + ", ".join(f"{n} {state.lower()}" for state, n in sorted(ended.items())))
     print(f"  left behind     {', '.join(left) if left else 'nothing'}")
+    for line in why:
+        print(f"    {line}")
     return 1 if left else 0
 
 
