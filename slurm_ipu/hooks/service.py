@@ -6,7 +6,7 @@ schedules again at that moment only if the nodes' epilogs finished *after* it; o
 IPU job waits for the next periodic pass (seconds). A Python epilog that calls V-IPU always
 finishes after the nodes. So while this service runs, the epilog starts no Python: slurm-ipu-hook
 hands the job over, the service journals the partition and answers at once, and removes
-it within a poll interval. The prologs it runs the same way save a Python start per job. Without
+it at once. The prologs it runs the same way save a Python start per job. Without
 the service slurm-ipu-hook runs both hooks in Python, and nothing waits on the service.
 """
 
@@ -55,23 +55,26 @@ class Service:
         now = self.clock()
         names = Journal(self.cfg["state_dir"]).names()
         pause = JOURNAL_POLL_S
-        if names and now >= self.retry_at:
-            done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
-            if failed is None:
-                self.backoff = 1.0
-                if len(done) < len(names):
-                    pause = BUSY_POLL_S
-            else:  # V-IPU trouble: no hammering; every entry stays queued
-                self.retry_at = self.clock() + self.backoff
-                report(self.cfg["state_dir"], f"hook service: V-IPU failed ({failed}); "
-                                              f"retrying in {self.backoff:g}s")
-                self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
+        if names and now < self.retry_at:
+            pause = self.retry_at - now  # backing off: V-IPU failed the last pass
+        elif names:
+            pause = self._work_off(names, now)
         if now >= self.next_reap:
             self.next_reap = now + self.cfg["reap.interval"]
             self._reap()
-        elif names:
-            pause = self.retry_at - now
         return max(0.0, min(pause, self.next_reap - self.clock()))
+
+    def _work_off(self, names: list[str], now: float) -> float:
+        done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
+        if failed is not None:  # V-IPU trouble: no hammering; every entry stays queued
+            self.retry_at = self.clock() + self.backoff
+            report(self.cfg["state_dir"], f"hook service: V-IPU failed ({failed}); "
+                                          f"retrying in {self.backoff:g}s")
+            self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
+            return self.retry_at - self.clock()
+        self.backoff = 1.0
+        # An entry left (its prolog still holds the name) is tried again soon.
+        return BUSY_POLL_S if len(done) < len(names) else JOURNAL_POLL_S
 
     def _reap(self) -> None:
         from . import reap

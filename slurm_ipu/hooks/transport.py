@@ -14,8 +14,7 @@ its environment on STATE_DIR/hooks.sock and exits with the status the service an
 No answer means no service: nothing listens (connect fails), or the connection ends without an
 answer (the service died or restarts). slurm-ipu-hook then runs the same hook in Python at once,
 which is safe because both hooks are idempotent (the creation record makes a re-run adopt what
-the first run made). Only root and the service's own user may send a
-request (SO_PEERCRED).
+the first run made). Only root and the service's own user may send a request (SO_PEERCRED).
 """
 
 from __future__ import annotations

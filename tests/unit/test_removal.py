@@ -9,8 +9,11 @@ import json
 import os
 import time
 
+import pytest
+
 from slurm_ipu import config
 from slurm_ipu.hooks import prolog, reap
+from slurm_ipu.hooks import service as service_module
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 from slurm_ipu.hooks.service import Service
@@ -59,15 +62,34 @@ def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
     service = Service(cfg, client, FakeSlurm({}), clock=clock)
     service.next_reap = float("inf")
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
-    service.step()
+    assert service.step() == pytest.approx(1.0, abs=0.05)  # the removal thread sleeps out the backoff
     assert Journal(cfg["state_dir"]).names() == ["slurm_42", "slurm_44"]  # one failure stops the pass
     assert "retrying in 1s" in hooks_log(cfg)
     calls = len(fake.calls)
-    service.step()                      # within the backoff: no V-IPU call at all
+    clock.now += 0.5
+    assert service.step() == pytest.approx(0.5, abs=0.05)  # woken within the backoff: no V-IPU call
     assert len(fake.calls) == calls
-    clock.now += 1.5
-    service.step()
+    clock.now += 1.0
+    assert service.step() == service_module.JOURNAL_POLL_S
     assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+
+
+def test_an_entry_whose_prolog_holds_its_name_is_tried_again_soon_not_at_once(fake, cfg):
+    """The removal thread neither spins on a name a prolog is still making nor leaves it for the
+    slow journal poll."""
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    queue(cfg, 42)
+    service = Service(cfg, client, FakeSlurm({}), clock=Clock())
+    service.next_reap = float("inf")
+    ledger = Ledger(cfg["state_dir"])
+    fd = _hold(ledger._lock_path("slurm_42"))
+    try:
+        assert service.step() == service_module.BUSY_POLL_S
+        assert "slurm_42" in fake.partitions and Journal(cfg["state_dir"]).names() == ["slurm_42"]
+    finally:
+        os.close(fd)
+    assert service.step() == service_module.JOURNAL_POLL_S and fake.partitions == {}
 
 
 def test_a_requeued_job_keeps_the_partition_it_adopted(fake, cfg):
