@@ -21,6 +21,7 @@ from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 from slurm_ipu.hooks.service import Service
 
+from ..waiting import wait_for
 from .conftest import place_hook
 from .test_hooks import FakeSlurm, hooks_log
 
@@ -278,9 +279,7 @@ def test_prolog_threads_stay_for_the_next_prolog_and_none_waits_behind_another()
 
     workers.submit(job, "slow", True)      # holds its thread
     workers.submit(job, "quick", False)    # gets a second one at once
-    deadline = time.monotonic() + 10
-    while len(seen) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for("both jobs to start", lambda: len(seen) == 2, timeout=10, interval=0.01)
     assert [name for name, _ in seen] == ["slow", "quick"] and seen[0][1] != seen[1][1]
     workers.wait(time.monotonic() + 0.2, time.monotonic)   # bounded: "slow" still runs
     assert workers.busy == 1
