@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -182,8 +183,7 @@ def leaks(spec: lab.LabSpec) -> list[str]:
 
 def story(spec: lab.LabSpec, left: list[str]) -> list[str]:
     """hooks.log's lines about each job whose V-IPU object was left behind: what to look at next."""
-    jobs = {w.rstrip("0123456789") and w[len(w.rstrip("0123456789")):] for what in left for w in what.split()[-1:]}
-    jobs.discard("")
+    jobs = {m.group(1) for m in (re.search(r"(\d+)(?:\.json)?$", what) for what in left) if m}
     try:
         lines = spec.path("state", "hooks.log").read_text().splitlines()
     except OSError:
