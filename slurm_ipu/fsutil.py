@@ -39,15 +39,15 @@ def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable
         raise
 
 
-def write_into(directory: str | Path, name: str, data: str) -> None:
-    """A durable, root-only state file (a creation record, a journal entry): the directory is
-    made on first use only, not checked on every write (the hooks' hot path)."""
+def write_into(directory: str | Path, name: str, data: str, durable: bool = True) -> None:
+    """A root-only state file (a creation record, a journal entry), fsynced unless not `durable`:
+    the directory is made on first use only, not checked on every write (the hooks' hot path)."""
     path = os.path.join(directory, name)
     try:
-        atomic_write(path, data, 0o600, durable=True)
+        atomic_write(path, data, 0o600, durable=durable)
     except FileNotFoundError:
         os.makedirs(directory, exist_ok=True)
-        atomic_write(path, data, 0o600, durable=True)
+        atomic_write(path, data, 0o600, durable=durable)
 
 
 def read_json(path: str):

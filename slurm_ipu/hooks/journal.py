@@ -1,10 +1,15 @@
-"""A durable journal of partitions waiting for removal, in STATE_DIR/pending-removal/.
+"""A journal of partitions waiting for removal, in STATE_DIR/pending-removal/.
 
-Entries are written only through `Journal.add` (one format, fsynced before the hook answers):
+Entries are written only through `Journal.add` (one format, in place before the hook answers):
 by the hook service, which queues an ended job's partition slurm-ipu-hook hands it, and
 by the Python hooks when V-IPU refused a removal (reason given). One small file per partition,
 written whole (tmp + rename), so parallel hooks never contend and a crash leaves either the
 whole entry or none.
+
+Not fsynced, unlike the creation record: an entry outlives the process that wrote it (a service
+that dies after answering finds it when it starts again), and what a crash of the host itself
+loses, the record covers: the hook service's full reap at start removes every recorded
+partition whose job is over. An fsync per ended job was the hook service's largest kernel cost.
 
 Whoever works an entry off (the service, the prolog short of IPUs, `slurm-ipu reap`) does it
 under `lock()`, and so does a prolog dropping its own job's stale entry: an entry is never
@@ -37,7 +42,7 @@ class Journal:
 
     def add(self, partition: str, job_id: int, reason: str) -> None:
         entry = {"partition": partition, "job_id": job_id, "reason": reason, "time": time.time()}
-        write_into(self._dir, f"{partition}.json", json.dumps(entry))
+        write_into(self._dir, f"{partition}.json", json.dumps(entry), durable=False)
 
     def get(self, partition: str) -> dict | None:
         try:

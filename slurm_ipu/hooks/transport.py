@@ -25,11 +25,10 @@ import select
 import shutil
 import socket
 import struct
-import subprocess
 import threading
 from pathlib import Path
 
-from ..errors import ConfigError, SlurmIpuError
+from ..errors import SlurmIpuError
 from .hooklog import report
 
 MAX_REQUEST = 2 << 20  # job_submit.lua bounds what a job brings (slurm/limits.py): far below this
@@ -53,21 +52,11 @@ def source_id() -> str:
 
 
 def build_hook(dest: Path) -> Path:
-    """Compile hook.c into `dest` (gcc, a fraction of a second): static where libc.a is there, as
-    it starts in a third less time than a dynamic one, and slurmctld starts it twice per job."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise ConfigError("gcc not found: it builds slurm-ipu-hook, the controller hooks (make install installs it)")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-    base = [gcc, "-O2", "-std=gnu11", "-Wall", f'-DSOURCE_ID="{source_id()}"', "-o", str(tmp), str(HOOK_SOURCE)]
-    for argv in (base + ["-static"], base):
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-        if proc.returncode == 0:
-            os.replace(tmp, dest)
-            return dest
-    tmp.unlink(missing_ok=True)
-    raise SlurmIpuError(f"building slurm-ipu-hook failed: {proc.stderr.strip()[:300]}")
+    """Compile hook.c into `dest`: static, with musl where it is (cbuild.py: slurmctld starts it
+    twice per job, and a static musl program starts in a third of a static glibc one's CPU)."""
+    from ..cbuild import build
+
+    return build(HOOK_SOURCE, dest, [f'-DSOURCE_ID="{source_id()}"'], "slurm-ipu-hook, the controller hooks")
 
 
 def listen(state_dir: str) -> socket.socket:
@@ -185,9 +174,10 @@ def _prolog(conn, cfg, client, slurm, env: dict) -> int | None:
 
 
 def _epilog(cfg, env: dict, queued) -> int | None:
-    """Queue the job's partition for the removal thread: the entry is durable before the
-    answer, so the partition goes even if the service dies right after. An environment that
-    cannot be read gets no answer: the Python epilog then says why."""
+    """Queue the job's partition for the removal thread: the entry is in the journal before the
+    answer, so the partition goes even if the service dies right after (a crash of the host:
+    journal.py). An environment that cannot be read gets no answer: the Python epilog then says
+    why."""
     from . import jobenv
     from .journal import Journal
 

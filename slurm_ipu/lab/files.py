@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 
 from .. import config, rules
+from ..cbuild import build, compilers
 from ..deploy import render
-from ..errors import LabError
+from ..errors import LabError, SlurmIpuError
 from ..fsutil import atomic_write
 from ..hooks.transport import HOOK_SOURCE, build_hook
 from ..slurm import releases
@@ -262,29 +263,33 @@ def _for_users() -> tuple[str, str]:
     return "", sys.executable
 
 
+def _compiler() -> str:
+    """What build_vipu_fast's stamp records of the compiler: musl-tools installed later rebuilds."""
+    ways = compilers()
+    return f" ({' '.join(ways[0])})" if ways else ""
+
+
 def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
     """bin/vipu-fast from vipu_fast.c (beside this module) (gcc, a fraction of a second, once per
     source and flags); None without gcc: the Python CLI does every call then, only slower.
     lab_defaults: the lab's address and Python fallback compiled in (the environment still wins)."""
     source = Path(__file__).with_name("vipu_fast.c")
     target = spec.path("bin", "vipu-fast")
-    flags = ["-O2"]
+    flags = []
     if lab_defaults:
         flags += ['-DLAB_HOST="127.0.0.1"', f'-DLAB_PORT="{spec.vipu_port}"',
                   f'-DLAB_FALLBACK="{spec.path("bin", "vipu-py")}"']
     stamp = target.with_name(".vipu-fast.flags")
     fresh = target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime
-    if fresh and stamp.exists() and stamp.read_text() == " ".join(flags):
+    if fresh and stamp.exists() and stamp.read_text() == " ".join(flags) + _compiler():
         return target
-    gcc = shutil.which("gcc")
-    if not gcc or not source.exists():
+    if not compilers() or not source.exists():
         return None
-    tmp = target.with_name(".vipu-fast.tmp")
-    proc = subprocess.run([gcc, *flags, "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise LabError(f"building {source} failed: {proc.stderr.strip()[-300:]}")
-    os.replace(tmp, target)
-    stamp.write_text(" ".join(flags))
+    try:
+        build(source, target, flags, "the lab's vipu")
+    except SlurmIpuError as exc:
+        raise LabError(str(exc)) from None
+    stamp.write_text(" ".join(flags) + _compiler())
     return target
 
 

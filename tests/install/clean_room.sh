@@ -71,7 +71,7 @@ in_chroot() {
     fail "make install-check: $(grep -v '^\s*$' "$log" | tail -n 1)"
   fi
   grep '^install-check:' "$log" | sed 's/^/  /' >&2
-  missing=$(for p in slurm-wlm munge libslurm-dev gcc make numactl hwloc lua5.1 python3 python3-venv; do
+  missing=$(for p in slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lua5.1 python3 python3-venv; do
     dpkg-query -W -f='${db:Status-Status}\n' "$p" 2>/dev/null | grep -qx installed || echo "$p"; done)
   [ -z "$missing" ] || fail "make install left packages uninstalled: $missing"
   left=$(others)

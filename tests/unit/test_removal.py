@@ -53,6 +53,17 @@ def test_the_service_removes_a_queued_partition_of_ours_and_leaves_a_stranger_s(
     assert "job 42: partition slurm_42 removed" in log and "slurm_43 is not ours" in log
 
 
+def test_an_entry_a_crash_of_the_host_lost_is_covered_by_the_record(fake, cfg):
+    """Journal entries are not fsynced (the creation record is): a crash of the host may lose one
+    the epilog was answered for. The restarted service's first pass, a full reap, removes the
+    partition of every recorded job that is over."""
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    assert Journal(cfg["state_dir"]).names() == [] and "slurm_42" in fake.partitions  # no entry
+    Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
+    assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_42") is None
+
+
 def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
     client = cfg.vipu_client()
     for job in (42, 44):

@@ -79,7 +79,7 @@ def test_the_service_creates_the_partition_and_the_hook_starts_no_python(fake, c
     assert "job 42: partition slurm_42 ACTIVE, 16 IPUs" in hooks_log(cfg)
 
 
-def test_the_epilog_is_journaled_durably_and_answered_at_once(fake, cfg, hook, listener):
+def test_the_epilog_is_journaled_before_the_answer_and_answered_at_once(fake, cfg, hook, listener):
     lis, service = listener
     code, _ = run_hook(hook, lis, SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
     assert code == 0 and python_ran(hook) == [] and service.wake.is_set()
