@@ -52,9 +52,16 @@ def write_into(directory: str | Path, name: str, data: str, durable: bool = True
 
 def read_json(path: str):
     """A state file's document; FileNotFoundError when there is none, ValueError (or another
-    OSError) when it cannot be read."""
-    with open(path, "rb") as fh:
-        return json.loads(fh.read())
+    OSError) when it cannot be read. os calls, not open(): the hook service reads two per IPU
+    job, and a file object costs three system calls more (fstat, ioctl, lseek) each."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return json.loads(b"".join(chunks))
 
 
 def remove(path: str) -> None:

@@ -29,7 +29,10 @@ import threading
 from pathlib import Path
 
 from ..errors import SlurmIpuError
+from . import jobenv, prolog  # here, not per request: a package's `from . import` runs Python each time
 from .hooklog import report
+from .journal import Journal
+from .ledger import Ledger
 
 MAX_REQUEST = 2 << 20  # job_submit.lua bounds what a job brings (slurm/limits.py): far below this
 READ_TIMEOUT = 5.0  # a request is written at once by the client, or never
@@ -156,8 +159,6 @@ def _answer(conn: socket.socket, cfg, env: dict, code: int) -> None:
 
 
 def _prolog(conn, cfg, client, slurm, env: dict) -> int | None:
-    from . import jobenv, prolog
-
     try:
         ctx = jobenv.from_env(env)
     except SlurmIpuError as exc:
@@ -178,9 +179,6 @@ def _epilog(cfg, env: dict, queued) -> int | None:
     answer, so the partition goes even if the service dies right after (a crash of the host:
     journal.py). An environment that cannot be read gets no answer: the Python epilog then says
     why."""
-    from . import jobenv
-    from .journal import Journal
-
     try:
         ctx = jobenv.from_env(env)
     except SlurmIpuError:
@@ -195,11 +193,9 @@ def _watching(conn: socket.socket, sleep):
     """The prolog's and the V-IPU client's pause, which also ends the prolog once nobody waits
     for it (Slurm killed the client: the job was cancelled): its waits for a slow partition
     would otherwise run on to the deadline. The prolog then removes what it made."""
-    from .prolog import Abandoned
-
     def pause(seconds: float) -> None:
         if gone(conn):
-            raise Abandoned("the job ended while its partition was being made")
+            raise prolog.Abandoned("the job ended while its partition was being made")
         sleep(seconds)
 
     return pause
@@ -213,9 +209,6 @@ def gone(conn: socket.socket) -> bool:
 
 
 def _give_back(cfg, job: int) -> None:
-    from .journal import Journal
-    from .ledger import Ledger
-
     for name in (f"{prefix}{job}" for prefix in cfg.job_prefixes):  # the job's hosts are not at hand here
         if Ledger(cfg["state_dir"]).owns(name, job):
             Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
