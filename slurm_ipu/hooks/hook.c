@@ -19,8 +19,9 @@
  *   slurm-ipu-hook            as slurmctld runs it (SLURM_SCRIPT_CONTEXT says which hook)
  *   slurm-ipu-hook --check    read the configuration, check what it names; `slurm-ipu doctor`
  *
- * Plain C and libc, built with the install (like the SPANK plugin), static where libc.a is
- * there: no Slurm headers, nothing of root's to load. */
+ * Plain C and libc, built with the install (like the SPANK plugin), static, with musl where
+ * musl-gcc is (slurm_ipu/cbuild.py: its start costs a third of glibc's): no Slurm headers,
+ * nothing of root's to load. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

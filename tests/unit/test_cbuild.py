@@ -67,8 +67,12 @@ def test_no_compiler_is_a_config_error(mocker, tmp_path):
 
 def test_every_way_failing_names_the_source_and_leaves_nothing(mocker, tmp_path):
     mocker.patch.object(cbuild.shutil, "which", return_value="/usr/bin/gcc")
-    mocker.patch.object(cbuild.subprocess, "run",
-                        return_value=subprocess.CompletedProcess([], 1, "", "x.c:3: error: expected ';'"))
+
+    def failing(argv, **_):
+        Path(argv[argv.index("-o") + 1]).write_text("half an output")  # as a linker may leave
+        return subprocess.CompletedProcess(argv, 1, "", "x.c:3: error: expected ';'")
+
+    mocker.patch.object(cbuild.subprocess, "run", side_effect=failing)
     (tmp_path / "x").write_text("the old build")
     with pytest.raises(SlurmIpuError, match=r"building x from .*x\.c failed: x\.c:3: error: expected ';'"):
         cbuild.build(tmp_path / "x.c", tmp_path / "x", [], "x")
