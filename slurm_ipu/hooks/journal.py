@@ -8,8 +8,9 @@ whole entry or none.
 
 Not fsynced, unlike the creation record: an entry outlives the process that wrote it (a service
 that dies after answering finds it when it starts again), and what a crash of the host itself
-loses, the record covers: the hook service's full reap at start removes every recorded
-partition whose job is over. An fsync per ended job was the hook service's largest kernel cost.
+loses (an entry gone, or left empty and so read as unreadable and dropped), the record covers:
+the hook service's full reap at start removes every recorded partition whose job is over. An
+fsync per ended job was the hook service's largest kernel cost.
 
 Whoever works an entry off (the service, the prolog short of IPUs, `slurm-ipu reap`) does it
 under `lock()`, and so does a prolog dropping its own job's stale entry: an entry is never

@@ -64,6 +64,16 @@ def test_an_entry_a_crash_of_the_host_lost_is_covered_by_the_record(fake, cfg):
     assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_42") is None
 
 
+def test_an_empty_entry_a_crash_of_the_host_left_is_dropped_and_the_record_removes_it(fake, cfg):
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    journal = Journal(cfg["state_dir"])
+    journal.dir.mkdir(parents=True, exist_ok=True)
+    (journal.dir / "slurm_42.json").write_bytes(b"")  # renamed into place, its data never written
+    Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
+    assert fake.partitions == {} and journal.names() == [] and Ledger(cfg["state_dir"]).get("slurm_42") is None
+
+
 def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
     client = cfg.vipu_client()
     for job in (42, 44):
