@@ -37,13 +37,11 @@ def build(source: Path, dest: Path, flags: list[str], what: str) -> Path:
         raise ConfigError(f"gcc not found: it builds {what} (apt-get install gcc musl-tools)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-    errors = []
     for cc in ways:
         proc = subprocess.run([*cc, "-O2", "-std=gnu11", "-Wall", *flags, "-o", str(tmp), str(source)],
                               capture_output=True, text=True, timeout=120)
         if proc.returncode == 0:
             os.replace(tmp, dest)
             return dest
-        errors.append(proc.stderr.strip())
     tmp.unlink(missing_ok=True)
-    raise SlurmIpuError(f"building {what} from {source} failed: {errors[-1][:300]}")
+    raise SlurmIpuError(f"building {what} from {source} failed: {proc.stderr.strip()[:300]}")

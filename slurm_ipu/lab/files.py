@@ -279,9 +279,9 @@ def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
     if lab_defaults:
         flags += ['-DLAB_HOST="127.0.0.1"', f'-DLAB_PORT="{spec.vipu_port}"',
                   f'-DLAB_FALLBACK="{spec.path("bin", "vipu-py")}"']
-    stamp = target.with_name(".vipu-fast.flags")
+    stamp, key = target.with_name(".vipu-fast.flags"), " ".join(flags) + _compiler()
     fresh = target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime
-    if fresh and stamp.exists() and stamp.read_text() == " ".join(flags) + _compiler():
+    if fresh and stamp.exists() and stamp.read_text() == key:
         return target
     if not compilers() or not source.exists():
         return None
@@ -289,7 +289,7 @@ def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
         build(source, target, flags, "the lab's vipu")
     except SlurmIpuError as exc:
         raise LabError(str(exc)) from None
-    stamp.write_text(" ".join(flags) + _compiler())
+    stamp.write_text(key)
     return target
 
 
