@@ -11,6 +11,18 @@ from ..errors import VipuError, VipuUnavailable
 
 API_VERSION = "1.18.0"  # the V-IPU release whose CLI and API the emulator follows
 
+# Where the emulator serving loopback port P takes its callers: a unix socket in Linux's abstract
+# namespace (nothing on disk, open to every user of this network namespace), named for the port,
+# so every client that knows the controller's address finds it. On a unix socket the kernel tells
+# the server who connected (SO_PEERCRED, fixed at connect), before a byte of the request is read:
+# no caller can pass for another. The C `vipu` (lab/vipu_fast.c) is built with this prefix.
+SOCKET_PREFIX = "vipu-emu:"
+
+
+def user_socket(port: int) -> str:
+    """The emulator's API socket for loopback port `port` (abstract: a leading NUL)."""
+    return f"\0{SOCKET_PREFIX}{int(port)}"
+
 # Same table as service.CODES, without importing the server side (and sqlite) here.
 _ERRORS = {
     "INVALID_ARGUMENT": "InvalidPartition",
@@ -52,10 +64,15 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 class Api:
+    """The emulator's API as the caller this process is: on its unix socket (user_socket), where
+    the server knows who connected; `tcp=True` speaks to the loopback TCP port instead, where a
+    caller is anonymous (tests of exactly that); admin_socket: the admin API (faults, checks)."""
+
     def __init__(self, host: str = "127.0.0.1", port: int = 8090, timeout: float = 30.0,
-                 admin_socket: str | None = None):
+                 admin_socket: str | None = None, tcp: bool = False):
         self.host, self.port, self.timeout = host, port, timeout
-        self.admin_socket = admin_socket  # the server knows the caller from the connection itself
+        self.admin_socket = admin_socket
+        self.tcp = tcp
         self._conn: http.client.HTTPConnection | None = None
 
     @property
@@ -66,9 +83,12 @@ class Api:
         if self._conn is None:
             if self.admin_socket:
                 self._conn = _UnixConnection(self.admin_socket, self.timeout)
-            else:
+            elif self.tcp:
                 _loopback_only(self.host, self.port)
                 self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            else:
+                _loopback_only(self.host, self.port)
+                self._conn = _UnixConnection(user_socket(self.port), self.timeout)
         return self._conn
 
     def close(self) -> None:
@@ -143,6 +163,10 @@ class Api:
     def get_allocation(self, name: str) -> dict:
         return self.call("GET", f"/v1/allocations/{_quote(name)}")
 
+    def grant_allocation(self, name: str, grants: list[int]) -> dict:
+        """Who may make partitions in a created allocation from now on (`update allocation --grant`)."""
+        return self.call("POST", f"/v1/allocations/{_quote(name)}/grants", {"grants": grants})
+
     def remove_allocation(self, name: str) -> dict:
         return self.call("DELETE", f"/v1/allocations/{_quote(name)}")
 
@@ -166,6 +190,10 @@ class Api:
 
     def stats(self) -> dict:
         return self.call("GET", "/admin/stats")["calls"]
+
+    def served(self) -> int:
+        """Requests the server has answered or dropped, on every listener."""
+        return self.call("GET", "/admin/stats")["served"]
 
     def check(self) -> dict:
         return self.call("GET", "/admin/check")

@@ -1,8 +1,11 @@
 """`vipu-emu serve`: the emulated V-IPU controller over HTTP/JSON on loopback.
 
-Two listeners: the API on TCP (what `vipu` talks to, and what the `down` fault closes), and an
-admin copy on a unix socket in the state directory that stays up while the TCP side is down,
-so a test can always bring the server back.
+Three listeners: the API on a unix socket named for the port (api.user_socket: what `vipu` and
+`vipu-emu attach` talk to, which knows its caller), the same API on loopback TCP (the address
+IPUOF_VIPU_API_HOST/PORT name; its callers are anonymous: identity.py), and an admin copy on a
+unix socket in the state directory that stays up while the API is down, so a test can always
+bring the server back. The `down` fault closes the TCP port; the API socket stays bound (so no
+one else can take its name) and drops every request unanswered, as a controller that is down.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from ..errors import ConfigError, PermissionDenied, VipuError
 from ..fsutil import atomic_write
 from ..locks import try_lock
 from . import identity
-from .api import API_VERSION
+from .api import API_VERSION, user_socket
 from .model import Cluster, load_cluster
 from .service import CODES, OPS, Service, code_of, fault_seconds
 
@@ -43,6 +46,7 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
         ("GET", r"^/v1/allocations$", "allocations"),
         ("POST", r"^/v1/allocations$", "create_allocation"),
         ("GET", r"^/v1/allocations/(?P<name>[^/]+)$", "get_allocation"),
+        ("POST", r"^/v1/allocations/(?P<name>[^/]+)/grants$", "grant_allocation"),
         ("DELETE", r"^/v1/allocations/(?P<name>[^/]+)$", "remove_allocation"),
         ("GET", r"^/v1/clusters$", "clusters"),
         ("POST", r"^/v1/attach$", "attach"),
@@ -68,6 +72,7 @@ class App:
         self.is_down = False
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
+        self.served = 0  # requests answered or dropped, on every listener (tests wait on it)
 
     # --- listener life ------------------------------------------------------------------
     def start_tcp(self) -> None:
@@ -112,6 +117,11 @@ class App:
                     return 200, getattr(self, f"_admin_{name}")(body)
                 if not admin and self.is_down:
                     raise ConnectionAbortedError("down")
+                if uid == identity.ANONYMOUS and name not in identity.ANONYMOUS_ROUTES:
+                    raise PermissionDenied(
+                        f"{method} {path}: an anonymous caller (loopback TCP) may ask only the version and the "
+                        "clusters; the emulator knows its callers on its API socket, which `vipu` and "
+                        "`vipu-emu attach` use")
                 op = name if name in OPS else "get"
                 self.service.before(op)
                 return getattr(self, f"_api_{name}")(match.groupdict(), query, body, uid)
@@ -146,6 +156,9 @@ class App:
 
     def _api_get_allocation(self, p, _q, _b, _u):
         return 200, self.service.get_allocation(p["name"])
+
+    def _api_grant_allocation(self, p, _q, body, uid):
+        return 200, self.service.grant_allocation(p["name"], body, uid)
 
     def _api_remove_allocation(self, p, _q, _b, uid):
         self.service.remove_allocation(p["name"], uid)
@@ -212,7 +225,11 @@ class App:
 
     def _admin_stats(self, _b):
         with self.service.faults.lock:
-            return {"calls": dict(self.service.calls)}
+            return {"calls": dict(self.service.calls), "served": self.served}
+
+    def count(self) -> None:
+        with self.service.faults.lock:
+            self.served += 1
 
     def _admin_check(self, _b):
         return self.service.check_invariants()
@@ -230,54 +247,55 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "vipu-emu"
 
-    _uid: int | None = None  # the caller's, looked up once per connection
+    uid: int = identity.ANONYMOUS  # the caller's: from the kernel at accept (setup), never from the request
 
     def setup(self) -> None:
         super().setup()
-        if self.connection.family != socket.AF_UNIX:
+        if self.connection.family == socket.AF_UNIX:
+            self.uid = identity.unix_peer_uid(self.connection)
+        else:
             # The headers and the body are two writes: with Nagle on, the body waits for the
             # client's delayed ACK of the headers, 40 ms per call on a kept-alive connection.
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def _caller(self) -> int:
-        if self._uid is None:
-            if isinstance(self.server, _UnixServer):
-                self._uid = identity.unix_peer_uid(self.connection)
-            else:
-                self._uid = identity.tcp_peer_uid(self.client_address, self.server.server_address)
-        if self._uid is None:
-            raise PermissionDenied("cannot tell which user is calling (not a loopback connection?)")
-        return self._uid
-
     def _admin(self, path: str) -> bool:
         """The admin API (faults, checks) is served on the admin socket only, to its owner and root."""
-        on_socket = isinstance(self.server, _UnixServer)
-        if path.startswith("/admin/") and not on_socket:
+        on_admin = getattr(self.server, "admin", False)
+        if path.startswith("/admin/") and not on_admin:
             raise PermissionDenied("the admin API is served on STATE_DIR/admin.sock only")
-        if on_socket and self._caller() not in (0, os.getuid()):
-            raise PermissionDenied(f"uid {self._caller()} may not use the admin socket")
-        return on_socket
+        if on_admin and self.uid not in (0, os.getuid()):
+            raise PermissionDenied(f"uid {self.uid} may not use the admin socket")
+        return on_admin
 
     def _serve(self, method: str) -> None:
-        url = urlsplit(self.path)
         try:
-            body = self._body()
-            uid, admin = self._caller(), self._admin(url.path)
-            status, payload = self.server.app.handle(method, url.path, parse_qs(url.query), body, uid, admin)
-        except ConnectionAbortedError:
+            reply = self._reply(method)
+        finally:
+            self.server.app.count()  # before the reply leaves: a caller that left cannot make it miss
+        if reply is None:  # dropped unanswered: the API is down
             self.close_connection = True
             return
-        except VipuError as exc:
-            code = code_of(exc)
-            status, payload = CODES[code][0], {"error": {"code": code, "message": str(exc)}}
-        except (ValueError, TypeError) as exc:
-            status, payload = 400, {"error": {"code": "INVALID_ARGUMENT", "message": str(exc)}}
+        status, payload = reply
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _reply(self, method: str) -> tuple[int, object] | None:
+        url = urlsplit(self.path)
+        try:
+            body = self._body()
+            return self.server.app.handle(method, url.path, parse_qs(url.query), body, self.uid,
+                                          self._admin(url.path))
+        except ConnectionAbortedError:
+            return None
+        except VipuError as exc:
+            code = code_of(exc)
+            return CODES[code][0], {"error": {"code": code, "message": str(exc)}}
+        except (ValueError, TypeError) as exc:
+            return 400, {"error": {"code": "INVALID_ARGUMENT", "message": str(exc)}}
 
     def _body(self) -> dict:
         length = int(self.headers.get("Content-Length") or 0)
@@ -309,12 +327,23 @@ class Handler(BaseHTTPRequestHandler):
 class _TcpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024
     app: App
 
 
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
+    request_queue_size = 1024  # a storm's hooks and tasks connect at once
+    admin = False  # the admin socket's: the admin API, and up while the API is down
     app: App
+
+
+def _listen_unix(path: str, app: App, admin: bool) -> _UnixServer:
+    server = _UnixServer(path, Handler)
+    server.app, server.admin = app, admin
+    threading.Thread(target=server.serve_forever, args=(0.05,), name="vipu-admin" if admin else "vipu-api",
+                     daemon=True).start()
+    return server
 
 
 def check_loopback(host: str) -> None:
@@ -340,11 +369,15 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
         app.start_tcp()
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port") from None
+    try:
+        api = _listen_unix(user_socket(app.port), app, admin=False)
+    except OSError as exc:
+        app.stop_tcp()
+        raise ConfigError(f"cannot take the API socket for port {app.port}: {exc.strerror} (another vipu-emu "
+                          "serves that port); choose another --port") from None
     admin_path = state_dir / "admin.sock"
     admin_path.unlink(missing_ok=True)
-    admin = _UnixServer(str(admin_path), Handler)
-    admin.app = app
-    threading.Thread(target=admin.serve_forever, args=(0.05,), name="vipu-admin", daemon=True).start()
+    admin = _listen_unix(str(admin_path), app, admin=True)
     info = {"pid": os.getpid(), "host": host, "port": app.port, "admin_socket": str(admin_path),
             "cluster": cluster.name}
     atomic_write(state_dir / "server.json", json.dumps(info))
@@ -355,8 +388,9 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
     while not stop.wait(3600):
         pass
     app.stop_tcp()
-    admin.shutdown()
-    admin.server_close()
+    for server in (api, admin):
+        server.shutdown()
+        server.server_close()
     admin_path.unlink(missing_ok=True)
     (state_dir / "server.json").unlink(missing_ok=True)
     store.close()

@@ -40,7 +40,7 @@ CODES: dict[str, tuple[int, type[VipuError]]] = {
     "DEADLINE_EXCEEDED": (504, VipuUnavailable),
 }
 OPS = ("create", "remove", "get", "list", "reset", "ipuof", "attach", "allocations", "version", "create_allocation",
-       "remove_allocation", "get_allocation")
+       "remove_allocation", "get_allocation", "grant_allocation")
 
 
 def code_of(exc: VipuError) -> str:
@@ -218,9 +218,7 @@ class Service:
         by_size = req.get("agents") is None and req.get("size") is not None
         agents = None if by_size else self._named_agents(name, req)
         size = self._allocation_size(name, req) if by_size else 0
-        grants = req.get("grants") or []
-        if not isinstance(grants, list) or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in grants):
-            raise InvalidPartition(f"allocation {name}: grants must be uids, got {grants!r}")
+        grants = _uids(name, req.get("grants") or [])
         with self._lock:
             if name in self.cluster.allocations:
                 raise PartitionExists(f"allocation {name} already exists")
@@ -288,6 +286,26 @@ class Service:
         held = {i // rules.IPUS_PER_AGENT for i in self.store.used_ipus()}
         return [a for a in range(self.base.num_agents) if a not in taken and a not in held]
 
+    def grant_allocation(self, name: str, req: dict, caller_uid: int) -> dict:
+        """`vipu-admin update allocation NAME --grant U,...`: the users who may make partitions in an
+        allocation an admin created, from now on. A job's epilog narrows its allocation to the hooks'
+        own user before it removes what is inside: a create by the job's user after that is refused
+        (the grant is checked under the placement lock), so nothing new appears between the epilog's
+        list and its remove. An empty list is refused: it would open the allocation to anyone."""
+        self._admin_only(caller_uid, "change allocations")
+        grants = _uids(name, req.get("grants"))
+        if not grants:
+            raise InvalidPartition(f"allocation {name}: --grant names no user; an allocation granted to no one is "
+                                   "open to anyone, so give at least one (e.g. root)")
+        with self._lock:
+            if name not in self.dynamic:
+                if name in self.cluster.allocations:
+                    raise InvalidPartition(f"allocation {name} is the cluster file's own; its grants are the file's")
+                raise PartitionNotFound(f"allocation {name} not found")
+            self.store.set_grants(name, grants)
+            self._rebuild()
+        return next(a for a in self.allocations() if a["id"] == name)
+
     def remove_allocation(self, name: str, caller_uid: int) -> None:
         """Refused while partitions live in it (they would lose their IPU-Machines under a running
         job): remove them first, as slurm-ipu's epilog does. A file's allocation is not removable."""
@@ -310,19 +328,12 @@ class Service:
             _int(req, "size"), _opt_int(req, "num_gcds"), _opt_int(req, "num_ilds"),
             cluster_ilds=self.cluster.ilds, ipus_per_ild=self.cluster.ipus_per_ild,
         )
-        allocation = self._allocation(req.get("allocation"))
-        rules.check_size(shape.size, len(self.cluster.allocation_ipus(allocation)), f"allocation {allocation}")
-        granted = caller_uid == 0 or self.cluster.granted(allocation, caller_uid)
-        if granted is False:
-            raise PermissionDenied(f"uid {caller_uid} may not create partitions in allocation {allocation}: it is "
-                                   "granted to other users (this site hands out its IPUs through Slurm: ask for them "
-                                   "with --gres=ipu:N)")
         owner = _opt_int(req, "owner_uid")
         owner = caller_uid if owner is None else owner
-        if owner != caller_uid and not granted:
-            raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}: only root or a "
-                                   f"user granted allocation {allocation} may")
-        with self._lock:
+        with self._lock:  # the allocations and grants as they stand now: an epilog's revoke never races a create
+            allocation = self._allocation(req.get("allocation"))
+            rules.check_size(shape.size, len(self.cluster.allocation_ipus(allocation)), f"allocation {allocation}")
+            self._may_create(allocation, caller_uid, owner)
             if self.store.get(name) is not None:
                 raise PartitionExists(f"partition {name} already exists")
             free = self.cluster.allocation_ipus(allocation) - self.store.used_ipus() - self._held_inside(allocation)
@@ -339,6 +350,16 @@ class Service:
             }
             self.store.insert(record, ipus)
         return self.get_partition(name)
+
+    def _may_create(self, allocation: str, caller_uid: int, owner: int) -> None:
+        granted = caller_uid == 0 or self.cluster.granted(allocation, caller_uid)
+        if granted is False:
+            raise PermissionDenied(f"uid {caller_uid} may not create partitions in allocation {allocation}: it is "
+                                   "granted to other users (this site hands out its IPUs through Slurm: ask for them "
+                                   "with --gres=ipu:N)")
+        if owner != caller_uid and not granted:
+            raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}: only root or a "
+                                   f"user granted allocation {allocation} may")
 
     def _held_inside(self, allocation: str) -> set[int]:
         """IPUs of created allocations inside `allocation` (jobs' allocations in a Pod's): a
@@ -455,6 +476,12 @@ def _agent_choices(count: int, free: list[int], per_ild: int, num_agents: int) -
             yield frozenset(mine[:count])
     if len(free) >= count:
         yield frozenset(free[:count])
+
+
+def _uids(name: str, grants: object) -> list[int]:
+    if not isinstance(grants, list) or any(isinstance(g, bool) or not isinstance(g, int) or g < 0 for g in grants):
+        raise InvalidPartition(f"allocation {name}: grants must be uids, got {grants!r}")
+    return grants
 
 
 def _int(req: dict, key: str) -> int:

@@ -122,6 +122,9 @@ class Store:
         self._write([("INSERT INTO allocations (name, agents, grants, created_at) VALUES (?, ?, ?, ?)",
                       (name, json.dumps(sorted(agents)), json.dumps(sorted(grants)), created_at))])
 
+    def set_grants(self, name: str, grants: list[int]) -> None:
+        self._write([("UPDATE allocations SET grants = ? WHERE name = ?", (json.dumps(sorted(grants)), name))])
+
     def delete_allocation(self, name: str) -> None:
         self._write([("DELETE FROM allocations WHERE name = ?", (name,))])
 

@@ -85,6 +85,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     a.add_argument("--size", type=int, help="IPUs, without --agents: the controller picks free IPU-Machines")
     a.add_argument("--grant", default="", help="emulator: comma-separated users or uids granted it (default: anyone)")
 
+    # Emulator-only: who may make partitions in a created allocation from now on (the epilog's revoke).
+    u = verbs.add_parser("update").add_subparsers(dest="noun", required=True).add_parser("allocation", parents=[leaf])
+    u.add_argument("name")
+    u.add_argument("--grant", required=True, help="emulator: comma-separated users or uids granted it from now on")
+
     for verb in ("remove", "delete", "reset"):
         sub = verbs.add_parser(verb).add_subparsers(dest="noun", required=True)
         r = sub.add_parser("partition", parents=[leaf])
@@ -219,11 +224,14 @@ def list_partitions(api: Api, allocation: str | None, show_json: bool) -> str:
 
 
 def run_allocation(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
-    """vipu-admin's create, get, remove (or delete) allocation."""
+    """vipu-admin's create, update (the emulator's grants), get, remove (or delete) allocation."""
     if args.verb == "create":
         agents = [a for a in (args.agents or "").split(",") if a]
         doc = api.create_allocation(args.name, agents, _uids(args.grant), size=args.size)
         print(json.dumps(doc, indent=2) if args.showjson else f"create allocation ({args.name}): success.", file=out)
+    elif args.verb == "update":
+        doc = api.grant_allocation(args.name, _uids(args.grant))
+        print(json.dumps(doc, indent=2) if args.showjson else f"update allocation ({args.name}): success.", file=out)
     elif args.verb == "get":
         doc = api.get_allocation(args.name)
         print(json.dumps(doc, indent=2) if args.showjson else allocation_table(doc["allocation"]), file=out)

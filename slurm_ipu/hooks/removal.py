@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import SlurmIpuError
+from ..errors import SlurmIpuError, VipuError
 from ..locks import LockTimeout
 from .hooklog import report
 from .journal import Journal
@@ -45,12 +45,20 @@ def describe(job_id, name: str, outcome: str, what: str = "partition") -> str:
     return f"job {job_id}: {what} {name} {outcome}"
 
 
+def entry_only(exc: SlurmIpuError) -> bool:
+    """V-IPU answered, and refused this one removal: the controller is up and other entries may
+    go. Unreachable, timed out, no `vipu` command: everything else would fail the same way."""
+    return isinstance(exc, VipuError) and not exc.transient
+
+
 def work_off(cfg, client, names: list[str], deadline: float,
-             clock=time.monotonic) -> tuple[list[str], Exception | None]:
+             clock=time.monotonic) -> tuple[list[str], dict[str, SlurmIpuError]]:
     """Work the journal's entries for `names` off, each under the journal lock (a prolog taking
     its own job's name back waits for it, and then finds the entry gone). Returns the names
-    settled, and the V-IPU error that stopped the pass (the rest wait for the next one)."""
-    journal, done = Journal(cfg["state_dir"]), []
+    settled, and those V-IPU failed with each one's error (they stay queued). A transient failure
+    (V-IPU unreachable) ends the pass: the rest would fail the same way. V-IPU refusing one
+    removal does not hold up the others."""
+    journal, done, failed = Journal(cfg["state_dir"]), [], {}
     for name in names:
         if clock() >= deadline:
             break
@@ -65,8 +73,11 @@ def work_off(cfg, client, names: list[str], deadline: float,
                 continue
             except SlurmIpuError as exc:
                 journal.add(name, job, str(exc))
-                return done, exc
+                failed[name] = exc
+                if not entry_only(exc):
+                    break
+                continue
             journal.drop(name)
         report(cfg["state_dir"], describe(job, name, outcome, cfg.kind_of(name)))
         done.append(name)
-    return done, None
+    return done, failed

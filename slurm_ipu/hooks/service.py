@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import SlurmIpuError
 from .hooklog import report
 from .journal import Journal
-from .removal import work_off
+from .removal import entry_only, work_off
 
 # The service wakes for work, not on a clock: an epilog it queues wakes the removal thread, a
 # request or a stop signal wakes the accept loop. The journal is still scanned once a second
@@ -44,8 +44,9 @@ class Service:
 
     def __init__(self, cfg, client, slurm, clock=time.monotonic):
         self.cfg, self.client, self.slurm, self.clock = cfg, client, slurm, clock
-        self.retry_at = 0.0
+        self.retry_at = 0.0  # V-IPU unreachable: no entry is tried before then
         self.backoff = 1.0
+        self.later: dict[str, tuple[float, float]] = {}  # an entry V-IPU refused: (retry at, its backoff)
         self.next_reap = clock()  # a full reap at start: whatever happened while we were down
         self.stopping = False
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
@@ -54,11 +55,15 @@ class Service:
         """One pass; returns how long the removal thread may sleep unless woken."""
         now = self.clock()
         names = Journal(self.cfg["state_dir"]).names()
+        self.later = {n: v for n, v in self.later.items() if n in names}  # settled by a prolog or reap
+        due = [n for n in names if n not in self.later or self.later[n][0] <= now]
         pause = JOURNAL_POLL_S
-        if names and now < self.retry_at:
-            pause = self.retry_at - now  # backing off: V-IPU failed the last pass
-        elif names:
-            pause = self._work_off(names, now)
+        if due and now < self.retry_at:
+            pause = self.retry_at - now  # backing off: V-IPU was unreachable on the last pass
+        elif due:
+            pause = self._work_off(due, now)
+        if self.later:
+            pause = min(pause, min(at for at, _ in self.later.values()) - self.clock())
         if now >= self.next_reap:
             self.next_reap = now + self.cfg["reap.interval"]
             self._reap()
@@ -66,15 +71,21 @@ class Service:
 
     def _work_off(self, names: list[str], now: float) -> float:
         done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
-        if failed is not None:  # V-IPU trouble: no hammering; every entry stays queued
-            self.retry_at = self.clock() + self.backoff
-            report(self.cfg["state_dir"], f"hook service: V-IPU failed ({failed}); "
-                                          f"retrying in {self.backoff:g}s")
+        for name in done:
+            self.later.pop(name, None)
+        for name, exc in failed.items():
+            if entry_only(exc):  # that removal alone waits; the others go on
+                backoff = min(self.later.get(name, (0.0, 0.5))[1] * 2, BACKOFF_MAX_S)
+                self.later[name] = (self.clock() + backoff, backoff)
+                report(self.cfg["state_dir"], f"hook service: {name} not removed ({exc}); retrying in {backoff:g}s")
+                continue
+            self.retry_at = self.clock() + self.backoff  # V-IPU unreachable: no hammering; all stay queued
+            report(self.cfg["state_dir"], f"hook service: V-IPU failed ({exc}); retrying in {self.backoff:g}s")
             self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
             return self.retry_at - self.clock()
         self.backoff = 1.0
         # An entry left (its prolog still holds the name) is tried again soon.
-        return BUSY_POLL_S if len(done) < len(names) else JOURNAL_POLL_S
+        return BUSY_POLL_S if len(done) + len(failed) < len(names) else JOURNAL_POLL_S
 
     def _reap(self) -> None:
         from . import reap

@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import config, rules
 from ..cbuild import build, compilers
 from ..deploy import render
+from ..emulator.api import SOCKET_PREFIX
 from ..errors import LabError, SlurmIpuError
 from ..fsutil import atomic_write
 from ..hooks.transport import HOOK_SOURCE, build_hook
@@ -275,7 +276,7 @@ def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
     lab_defaults: the lab's address and Python fallback compiled in (the environment still wins)."""
     source = Path(__file__).with_name("vipu_fast.c")
     target = spec.path("bin", "vipu-fast")
-    flags = []
+    flags = [f'-DSOCKET_PREFIX="{SOCKET_PREFIX}"']  # the emulator's API socket (emulator/api.py)
     if lab_defaults:
         flags += ['-DLAB_HOST="127.0.0.1"', f'-DLAB_PORT="{spec.vipu_port}"',
                   f'-DLAB_FALLBACK="{spec.path("bin", "vipu-py")}"']

@@ -10,6 +10,7 @@
  *   vipu [--api-host H] [--api-port P] [--api-timeout S] reset partition NAME [--showjson]
  *        (PopRun's reset between runs of a job)
  *   vipu-admin [...] create allocation NAME --agents A,B [--grant UID,UID] [--showjson]
+ *   vipu-admin [...] update allocation NAME --grant UID,UID
  *   vipu-admin [...] remove|delete allocation NAME
  *        (the allocation model's prolog and epilog: docs/vipu.md)
  *
@@ -19,15 +20,15 @@
  * any request, to the Python CLI named by $VIPU_FAST_FALLBACK with the same arguments.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
-#include <netdb.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 struct req {
@@ -90,6 +91,12 @@ static int digits(const char *s)
 		if (!isdigit((unsigned char)*s))
 			return 0;
 	return 1;
+}
+
+/* The emulator serves loopback only: any other host goes to the Python CLI, which refuses it. */
+static int loopback(const char *host)
+{
+	return !strcmp(host, "localhost") || !strcmp(host, "::1") || !strncmp(host, "127.", 4);
 }
 
 /* An option's value, as `--opt value` or `--opt=value`; NULL if this is not that option. */
@@ -157,7 +164,7 @@ static void parse(int argc, char **argv, struct req *r)
 		r->host = env_or("VIPU_CLI_API_HOST", LAB_HOST);
 	if (!r->port)
 		r->port = env_or("VIPU_CLI_API_PORT", LAB_PORT);
-	if (!word_ok(r->host, ".-:") || !digits(r->port) || atoi(r->port) > 65535)
+	if (!word_ok(r->host, ".-:") || !loopback(r->host) || !digits(r->port) || atoi(r->port) > 65535)
 		fallback(); /* the address from a config file, or a bad one: the Python CLI says which */
 	if (!strcmp(r->verb, "list")) {
 		if (r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable || r->allocation ||
@@ -167,13 +174,15 @@ static void parse(int argc, char **argv, struct req *r)
 	}
 	if (!isalnum((unsigned char)r->name[0]) || strlen(r->name) > 64 || !word_ok(r->name, "_.-"))
 		fallback();
-	if (r->noun[0] == 'a') { /* an allocation: create with its agents (uids only as grants), or remove */
-		int create = !strcmp(r->verb, "create");
+	if (r->noun[0] == 'a') { /* an allocation: create with its agents (uids only as grants), update its
+				    * grants (the epilog's revoke), or remove */
+		int create = !strcmp(r->verb, "create"), update = !strcmp(r->verb, "update");
 
-		if ((!create && strcmp(r->verb, "remove") && strcmp(r->verb, "delete")) ||
+		if ((!create && !update && strcmp(r->verb, "remove") && strcmp(r->verb, "delete")) ||
 		    r->size || r->gcds || r->ilds || r->hosts || r->owner || r->reconfigurable || r->allocation ||
 		    (create && (!r->agents || !word_ok(r->agents, "_.-,") || (r->grant && !word_ok(r->grant, ",")))) ||
-		    (!create && (r->agents || r->grant)))
+		    (update && (r->agents || !r->grant || !word_ok(r->grant, ","))) ||
+		    (!create && !update && (r->agents || r->grant)))
 			fallback();
 		return;
 	}
@@ -198,29 +207,43 @@ static void unreachable(const struct req *r)
 	exit(1);
 }
 
+/* The emulator's API socket for the port (emulator/api.py, user_socket): abstract, named
+ * SOCKET_PREFIX<port>, where the server knows its caller from the kernel (SO_PEERCRED). The
+ * prefix is compiled in from the Python constant (lab/files.py), never written here. Only a
+ * loopback host is served (parse hands any other to the Python CLI, which says so). */
+#ifndef SOCKET_PREFIX
+#error "build with -DSOCKET_PREFIX (slurm_ipu/lab/files.py: build_vipu_fast)"
+#endif
 static int dial(const struct req *r)
 {
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res, *ai;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct timeval tv = {.tv_sec = (time_t)r->timeout, .tv_usec = (suseconds_t)((r->timeout - (time_t)r->timeout) * 1e6)};
-	int fd = -1;
+	int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "%s%s", SOCKET_PREFIX, r->port);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
-	if (getaddrinfo(r->host, r->port, &hints, &res))
-		unreachable(r);
-	for (ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
-		if (fd < 0)
-			continue;
-		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-		setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-		if (!connect(fd, ai->ai_addr, ai->ai_addrlen))
-			break;
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(res);
 	if (fd < 0)
 		unreachable(r);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)))
+		unreachable(r);
 	return fd;
+}
+
+/* --grant's uids as a JSON list's items; a user name goes to the Python CLI, which looks it up. */
+static void uid_list(const char *csv, char *out, size_t cap)
+{
+	char copy[1024], *save = NULL;
+	size_t g = 0;
+
+	out[0] = 0;
+	snprintf(copy, sizeof(copy), "%s", csv ? csv : "");
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (!digits(tok))
+			fallback();
+		/* numbers as numbers: "007" is 7, as Python's int() reads it, never invalid JSON */
+		g += (size_t)snprintf(out + g, cap - g, "%s%d", g ? ", " : "", atoi(tok));
+	}
 }
 
 /* `"key": "value"` inside s, JSON escapes undone (enough for the server's messages). */
@@ -267,24 +290,20 @@ int main(int argc, char **argv)
 	parse(argc, argv, &r);
 	snprintf(path, sizeof(path), "/v1/%s%s%s%s", r.noun && r.noun[0] == 'a' ? "allocations" : "partitions",
 		 r.name[0] && r.verb[0] != 'c' ? "/" : "", r.verb[0] == 'c' ? "" : r.name,
-		 !strcmp(r.verb, "reset") ? "/reset" : "");
-	if (r.verb[0] == 'c' && r.noun[0] == 'a') {
-		char agents[1024] = "", copy[1024], *save = NULL;
+		 !strcmp(r.verb, "reset") ? "/reset" : r.verb[0] == 'u' ? "/grants" : "");
+	if (r.verb[0] == 'u') {
+		char grants[512];
+
+		uid_list(r.grant, grants, sizeof(grants));
+		len = snprintf(body, sizeof(body), "{\"grants\": [%s]}", grants);
+	} else if (r.verb[0] == 'c' && r.noun[0] == 'a') {
+		char agents[1024] = "", copy[1024], *save = NULL, grants[512];
 		size_t a = 0;
 
 		snprintf(copy, sizeof(copy), "%s", r.agents);
 		for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
 			a += (size_t)snprintf(agents + a, sizeof(agents) - a, "%s\"%s\"", a ? ", " : "", tok);
-		char grants[512] = "";
-		size_t g = 0;
-
-		snprintf(copy, sizeof(copy), "%s", r.grant ? r.grant : "");
-		for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-			if (!digits(tok))
-				fallback();
-			/* numbers as numbers: "007" is 7, as Python's int() reads it, never invalid JSON */
-			g += (size_t)snprintf(grants + g, sizeof(grants) - g, "%s%d", g ? ", " : "", atoi(tok));
-		}
+		uid_list(r.grant, grants, sizeof(grants));
 		len = snprintf(body, sizeof(body), "{\"name\": \"%s\", \"agents\": [%s], \"grants\": [%s]}", r.name,
 			       agents, grants);
 	} else if (r.verb[0] == 'c') {
@@ -316,7 +335,7 @@ int main(int argc, char **argv)
 	len = snprintf(msg, sizeof(msg),
 		       "%s %s HTTP/1.1\r\nHost: %s:%s\r\nContent-Type: application/json\r\n"
 		       "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
-		       r.verb[0] == 'c' || !strcmp(r.verb, "reset") ? "POST" : r.verb[0] == 'l' ? "GET" : "DELETE", path,
+		       r.verb[0] == 'c' || r.verb[0] == 'u' || !strcmp(r.verb, "reset") ? "POST" : r.verb[0] == 'l' ? "GET" : "DELETE", path,
 		       r.host, r.port, len, body);
 	fd = dial(&r);
 	for (int off = 0; off < len; off += (int)k)

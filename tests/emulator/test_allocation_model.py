@@ -7,6 +7,7 @@ orphan with its partitions."""
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -162,3 +163,62 @@ def test_a_controller_that_calls_busy_machines_a_bad_request_still_gets_the_job_
     slurm = FakeSlurm()
     assert prolog.run(job(42, "node1"), cfg, client, slurm) == 0, slurm.comments
     assert {a["id"] for a in api.allocations()} == {"default", "c42"} and 42 not in slurm.cancelled
+
+
+# A job's user making partitions in its allocation as fast as they can while the epilog runs (issue
+# 35, item 2): before, the epilog listed and removed the partitions, then found new ones in the way of
+# the allocation's removal and left it, with its IPU-Machines, until the loop stopped. Each create is
+# size 1, and the oldest goes once 16 are there, so the loop never runs out of room by itself.
+CREATE_LOOP = """
+import http.client, json, socket, sys, time
+port, prefix, allocation = sys.argv[1:4]
+class Unix(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect("\\0" + prefix + port)
+conn, made, end = Unix("localhost", timeout=10), 0, time.monotonic() + 60
+def call(method, path, body=None):
+    conn.request(method, path, body=json.dumps(body) if body else None, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    return resp.status, json.loads(resp.read() or b"{}")
+for k in range(100000):
+    if time.monotonic() > end:
+        print("still creating at the deadline")
+        break
+    status, doc = call("POST", "/v1/partitions", {"name": f"z{k}", "size": 1, "allocation": allocation})
+    if status == 201:
+        made += 1
+        if k >= 16:
+            call("DELETE", f"/v1/partitions/z{k - 16}")
+    elif made:
+        print(f"made {made}, then {status} {doc['error']['code']}: {doc['error']['message']}")
+        break
+"""
+
+
+@needs_root
+def test_a_user_creating_partitions_as_the_job_ends_keeps_nothing(site, emu, api):
+    from slurm_ipu.emulator.api import SOCKET_PREFIX
+
+    from ..waiting import wait_for
+    from .test_identity import SETPRIV
+
+    cfg, client = site
+    assert prolog.run(job(), cfg, client, FakeSlurm()) == 0
+    argv = [SETPRIV, f"--reuid={ALICE}", f"--regid={ALICE}", "--clear-groups", "/usr/bin/python3", "-I", "-c",
+            CREATE_LOOP, str(emu.port), SOCKET_PREFIX, "c42"]
+    loop = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    try:
+        wait_for("the user's loop to make partitions in c42", lambda: len(api.list_partitions("c42")) >= 4, timeout=30)
+        assert epilog.run(job(), cfg, client) == 0
+        out, err = loop.communicate(timeout=60)
+    finally:
+        loop.kill()
+        loop.wait(10)
+    assert [a["id"] for a in api.allocations()] == ["default"] and api.list_partitions() == []
+    assert "then 403 PERMISSION_DENIED: uid 4201 may not create partitions in allocation c42" in out, (out, err)
+    with open(f"{cfg['state_dir']}/hooks.log") as log:
+        assert "job 42: allocation c42 removed" in log.read()
+    status, doc = call_as(ALICE, emu.port, "POST", "/v1/attach", {"partition": "z20", "gcd": 0, "host": "node1"})
+    assert status == 404 and doc["error"]["code"] == "NOT_FOUND"

@@ -1,5 +1,5 @@
 """The emulator knows its caller from the connection, not from what the caller claims, and
-serves its admin API on the admin socket only (issue 14, item 6).
+serves its admin API on the admin socket only (issue 14, item 6; issue 35, item 1).
 
 A non-root caller is a real process of another uid (setpriv), speaking raw HTTP with the
 system Python, so nothing of ours runs on its side to be trusted."""
@@ -13,25 +13,41 @@ import subprocess
 
 import pytest
 
-from slurm_ipu.emulator import identity
+from slurm_ipu.emulator.api import SOCKET_PREFIX
+
+from ..waiting import wait_for
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
+# argv: method path body port transport socket-prefix. "unix": the API socket `vipu` uses (abstract:
+# the NUL is added here, argv cannot carry it); "tcp": the loopback port IPUOF_VIPU_API_PORT names.
 CALL = """
-import http.client, json, sys
-method, path, body = sys.argv[1], sys.argv[2], sys.argv[3]
-conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[4]), timeout=10)
+import http.client, json, socket, sys
+method, path, body, port, transport, prefix = sys.argv[1:7]
+class Unix(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect("\\0" + prefix + port)
+conn = (http.client.HTTPConnection("127.0.0.1", int(port), timeout=10) if transport == "tcp"
+        else Unix("localhost", timeout=10))
 conn.request(method, path, body=body or None, headers={"X-Vipu-Uid": "0", "Content-Type": "application/json"})
 resp = conn.getresponse()
 print(resp.status, resp.read().decode())
 """
 
 
-def call_as(uid: int, port: int, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    argv = ["/usr/bin/python3", "-I", "-c", CALL, method, path, json.dumps(body) if body else "", str(port)]
+def as_user(uid: int, argv: list[str]) -> list[str]:
     if uid != os.getuid():
         argv = [SETPRIV, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    return argv
+
+
+def call_as(uid: int, port: int, method: str, path: str, body: dict | None = None,
+            transport: str = "unix") -> tuple[int, dict]:
+    argv = ["/usr/bin/python3", "-I", "-c", CALL, method, path, json.dumps(body) if body else "", str(port),
+            transport, SOCKET_PREFIX]
+    proc = subprocess.run(as_user(uid, argv), capture_output=True, text=True, timeout=30, cwd="/")
     assert proc.returncode == 0, proc.stderr
     status, _, text = proc.stdout.partition(" ")
     return int(status), json.loads(text)
@@ -53,23 +69,60 @@ def test_a_forged_uid_header_changes_nothing(emu, api):
     assert [p["partition"]["id"] for p in api.list_partitions()] == ["roots"]
 
 
-def test_the_admin_api_is_not_served_on_tcp(emu, admin):
-    status, doc = call_as(os.getuid(), emu.port, "POST", "/admin/crash")
+@pytest.mark.parametrize("transport", ["unix", "tcp"])
+def test_the_admin_api_is_not_served_on_the_api(emu, admin, transport):
+    status, doc = call_as(os.getuid(), emu.port, "POST", "/admin/crash", transport=transport)
     assert status == 403 and "admin API is served on STATE_DIR/admin.sock only" in doc["error"]["message"]
     assert admin.check()["ok"]  # the server is still up, and the socket answers
 
 
-def test_the_kernel_table_names_the_owner_of_a_loopback_connection(emu):
-    import socket
+def test_a_tcp_caller_is_anonymous_even_root(emu, api):
+    """The TCP port cannot tell who connected: root's own calls there are an anonymous caller's."""
+    api.create_partition(name="roots", size=4)
+    status, doc = call_as(os.getuid(), emu.port, "GET", "/v1/version", transport="tcp")
+    assert status == 200 and doc["emulator"] is True
+    for method, path, body in [("DELETE", "/v1/partitions/roots", None), ("GET", "/v1/partitions", None),
+                               ("GET", "/v1/partitions/roots", None), ("POST", "/v1/partitions/roots/reset", None),
+                               ("POST", "/v1/partitions", {"name": "anon", "size": 4}),
+                               ("POST", "/v1/attach", {"partition": "roots", "gcd": 0, "uid": 0, "host": "h"}),
+                               ("POST", "/v1/allocations", {"name": "c1", "agents": ["ag0"]})]:
+        status, doc = call_as(os.getuid(), emu.port, method, path, body, transport="tcp")
+        assert status == 403 and "an anonymous caller (loopback TCP)" in doc["error"]["message"], (method, path)
+    assert [p["partition"]["id"] for p in api.list_partitions()] == ["roots"]
 
-    with socket.create_connection(("127.0.0.1", emu.port), timeout=10) as sock:
-        assert identity.tcp_peer_uid(sock.getsockname(), ("127.0.0.1", emu.port)) == os.getuid()
-    assert identity.tcp_peer_uid(("127.0.0.1", 1), ("127.0.0.1", emu.port)) is None
+
+# A caller that sends a request whose body keeps the server parsing, and closes at once (issue 35,
+# item 1: the emulator read the caller's uid from /proc/net/tcp after the body, when a closed
+# client's entry reads uid 0). 50 times on each transport, all without waiting for a reply.
+RACE = """
+import json, socket, sys
+port, prefix, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+body = json.dumps({"name": "stolen", "size": 4, "owner_uid": 0, **{f"k{i}": i for i in range(50000)}}).encode()
+for i in range(count):
+    for transport in ("unix", "tcp"):
+        for method, path in (("DELETE", "/v1/partitions/roots"), ("POST", "/v1/partitions")):
+            if transport == "unix":
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect("\\0" + prefix + port)
+            else:
+                s = socket.create_connection(("127.0.0.1", int(port)))
+            head = f"{method} {path} HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: {len(body)}\\r\\n\\r\\n".encode()
+            s.sendall(head + body)
+            s.close()
+print("sent")
+"""
 
 
-def test_proc_address_format():
-    assert identity._proc_addr("127.0.0.1", 8090) == "0100007F:1F9A"
-    assert identity._proc_addr("::1", 80) == "00000000000000000000000001000000:0050"
+@needs_root
+def test_a_caller_that_closes_mid_request_acts_as_itself(emu, api, admin):
+    api.create_partition(name="roots", size=4)
+    before = admin.served()
+    argv = ["/usr/bin/python3", "-I", "-c", RACE, str(emu.port), SOCKET_PREFIX, "50"]
+    proc = subprocess.run(as_user(NOBODY, argv), capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode == 0 and "sent" in proc.stdout, proc.stderr
+    wait_for("the server to have handled all 200 requests", lambda: admin.served() >= before + 200, timeout=120)
+    parts = {p["partition"]["id"]: p["partition"]["spec"]["owner_uid"] for p in api.list_partitions()}
+    assert parts == {"roots": 0}
 
 
 # --- grants: V-IPU only through Slurm (issue 23, item 3) --------------------------------

@@ -101,7 +101,7 @@ def test_the_journal_and_reap_remove_each_kind_as_what_it_is(mixed):
     journal.add(cfg.job_name(7, ["node1"]), 7, "queued by the epilog")
     journal.add(cfg.job_name(8, ["node5"]), 8, "queued by the epilog")
     done, err = work_off(cfg, client, journal.names(), time.monotonic() + 10)
-    assert (sorted(done), err) == (["c7", "slurm_8"], None)
+    assert (sorted(done), err) == (["c7", "slurm_8"], {})
     # Jobs 9 and 10 ended with no epilog (slurmctld died): reap finds both kinds.
     lines = []
     assert reap.run(cfg, client, FakeSlurm({}), out=lines.append) == 0

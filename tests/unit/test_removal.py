@@ -74,7 +74,8 @@ def test_an_empty_entry_a_crash_of_the_host_left_is_dropped_and_the_record_remov
     assert fake.partitions == {} and journal.names() == [] and Ledger(cfg["state_dir"]).get("slurm_42") is None
 
 
-def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
+def two_ended_jobs(cfg) -> tuple[Clock, Service]:
+    """Jobs 42 and 44 ran and ended, their removals queued; a service whose clock moves by hand."""
     client = cfg.vipu_client()
     for job in (42, 44):
         assert prolog.run(env(SLURM_JOB_ID=str(job)), cfg, client, FakeSlurm()) == 0
@@ -82,6 +83,11 @@ def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
     clock = Clock()
     service = Service(cfg, client, FakeSlurm({}), clock=clock)
     service.next_reap = float("inf")
+    return clock, service
+
+
+def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
+    clock, service = two_ended_jobs(cfg)
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
     assert service.step() == pytest.approx(1.0, abs=0.05)  # the removal thread sleeps out the backoff
     assert Journal(cfg["state_dir"]).names() == ["slurm_42", "slurm_44"]  # one failure stops the pass
@@ -93,6 +99,30 @@ def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
     clock.now += 1.0
     assert service.step() == service_module.JOURNAL_POLL_S
     assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+
+
+def test_v_ipu_refusing_one_removal_backs_off_that_entry_alone(fake, cfg):
+    """V-IPU answered and refused one removal (an allocation holding partitions, say): the other
+    entries go in the same pass, and the refused one waits out its own backoff (issue 35, item 2:
+    one job's trouble held every other job's IPUs until the next full reap)."""
+    clock, service = two_ended_jobs(cfg)
+    fake.failures = [("error: partition slurm_42 is busy [FAILED_PRECONDITION]", 1)]
+    assert service.step() == pytest.approx(1.0, abs=0.05)  # slurm_42's own backoff
+    assert Journal(cfg["state_dir"]).names() == ["slurm_42"] and sorted(fake.partitions) == ["slurm_42"]
+    assert "hook service: slurm_42 not removed (partition slurm_42 is busy); retrying in 1s" in hooks_log(cfg)
+    calls = len(fake.calls)
+    clock.now += 0.5
+    assert service.step() == pytest.approx(0.5, abs=0.05) and len(fake.calls) == calls  # not yet
+    fake.failures = [("error: partition slurm_42 is busy [FAILED_PRECONDITION]", 1)]
+    clock.now += 0.5
+    assert service.step() == service_module.JOURNAL_POLL_S  # the journal's poll comes first
+    assert "retrying in 2s" in hooks_log(cfg)  # refused again: twice as long
+    calls = len(fake.calls)
+    clock.now += 1.0
+    assert service.step() == pytest.approx(1.0, abs=0.05) and len(fake.calls) == calls
+    clock.now += 1.0
+    assert service.step() == service_module.JOURNAL_POLL_S
+    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == [] and service.later == {}
 
 
 def test_an_entry_whose_prolog_holds_its_name_is_tried_again_soon_not_at_once(fake, cfg):
