@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from .boolean import parse_bool
-from .errors import ConfigError
+from .errors import ConfigError, shown
 from .pods import Pod
-from .rules import IPUS_PER_AGENT, IPUS_PER_ILD
+from .rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS
 from .slurm import releases
 
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
@@ -67,13 +67,13 @@ def _between(lo: float, hi: float):
 
 
 def _positive(v):
-    return None if 0 < v < float("inf") else "a positive number of seconds"
+    return None if 0 < v <= 86400 else "a positive number of seconds, at most 86400 (a day)"
 
 
 def _pod_size(v):
-    from .rules import is_valid_allocation
+    from .rules import POD_SIZES, is_pod_size
 
-    return None if is_valid_allocation(v) else "a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 (128, 192, 256, ...)"
+    return None if is_pod_size(v) else f"a Pod size: {POD_SIZES}; a bigger cluster is pods:"
 
 
 PREFIX_CHARS = "-_"  # what the SPANK plugin accepts in its prefix= argument (spank/args.c)
@@ -453,7 +453,7 @@ def _typed(where, f: Field, value: Any) -> Any:
     else:
         ok = not isinstance(value, bool) and (isinstance(value, f.type) or f.type is float and isinstance(value, int))
     if not ok:
-        raise ConfigError(f"{where()}: {f.key}={value!r} is not a {f.type.__name__} ({f.help})")
+        raise ConfigError(f"{where()}: {f.key}={shown(value)} is not a {f.type.__name__} ({f.help})")
     return f.type(value)
 
 
@@ -462,12 +462,12 @@ def _from_text(f: Field, text: str) -> Any:
     if f.type is bool:
         value = parse_bool(text)
         if value is None:
-            raise ConfigError(f"environment: {f.env}={text!r} is not a bool; use yes or no")
+            raise ConfigError(f"environment: {f.env}={shown(text)} is not a bool; use yes or no")
         return value
     try:
         return f.type(text)
     except ValueError:
-        raise ConfigError(f"environment: {f.env}={text!r} is not a {f.type.__name__} ({f.help})") from None
+        raise ConfigError(f"environment: {f.env}={shown(text)} is not a {f.type.__name__} ({f.help})") from None
 
 
 def _checked(where, f: Field, value: Any) -> Any:
@@ -477,7 +477,7 @@ def _checked(where, f: Field, value: Any) -> Any:
         return None
     why = f.check(value) if f.check else None
     if why:
-        raise ConfigError(f"{where()}: {f.key}={value!r} is out of range; use {why}")
+        raise ConfigError(f"{where()}: {f.key}={shown(value)} is out of range; use {why}")
     return value
 
 
@@ -506,8 +506,8 @@ def _unknown(source: str, text: str, key: str) -> ConfigError:
         return ConfigError(f"{source}:{line}: {key} belongs to an earlier slurm-ipu's config.yaml: the site "
                            f"description is the one file now; {_earlier_fix(key)} ({UPGRADING})")
     near = difflib.get_close_matches(key, BY_KEY, n=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    return ConfigError(f"{source}:{line}: unknown key {key!r}{hint}")
+    hint = f"; did you mean {shown(near[0])}?" if near else ""
+    return ConfigError(f"{source}:{line}: unknown key {shown(key)}{hint}")
 
 
 def _earlier_fix(key: str) -> str:
@@ -605,7 +605,7 @@ def _pods(site: Site) -> None:
     site.values["pod.ipus"] = sum(p.ipus for p in pods)
     site.values["pod.hosts"] = ",".join(p.hostlist for p in pods)
     if not site["vipu.allocation"] or site["vipu.allocation"] in seen.values():
-        raise ConfigError(f"{_at(site, 'vipu.allocation')}: vipu.allocation={site['vipu.allocation']!r}: with "
+        raise ConfigError(f"{_at(site, 'vipu.allocation')}: vipu.allocation={shown(site['vipu.allocation'])}: with "
                           "pods: name the V-IPU allocation that holds every Pod (jobs over several Pods go there), "
                           "not one Pod's")
     _groups(site, {p.name for p in pods})
@@ -627,12 +627,12 @@ def _groups(site: Site, pods: set[str]) -> None:
             raise ConfigError(f"{where}: group {k + 1} must be a mapping of name, pods and (optionally) model, e.g. "
                               "{name: ab, pods: [poda, podb], model: allocation}")
         if _model(str(item.get("model", "partition"))):
-            raise ConfigError(f"{where}: group {item['name']}: model={item['model']!r} is out of range; use "
+            raise ConfigError(f"{where}: group {item['name']}: model={shown(item['model'])} is out of range; use "
                               "partition or allocation")
         name, members = item["name"], [str(m) for m in item["pods"]]
         why = name_check(name) if isinstance(name, str) else "a name"
         if why or name in names:
-            raise ConfigError(f"{where}: group {k + 1}: name={name!r} is out of range; use "
+            raise ConfigError(f"{where}: group {k + 1}: name={shown(name)} is out of range; use "
                               f"{why or 'a name no Pod, group or vipu.allocation has'}")
         unknown = [m for m in members if m not in pods]
         if unknown or len(members) < 2 or taken & set(members) or set(members) == pods:
@@ -670,17 +670,18 @@ def _pod_entry(where: _Place, k: int, item: object) -> dict:
     name, hosts, ilds = item["name"], item["hosts"], item.get("ilds", 1)
     why = name_check(name) if isinstance(name, str) else "a name"
     if why:
-        raise ConfigError(f"{where}: Pod {k + 1}: name={name!r} is out of range; use {why}")
-    if isinstance(ilds, bool) or not isinstance(ilds, int) or not 1 <= ilds <= 16:
-        raise ConfigError(f"{where}: Pod {name}: ilds={ilds!r} is out of range; use 1 to 16 (64 IPUs each)")
+        raise ConfigError(f"{where}: Pod {k + 1}: name={shown(name)} is out of range; use {why}")
+    if isinstance(ilds, bool) or not isinstance(ilds, int) or not 1 <= ilds <= MAX_POD_ILDS:
+        raise ConfigError(f"{where}: Pod {name}: ilds={shown(ilds)} is out of range; use 1 to {MAX_POD_ILDS} (64 IPUs "
+                          "each)")
     try:
         if not isinstance(hosts, str) or not expand(hosts):
             raise ValueError("empty")
     except Exception as exc:  # the hostlist parser's own message says what is wrong
-        raise ConfigError(f"{where}: Pod {name}: hosts={hosts!r} is not a Slurm hostlist ({exc})") from None
+        raise ConfigError(f"{where}: Pod {name}: hosts={shown(hosts)} is not a Slurm hostlist ({exc})") from None
     model = item.get("model")
     if model is not None and (not isinstance(model, str) or _model(model)):
-        raise ConfigError(f"{where}: Pod {name}: model={model!r} is out of range; use partition or allocation")
+        raise ConfigError(f"{where}: Pod {name}: model={shown(model)} is out of range; use partition or allocation")
     entry = {"name": name, "hosts": hosts, "ilds": ilds, "model": model}
     if item.get("agents") is not None:
         entry["agents"] = _agents(f"{where}: Pod {name}", item["agents"], ilds * IPUS_PER_ILD)
@@ -697,7 +698,7 @@ def _agents(where: str, value: object, ipus: int) -> list[str]:
     except Exception:  # the hostlist parser's message is not the point: the count is
         names = []
     if len(names) != want or len(set(names)) != want:
-        raise ConfigError(f"{where}: agents={value!r} must name the Pod's {want} IPU-Machines ({ipus} IPUs, "
+        raise ConfigError(f"{where}: agents={shown(value)} must name the Pod's {want} IPU-Machines ({ipus} IPUs, "
                           f"{IPUS_PER_AGENT} each) once each, in V-IPU's order, as a hostlist (e.g. ag[01-{want:02d}])")
     return names
 
@@ -715,7 +716,8 @@ def _model_checks(site: Site) -> None:
                           "IPU-Machines ag0, ag1, ...; leave agents out for it")
     a, p = site["allocation.prefix"], site["partition.prefix"]
     if len(site.models) > 1 and (a.startswith(p) or p.startswith(a)):
-        raise ConfigError(f"{_at(site, 'allocation.prefix')}: allocation.prefix={a!r} and partition.prefix={p!r} with "
+        raise ConfigError(f"{_at(site, 'allocation.prefix')}: allocation.prefix={shown(a)} and partition.prefix="
+                          f"{shown(p)} with "
                           "Pods of both models: neither may begin the other (a name must say which it is)")
 
 
@@ -725,9 +727,9 @@ def _cross_checks(site: Site) -> None:
     try:
         hosts = site.hosts
     except Exception as exc:  # the hostlist parser's own message says what is wrong
-        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={site['pod.hosts']!r}: {exc}") from None
+        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={shown(site['pod.hosts'])}: {exc}") from None
     if len(set(hosts)) != len(hosts) or not hosts:
-        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={site['pod.hosts']!r} names a host twice, or none")
+        raise ConfigError(f"{_at(site, 'pod.hosts')}: pod.hosts={shown(site['pod.hosts'])} names a host twice, or none")
     per, pod = site["pod.ipus_per_host"], site["pod.ipus"]
     if per > pod:
         raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} is more than the Pod's "

@@ -5,6 +5,13 @@ CLIs turn a SlurmIpuError into one line on stderr and exit code 2 (no traceback 
 """
 
 
+def shown(value: object, limit: int = 80) -> str:
+    """A value as an error line names it: repr, cut to `limit` characters with its length said (a
+    200 KB value from a site file or a request never fills a log line)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...({len(text)} characters)"
+
+
 class SlurmIpuError(Exception):
     """Root of every error slurm-ipu raises deliberately.
 

@@ -24,7 +24,7 @@ Plain classes, not dataclasses: ipurun imports this on every launch.
 
 from __future__ import annotations
 
-from .errors import InvalidPartition
+from .errors import InvalidPartition, shown
 
 NAME_MAX = 64
 NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
@@ -34,14 +34,17 @@ def check_name(name: str) -> str:
     """`name` if it is a valid partition name, else InvalidPartition (a permanent error)."""
     if not 1 <= len(name) <= NAME_MAX or not name[0].isascii() or not name[0].isalnum() or \
             not set(name) <= NAME_CHARS:
-        shown = name if len(name) <= 80 else f"{name[:40]}...({len(name)} characters)"
-        raise InvalidPartition(f"invalid partition name {shown!r}: use 1-{NAME_MAX} letters, digits, '_', '.', '-', "
-                               "starting with a letter or digit")
+        raise InvalidPartition(f"invalid partition name {shown(name)}: use 1-{NAME_MAX} letters, digits, '_', '.', "
+                               "'-', starting with a letter or digit")
     return name
 
 IPUS_PER_AGENT = 4
 AGENTS_PER_ILD = 16
 IPUS_PER_ILD = IPUS_PER_AGENT * AGENTS_PER_ILD  # 64: one IPU-POD64
+# Our bounds where V-IPU states none (so a typo of a few zeros is refused at once, not run for
+# minutes): a Pod is at most 16 ILDs (an IPU-POD1024), a cluster at most 1,024 ILDs (65,536 IPUs).
+MAX_POD_ILDS = 16
+MAX_CLUSTER_ILDS = 1024
 
 SMALL_SIZES = (1, 2, 4, 8, 16, 32, 64)   # then every multiple of 64
 GCD_SIZES = (1, 2, 4, 8, 16, 64)
@@ -167,11 +170,20 @@ def check_shape(size: int, num_gcds: int | None = None, num_ilds: int | None = N
     return Shape(size=size, num_gcds=gcds, num_ilds=ilds)
 
 
+MAX_POD_IPUS = MAX_POD_ILDS * IPUS_PER_ILD
+POD_SIZES = f"4, 8, 16, 32, 64 or a multiple of 64 up to {MAX_POD_IPUS}"
+
+
+def is_pod_size(ipus: int) -> bool:
+    """A Pod (the IPUs one V-IPU controller and one licence pool hold): an allocation's size, of
+    at most MAX_POD_ILDS ILDs."""
+    return is_valid_allocation(ipus) and ipus <= MAX_POD_IPUS
+
+
 def check_pod(ipus: int) -> int:
-    """A Pod (the IPUs one V-IPU controller and one licence pool hold)."""
-    if isinstance(ipus, bool) or not isinstance(ipus, int) or not is_valid_allocation(ipus):
-        raise InvalidPartition(f"{ipus!r} IPUs is not a Pod size; use 4, 8, 16, 32, 64 or a multiple of 64 "
-                               "(whole IPU-Machines: IPU-POD16, POD64, POD128, POD256)")
+    if isinstance(ipus, bool) or not isinstance(ipus, int) or not is_pod_size(ipus):
+        raise InvalidPartition(f"{shown(ipus)} IPUs is not a Pod size; use {POD_SIZES} (whole IPU-Machines: "
+                               "IPU-POD16, POD64, POD128, POD256)")
     return ipus
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import rules
-from ..errors import ConfigError, InsufficientIpus
+from ..errors import ConfigError, InsufficientIpus, shown
 
 PRESETS_DIR = Path(__file__).with_name("clusters")
 _KEYS = ("version", "name", "ilds", "agents_per_ild", "allocations", "cabling", "remote_attach",
@@ -114,7 +114,7 @@ def load_cluster(spec: str) -> Cluster:
         if not path.exists():
             names = sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
             raise ConfigError(
-                f"unknown cluster preset {spec!r}; use one of {', '.join(names)} "
+                f"unknown cluster preset {shown(spec)}; use one of {', '.join(names)} "
                 "or a path to a YAML file"
             )
     import yaml  # lazy: only `serve` needs it
@@ -130,10 +130,10 @@ def load_cluster(spec: str) -> Cluster:
     return cluster_from_dict(data, str(path))
 
 
-def _positive_int(data: dict, key: str, default: int, where: str) -> int:
+def _positive_int(data: dict, key: str, default: int, most: int, where: str) -> int:
     value = data.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise ConfigError(f"{where}: {key} must be a positive integer, got {value!r}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= most:
+        raise ConfigError(f"{where}: {key} must be an integer from 1 to {most}, got {shown(value)}")
     return value
 
 
@@ -143,21 +143,21 @@ def cluster_from_dict(data: object, where: str = "cluster") -> Cluster:
     for key in data:
         if key not in _KEYS:
             near = difflib.get_close_matches(str(key), _KEYS, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
+            hint = f" (did you mean {shown(near[0])}?)" if near else ""
+            raise ConfigError(f"{where}: unknown key {shown(key)}{hint}")
     if data.get("version", 1) != 1:
-        raise ConfigError(f"{where}: unsupported version {data.get('version')!r}; use 1")
-    ilds = _positive_int(data, "ilds", 1, where)
-    per_ild = _positive_int(data, "agents_per_ild", rules.AGENTS_PER_ILD, where)
+        raise ConfigError(f"{where}: unsupported version {shown(data.get('version'))}; use 1")
+    ilds = _positive_int(data, "ilds", 1, rules.MAX_CLUSTER_ILDS, where)
+    per_ild = _positive_int(data, "agents_per_ild", rules.AGENTS_PER_ILD, rules.AGENTS_PER_ILD, where)
     if not rules.is_power_of_two(per_ild):
         raise ConfigError(f"{where}: agents_per_ild must be a power of two, got {per_ild}")
     allocations = _allocations(data.get("allocations") or {"default": "all"}, ilds * per_ild, where)
     remote = data.get("remote_attach", "refuse")
     if remote not in REMOTE_ATTACH:
-        raise ConfigError(f"{where}: remote_attach {remote!r} is not one of {', '.join(REMOTE_ATTACH)}")
+        raise ConfigError(f"{where}: remote_attach {shown(remote)} is not one of {', '.join(REMOTE_ATTACH)}")
     delay = data.get("remote_attach_delay", 0.0)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not 0 <= delay <= 60:
-        raise ConfigError(f"{where}: remote_attach_delay must be 0 to 60 seconds, got {delay!r}")
+        raise ConfigError(f"{where}: remote_attach_delay must be 0 to 60 seconds, got {shown(delay)}")
     admins = data.get("admins") or []
     if not isinstance(admins, list):
         raise ConfigError(f"{where}: admins must list the users who may create allocations (e.g. [slurm])")
@@ -175,7 +175,7 @@ def _grants(raw: object, allocations: dict, where: str) -> dict[str, frozenset[i
     out = {}
     for name, users in raw.items():
         if name not in allocations:
-            raise ConfigError(f"{where}: grants names allocation {name!r}; allocations: {', '.join(allocations)}")
+            raise ConfigError(f"{where}: grants names allocation {shown(name)}; allocations: {', '.join(allocations)}")
         if not isinstance(users, list) or not users:
             raise ConfigError(f"{where}: grants of {name}: list the users granted it (e.g. [slurm])")
         out[str(name)] = frozenset(_uid(u, where) for u in users)
@@ -190,7 +190,7 @@ def _uid(user: object, where: str) -> int:
     try:
         return pwd.getpwnam(str(user)).pw_uid
     except KeyError:
-        raise ConfigError(f"{where}: grants: no user {user!r} on this machine; give a user name or uid") from None
+        raise ConfigError(f"{where}: grants: no user {shown(user)} on this machine; give a user name or uid") from None
 
 
 def _cabling(raw: object, ilds: int, where: str) -> dict[int, frozenset[str]] | None:
@@ -205,7 +205,7 @@ def _cabling(raw: object, ilds: int, where: str) -> dict[int, frozenset[str]] | 
     out: dict[int, frozenset[str]] = {}
     for ild, hosts in raw.items():
         if isinstance(ild, bool) or not isinstance(ild, int) or not 0 <= ild < ilds:
-            raise ConfigError(f"{where}: cabling names ILD {ild!r}; this cluster has ILDs 0..{ilds - 1}")
+            raise ConfigError(f"{where}: cabling names ILD {shown(ild)}; this cluster has ILDs 0..{ilds - 1}")
         try:
             names = expand(hosts) if isinstance(hosts, str) else [str(h) for h in hosts or []]
         except Exception as exc:  # the hostlist parser's message says what is wrong
@@ -232,12 +232,13 @@ def allocation_problem(name: str, chosen: frozenset[int], others: dict[str, froz
     """Why `chosen` agents cannot be allocation `name` beside `others` (None: they can): the
     V-IPU guide's sizes, and allocations nest or stay apart."""
     if not rules.is_valid_allocation(len(chosen) * rules.IPUS_PER_AGENT):
-        return (f"allocation {name!r} holds {len(chosen)} IPU-Machine(s) = {len(chosen) * rules.IPUS_PER_AGENT} "
+        return (f"allocation {shown(name)} holds {len(chosen)} IPU-Machine(s) = {len(chosen) * rules.IPUS_PER_AGENT} "
                 "IPUs; an allocation is 4, 8, 16, 32, 64 IPUs or a multiple of 64 (1, 2, 4, 8, 16 IPU-Machines or "
                 "multiples of 16)")
     for other, theirs in others.items():
         if chosen & theirs and (chosen == theirs or not (chosen <= theirs or theirs <= chosen)):
-            return (f"allocation {name!r} shares agents with allocation {other!r} without one holding the other; "
+            return (f"allocation {shown(name)} shares agents with allocation {shown(other)} without one holding the "
+                    "other; "
                     "allocations nest or stay apart")
     return None
 
@@ -246,7 +247,7 @@ def agent_index(agent: object, num_agents: int, where: str) -> int:
     text = str(agent)
     if text.startswith("ag") and text[2:].isdigit() and int(text[2:]) < num_agents:
         return int(text[2:])
-    raise ConfigError(f"{where}: unknown agent {text!r}; agents are ag0..ag{num_agents - 1}")
+    raise ConfigError(f"{where}: unknown agent {shown(text)}; agents are ag0..ag{num_agents - 1}")
 
 
 # --- placement -------------------------------------------------------------------------

@@ -33,6 +33,8 @@ from .service import CODES, OPS, Service, code_of, fault_seconds
 
 log = logging.getLogger("slurm_ipu.emulator")
 MAX_BODY = 1 << 20
+PER_CALLER = 256  # connections open at once per user (_Capped)
+IDLE_S = 300.0  # a connection with no request for this long is closed
 ROUTES: list[tuple[str, re.Pattern, str]] = [
     (m, re.compile(p), h)
     for m, p, h in [
@@ -137,8 +139,8 @@ class App:
     def _api_create(self, _p, _q, body, uid):
         return 201, self.service.create(body, uid)
 
-    def _api_get(self, p, _q, _b, _u):
-        return 200, self.service.get_partition(p["name"])
+    def _api_get(self, p, _q, _b, uid):
+        return 200, self.service.get_partition(p["name"], uid)
 
     def _api_remove(self, p, _q, _b, uid):
         self.service.remove(p["name"], uid)
@@ -147,9 +149,9 @@ class App:
     def _api_reset(self, p, _q, _b, uid):
         return 200, self.service.reset(p["name"], uid)
 
-    def _api_ipuof(self, p, query, _b, _u):
+    def _api_ipuof(self, p, query, _b, uid):
         gcd = _query_int(query, "gcd", 0)
-        return 200, {"partition": p["name"], "gcd": gcd, "ipus": self.service.ipuof_config(p["name"], gcd)}
+        return 200, {"partition": p["name"], "gcd": gcd, "ipus": self.service.ipuof_config(p["name"], gcd, uid)}
 
     def _api_create_allocation(self, _p, _q, body, uid):
         return 201, self.service.create_allocation(body, uid)
@@ -246,6 +248,7 @@ def _query_int(query: dict, key: str, default: int) -> int:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "vipu-emu"
+    timeout = IDLE_S  # StreamRequestHandler: the socket's timeout, so an idle connection ends
 
     uid: int = identity.ANONYMOUS  # the caller's: from the kernel at accept (setup), never from the request
 
@@ -324,18 +327,53 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("%s " + fmt, self.address_string(), *args)
 
 
-class _TcpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 1024
-    app: App
+class _Capped(socketserver.ThreadingMixIn):
+    """A thread per connection, at most PER_CALLER of them open per caller (all anonymous TCP
+    callers count as one): a user holding thousands of connections idle gets the rest closed
+    unanswered, and every other user's calls go on. Root and the server's owner (the hooks, the
+    lab) are not counted. An idle connection is closed after IDLE_S."""
 
-
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
     request_queue_size = 1024  # a storm's hooks and tasks connect at once
-    admin = False  # the admin socket's: the admin API, and up while the API is down
     app: App
+
+    def server_activate(self) -> None:
+        super().server_activate()
+        self.open: dict[int, int] = {}
+        self.open_lock = threading.Lock()
+
+    def process_request(self, request, client_address) -> None:
+        uid = identity.unix_peer_uid(request) if self.address_family == socket.AF_UNIX else identity.ANONYMOUS
+        counted = uid not in (0, os.getuid())
+        with self.open_lock:
+            if counted and self.open.get(uid, 0) >= PER_CALLER:
+                log.warning("uid %s holds %d connections already; closing a new one", uid, PER_CALLER)
+                self.shutdown_request(request)
+                return
+            if counted:
+                self.open[uid] = self.open.get(uid, 0) + 1
+        threading.Thread(target=self._serve_counted, args=(request, client_address, uid if counted else None),
+                         daemon=True).start()
+
+    def _serve_counted(self, request, client_address, uid: int | None) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            if uid is not None:
+                with self.open_lock:
+                    self.open[uid] -= 1
+
+    def connections(self) -> int:
+        with self.open_lock:
+            return sum(self.open.values())
+
+
+class _TcpServer(_Capped, ThreadingHTTPServer):
+    allow_reuse_address = True
+
+
+class _UnixServer(_Capped, socketserver.UnixStreamServer):
+    admin = False  # the admin socket's: the admin API, and up while the API is down
 
 
 def _listen_unix(path: str, app: App, admin: bool) -> _UnixServer:
@@ -358,7 +396,11 @@ def check_loopback(host: str) -> None:
 def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int = 8090) -> None:
     """Run until SIGTERM/SIGINT. Writes state_dir/server.json once both listeners are up."""
     check_loopback(host)
+    # Its files are its own (0600 in a 0700 directory): partitions' owners and hosts are shown to
+    # whom the API shows them, not to anyone who can read a database file.
+    os.umask(0o077)
     state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(state_dir, 0o700)
     lock = _lock_state_dir(state_dir)
     from .store import Store
 
@@ -380,7 +422,7 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
     admin = _listen_unix(str(admin_path), app, admin=True)
     info = {"pid": os.getpid(), "host": host, "port": app.port, "admin_socket": str(admin_path),
             "cluster": cluster.name}
-    atomic_write(state_dir / "server.json", json.dumps(info))
+    atomic_write(state_dir / "server.json", json.dumps(info), 0o600)
     log.info("vipu-emu serving %s on %s:%s (state %s)", cluster.name, host, app.port, state_dir)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

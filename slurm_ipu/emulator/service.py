@@ -168,11 +168,18 @@ class Service:
             return True
         return self.cluster.granted(rec["allocation"], uid) is not False
 
-    def get_partition(self, name: str) -> dict:
+    def get_partition(self, name: str, caller_uid: int | None = None) -> dict:
+        """One partition, to whom `list` shows it (its owner, and those granted its allocation)."""
+        return {"partition": self._view(self._shown(name, caller_uid))}
+
+    def _shown(self, name: str, caller_uid: int | None) -> dict:
         rec = self.store.get(name)
         if rec is None:
             raise PartitionNotFound(f"partition {name} not found")
-        return {"partition": self._view(rec)}
+        if not self._visible(rec, caller_uid):
+            raise PermissionDenied(f"partition {name} is not yours (uid {caller_uid}); `vipu list partitions` shows "
+                                   "those you may see")
+        return rec
 
     def clusters(self) -> list[dict]:
         """`vipu list cluster --showjson`, as poptorch reads it: each cluster's IPU-Link domains
@@ -203,8 +210,11 @@ class Service:
                                "grants": entry["grants"]}}
 
     # --- allocations an admin makes (`vipu-admin create|remove allocation`) -----------------
+    def _admin(self, caller_uid: int) -> bool:
+        return caller_uid == 0 or caller_uid in self.base.admins
+
     def _admin_only(self, caller_uid: int, what: str) -> None:
-        if caller_uid != 0 and caller_uid not in self.base.admins:
+        if not self._admin(caller_uid):
             raise PermissionDenied(f"uid {caller_uid} may not {what}: V-IPU administrators only (vipu-admin; the "
                                    "emulator's admins: root and the cluster file's admins list)")
 
@@ -357,9 +367,11 @@ class Service:
             raise PermissionDenied(f"uid {caller_uid} may not create partitions in allocation {allocation}: it is "
                                    "granted to other users (this site hands out its IPUs through Slurm: ask for them "
                                    "with --gres=ipu:N)")
-        if owner != caller_uid and not granted:
-            raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}: only root or a "
-                                   f"user granted allocation {allocation} may")
+        if owner != caller_uid and not self._admin(caller_uid):
+            # A granted user may not either: inside their job's allocation a user made partitions
+            # for others, under others' names (issue 35, item 3). The hooks are admins.
+            raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}: a user creates "
+                                   "partitions of their own; only V-IPU administrators (the hooks) create for others")
 
     def _held_inside(self, allocation: str) -> set[int]:
         """IPUs of created allocations inside `allocation` (jobs' allocations in a Pod's): a
@@ -413,7 +425,8 @@ class Service:
         per = rec["size"] // rec["num_gcds"]
         return rec, rec["ipus"][gcd * per:(gcd + 1) * per]
 
-    def ipuof_config(self, name: str, gcd: int) -> list[dict]:
+    def ipuof_config(self, name: str, gcd: int, caller_uid: int | None = None) -> list[dict]:
+        self._shown(name, caller_uid)
         _, ipus = self.gcd_ipus(name, gcd)
         return [dict(self.cluster.describe_ipu(i), gcd=gcd) for i in ipus]
 

@@ -69,6 +69,18 @@ def test_a_forged_uid_header_changes_nothing(emu, api):
     assert [p["partition"]["id"] for p in api.list_partitions()] == ["roots"]
 
 
+@needs_root
+def test_a_user_granted_an_allocation_still_creates_only_for_themselves(emu, api):
+    """issue 35, item 3: inside their job's allocation a user made partitions owned by another user,
+    under names that user's scripts or jobs then found taken."""
+    api.create_allocation("c9", ["ag0", "ag1"], [NOBODY])
+    status, doc = call_as(NOBODY, emu.port, "POST", "/v1/partitions",
+                          {"name": "p10", "size": 4, "allocation": "c9", "owner_uid": 4343})
+    assert status == 403 and "a user creates partitions of their own" in doc["error"]["message"]
+    status, doc = call_as(NOBODY, emu.port, "POST", "/v1/partitions", {"name": "p9", "size": 4, "allocation": "c9"})
+    assert status == 201 and doc["partition"]["spec"]["owner_uid"] == NOBODY
+
+
 @pytest.mark.parametrize("transport", ["unix", "tcp"])
 def test_the_admin_api_is_not_served_on_the_api(emu, admin, transport):
     status, doc = call_as(os.getuid(), emu.port, "POST", "/admin/crash", transport=transport)
@@ -135,6 +147,7 @@ allocations:
   poda: [ag0, ag1, ag2, ag3]
 grants:
   slurm: [{hooks}]
+admins: [{hooks}]
 """
 
 
@@ -197,3 +210,28 @@ def test_grants_name_known_allocations_and_users():
     cluster = cluster_from_dict({"grants": {"default": ["root"]}})
     assert cluster.granted("default", 0) is True and cluster.granted("default", 5) is False
     assert cluster_from_dict({}).granted("default", 5) is None
+
+
+@needs_root
+def test_another_user_s_partition_is_not_shown_by_get_or_ipuof_either(granted):
+    """issue 35, item 7: `list` hid other users' partitions, but get and the IPUoF configuration
+    showed any of them (owner, hosts, IPUs) to anyone who named it."""
+    for name, owner in (("slurm_7", ALICE), ("slurm_8", 4343)):
+        status, _ = call_as(HOOKS, granted.port, "POST", "/v1/partitions",
+                            {"name": name, "size": 4, "allocation": "slurm", "owner_uid": owner, "hosts": ["node1"]})
+        assert status == 201
+    for path in ("/v1/partitions/slurm_8", "/v1/partitions/slurm_8/ipuof?gcd=0"):
+        status, doc = call_as(ALICE, granted.port, "GET", path)
+        assert status == 403 and "partition slurm_8 is not yours (uid 65534)" in doc["error"]["message"], path
+        assert "4343" not in json.dumps(doc) and "node1" not in json.dumps(doc)
+    status, doc = call_as(ALICE, granted.port, "GET", "/v1/partitions/slurm_7")
+    assert status == 200 and doc["partition"]["spec"]["hosts"] == ["node1"]
+    status, doc = call_as(HOOKS, granted.port, "GET", "/v1/partitions/slurm_8/ipuof?gcd=0")
+    assert status == 200 and len(doc["ipus"]) == 4
+
+
+def test_the_emulator_s_files_are_its_own(emu, api):
+    api.create_partition(name="p", size=4)
+    assert os.stat(emu.state_dir).st_mode & 0o777 == 0o700
+    for name in ("vipu.sqlite", "server.json"):
+        assert os.stat(emu.state_dir / name).st_mode & 0o077 == 0, name

@@ -58,7 +58,7 @@ def test_a_hostile_job_environment(conf, tmp_path, change, line):
      "etc/site-pod128.yaml)"),
     (SITE.replace("8090", "99999"), "slurm-ipu: {path}:3: vipu.port=99999 is out of range; use from 1 to 65535"),
     (SITE + "prolog: {deadline: -5}\n", "slurm-ipu: {path}:5: prolog.deadline=-5.0 is out of range; use a positive "
-     "number of seconds"),
+     "number of seconds, at most 86400 (a day)"),
     ("version: 1\nvipu: {port: [\n", "slurm-ipu: {path}:3: not valid YAML: expected the node content, but found "
      "'<stream end>'"),
     (SITE.replace("cluster: c\n", ""), "slurm-ipu: {path}:1: cluster must be set (the Slurm cluster's name "

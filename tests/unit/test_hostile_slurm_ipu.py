@@ -13,6 +13,11 @@ SITES = {
     "pod96.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 96, hosts: 'n[1-6]', ipus_per_host: 16}\n",
     "nohost.yaml": "version: 1\ncluster: x\npod: {ipus: 64}\n",
     "broken.yaml": "version: 1\ncluster: x\n  pod: [\n",
+    # issue 35, item 8: a Pod of a few zeros too many (render ran for minutes, or a MemoryError), and
+    # a 200 KB value (echoed whole on the error line)
+    "podhuge.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 6400000000000, hosts: 'n[1-6]', "
+                    "ipus_per_host: 16}\n",
+    "longhost.yaml": "version: 1\ncluster: x\nvipu: {host: " + "h" * 200000 + "}\npod: {ipus: 64}\n",
 }
 
 
@@ -25,10 +30,16 @@ def here(tmp_path):
 
 @pytest.mark.parametrize("argv,line", [
     (["rules", "--ipus", "96"], "slurm-ipu: --ipus 96: 96 IPUs is not a Pod size; use 4, 8, 16, 32, 64 or a multiple "
-     "of 64 (whole IPU-Machines: IPU-POD16, POD64, POD128, POD256)"),
+     "of 64 up to 1024 (whole IPU-Machines: IPU-POD16, POD64, POD128, POD256)"),
+    (["rules", "--ipus", "6400000000000"], "slurm-ipu: --ipus 6400000000000: 6400000000000 IPUs is not a Pod size; "
+     "use 4, 8, 16, 32, 64 or a multiple of 64 up to 1024 (whole IPU-Machines: IPU-POD16, POD64, POD128, POD256)"),
     (["rules", "--ipus", "x"], "slurm-ipu rules: error: argument --ipus: invalid int value: 'x'"),
     (["render", "{d}/pod96.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/pod96.yaml:4: pod.ipus=96 is out of range; "
-     "use a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 (128, 192, 256, ...)"),
+     "use a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 up to 1024; a bigger cluster is pods:"),
+    (["render", "{d}/podhuge.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/podhuge.yaml:4: pod.ipus=6400000000000 is out "
+     "of range; use a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 up to 1024; a bigger cluster is pods:"),
+    (["render", "{d}/longhost.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/longhost.yaml:3: vipu.host='hhhhhhhhhhhhhhhhhhhh"
+     "hhhhhhhhhhhhhhhhhhh...(200002 characters) is out of range; use a host name or address"),
     (["render", "{d}/nohost.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/nohost.yaml:1: vipu.host must be set (the "
      "V-IPU controller's address (vipu --api-host))"),
     (["render", "{d}/broken.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/broken.yaml:3: not valid YAML: mapping "

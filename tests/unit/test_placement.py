@@ -59,7 +59,8 @@ def test_pods_nest_their_allocations_and_cable_their_hosts():
 
 
 @pytest.mark.parametrize("doc,words", [
-    ({"ilds": 0}, "ilds must be a positive integer"),
+    ({"ilds": 0}, "ilds must be an integer from 1 to 1024, got 0"),
+    ({"ilds": 100000000}, "ilds must be an integer from 1 to 1024, got 100000000"),
     ({"agents_per_ild": 12}, "power of two"),
     ({"ild": 2}, "did you mean 'ilds'"),
     ({"version": 2}, "unsupported version"),
