@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from ..errors import ConfigError, shown
 from ..slurm.hostlist import expand
 from ..slurm.licences import HOOKS, parse
+from ..slurm.limits import positive_count
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def licence_count(licences: str, name: str = "ipu") -> int:
     """'matlab:1,ipu:8' -> 8, read as slurmctld reads it (slurm_ipu/slurm/licences.py)."""
     totals = parse(licences, HOOKS)
     if totals is None:
-        raise ConfigError(f"SLURM_JOB_LICENSES={licences!r} is not a licence list slurmctld accepts")
+        raise ConfigError(f"SLURM_JOB_LICENSES={shown(licences)} is not a licence list slurmctld accepts")
     return totals.get(name, 0)
 
 
@@ -48,15 +49,15 @@ def _int(env: dict, key: str, default: int | None = None) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ConfigError(f"{key}={raw!r} is not a number") from None
+        raise ConfigError(f"{key}={shown(raw)} is not a number") from None
 
 
 def _shape(env: dict, key: str, option: str) -> int | None:
     raw = env.get(key)
     if raw in (None, ""):
         return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise ConfigError(f"{option}={raw!r} is not a positive number; use e.g. {option}=2")
+    if not positive_count(raw):
+        raise ConfigError(f"{option}={shown(raw)} is not a positive number; use e.g. {option}=2")
     return int(raw)
 
 

@@ -14,6 +14,18 @@ FIELD_BYTES = 16 * 1024    # any one string field below
 SPANK_BYTES = 64 * 1024    # all of the job's SPANK environment (spank_job_env) together
 SPANK_ITEMS = 128          # its entries
 
+# The SPANK plugin's counts as the job carries them (spank_job_env entry -> the option it came
+# from): a positive number of at most COUNT_DIGITS digits, checked at submit (job_submit.lua) by
+# the rule the prolog applies (hooks/jobenv.py), so a raw libslurm submit of anything else is
+# refused there, never carried into the prolog's logs.
+SPANK_COUNTS = {"IPU_IPUS": "--ipus", "IPU_GCDS": "--ipu-gcds", "IPU_ILDS": "--ipu-ilds"}
+COUNT_DIGITS = 9
+
+
+def positive_count(raw: str) -> bool:
+    return 0 < len(raw) <= COUNT_DIGITS and raw.isascii() and raw.isdigit() and int(raw) > 0
+
+
 # job_desc fields (job_submit.lua's names) slurmctld hands the controller hooks as SLURM_JOB_*
 # variables, or keeps per job and shows in every `scontrol show job`.
 HOOK_FIELDS = ("name", "comment", "admin_comment", "work_dir", "std_out", "std_err", "std_in", "account", "wckey",
@@ -23,4 +35,4 @@ HOOK_FIELDS = ("name", "comment", "admin_comment", "work_dir", "std_out", "std_e
 
 def lua_values() -> dict:
     return {"field_bytes": FIELD_BYTES, "spank_bytes": SPANK_BYTES, "spank_items": SPANK_ITEMS,
-            "fields": HOOK_FIELDS}
+            "fields": HOOK_FIELDS, "spank_counts": SPANK_COUNTS, "count_digits": COUNT_DIGITS}

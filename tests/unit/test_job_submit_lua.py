@@ -9,6 +9,8 @@ import subprocess
 import pytest
 
 from slurm_ipu.deploy import render
+from slurm_ipu.errors import ConfigError
+from slurm_ipu.hooks import jobenv
 from slurm_ipu.slurm import licences, limits, releases
 
 LUA = shutil.which("lua5.1")
@@ -192,6 +194,24 @@ BIG = "x" * (limits.FIELD_BYTES + 1)
 def test_oversized_job_input_is_refused_at_submit(lua_file, job, words):
     rc, _lic, _nodes, msg = run(lua_file, job)
     assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg, msg
+
+
+@pytest.mark.parametrize("value", ["two", "0", "1234567890", "x" * 60_000, "1e3", "-2"])
+@pytest.mark.parametrize("key", ["IPU_GCDS", "IPU_ILDS"])  # what the prolog reads (IPU_IPUS is the GRES by then)
+def test_a_count_the_prolog_would_refuse_is_refused_at_submit_in_the_same_words(lua_file, key, value):
+    """issue 35, item 5: a libslurm submit of IPU_GCDS=<60,000 x> passed job_submit.lua (digits only
+    were read) and the prolog logged it whole, 60 KB per job, until the state directory was full."""
+    rc, _lic, _nodes, msg = run(lua_file, {"tres_per_node": "gres:ipu:4", "spank_job_env": [f"{key}={value}"]})
+    with pytest.raises(ConfigError) as prolog_said:
+        jobenv.from_env({"SLURM_JOB_ID": "1", "SLURM_JOB_UID": "0", "SLURM_JOB_NODELIST": "n1",
+                         "SLURM_JOB_LICENSES": "ipu:4", f"SPANK_{key}": value})
+    assert rc == -1 and msg == f"slurm-ipu: {prolog_said.value}", msg
+    assert len(msg) < 200
+
+
+def test_an_ipus_count_that_is_no_number_is_refused(lua_file):
+    rc, _lic, _nodes, msg = run(lua_file, {"spank_job_env": ["IPU_IPUS=4x"]})
+    assert rc == -1 and msg == "slurm-ipu: --ipus='4x' is not a positive number; use e.g. --ipus=2", msg
 
 
 def test_job_input_at_the_bounds_passes(lua_file):

@@ -262,6 +262,31 @@ local MAX_FIELD = 16384
 local MAX_SPANK, MAX_SPANK_ITEMS = 65536, 128
 local FIELDS = { "name", "comment", "admin_comment", "work_dir", "std_out", "std_err", "std_in", "account", "wckey", "partition", "reservation", "qos", "features", "licenses", "dependency", "mail_user", "burst_buffer", "extra", "container", }
 
+-- The SPANK plugin's counts (entry -> its option): a positive number of at most COUNT_DIGITS
+-- digits, the rule the prolog applies; a long value is cut in the message.
+local SPANK_COUNTS = { IPU_IPUS = "--ipus", IPU_GCDS = "--ipu-gcds", IPU_ILDS = "--ipu-ilds", }
+local COUNT_DIGITS = 9
+
+-- As Python's errors.shown prints a string: quoted, and past 80 characters cut to 40.
+local function shown(v)
+  if #v + 2 > 80 then return string.format("'%s...(%d characters)", string.sub(v, 1, 39), #v + 2) end
+  return "'" .. v .. "'"
+end
+
+local function bad_count(job_desc, refuse)
+  local env = job_desc.spank_job_env
+  if env == nil then return nil end
+  for _, item in pairs(env) do
+    local key, value = string.match(item, "^([%w_]+)=(.*)$")
+    local option = key and SPANK_COUNTS[key]
+    local ok = value == "" or (#value <= COUNT_DIGITS and string.match(value, "^%d+$") and tonumber(value) > 0)
+    if option and not ok then  -- "": not given, as the prolog reads it
+      return refuse("%s=%s is not a positive number; use e.g. %s=2", option, shown(value), option)
+    end
+  end
+  return nil
+end
+
 local function oversized(job_desc, refuse)
   for _, field in ipairs(FIELDS) do
     local value = job_desc[field]
@@ -379,7 +404,7 @@ local function spread(job_desc, total, per, nodes)
 end
 
 local function job_submit(job_desc, part_list, submit_uid)
-  local refused = oversized(job_desc, reject) or other_paths(job_desc)
+  local refused = oversized(job_desc, reject) or bad_count(job_desc, reject) or other_paths(job_desc)
   if refused then return refused end
   local per, err = requested(job_desc.tres_per_node)
   if err then return err end
@@ -411,7 +436,8 @@ end
 -- A modify never sets the ipu licence itself: the licence is recomputed from the GRES and the
 -- node count whenever either, or the job's other licences, change.
 local function job_modify(job_desc, job_rec, part_list, modify_uid)
-  local refused = oversized(job_desc, refuse_modify) or other_paths(job_desc, refuse_modify)
+  local refused = oversized(job_desc, refuse_modify) or bad_count(job_desc, refuse_modify) or
+                  other_paths(job_desc, refuse_modify)
   if refused then return refused end
   local others, lic_ipu, bad = split_licenses(job_desc.licenses)
   if bad then return refuse_modify("%s; the ipu licence follows --gres=ipu:N", bad) end
