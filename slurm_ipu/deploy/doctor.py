@@ -549,7 +549,28 @@ def check_state_dir(site: Site, facts: Facts) -> Finding:
                        f"chown {site['slurm.user']} {path} && chmod 700 {path}")
     if st.st_mode & 0o002:
         return Finding("state_dir", False, f"{path} is world-writable", f"chmod 700 {path}")
+    room = _room(path)
+    if room:
+        return Finding("state_dir", False, f"{path} has {room}: a prolog that cannot write its record holds "
+                       "the job", f"free space on {path}'s file system")
     return Finding("state_dir", True, f"{path} owned by {site['slurm.user']}")
+
+
+STATE_MIN_BYTES = 64 << 20  # a record, a journal entry and a log line per job: far below this
+STATE_MIN_INODES = 10_000
+
+
+def _room(path: Path) -> str | None:
+    """What is short on the state directory's file system, in words; None: enough."""
+    import os
+
+    fs = os.statvfs(path)
+    free, inodes = fs.f_bavail * fs.f_frsize, fs.f_favail
+    if free < STATE_MIN_BYTES:
+        return f"{free >> 20} MiB free (under {STATE_MIN_BYTES >> 20} MiB)"
+    if fs.f_files and inodes < STATE_MIN_INODES:  # f_files 0: a file system without inode counts
+        return f"{inodes} free inodes (under {STATE_MIN_INODES})"
+    return None
 
 
 def _queued(site: Site) -> list[dict]:

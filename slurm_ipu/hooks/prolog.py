@@ -14,6 +14,8 @@ which `scontrol show job` shows and which leaves the user's own Comment alone):
 - V-IPU trouble (unreachable, not ready, out of IPUs): exit 1, so Slurm requeues a batch job;
   after prolog.max_attempts the job is held for an admin;
 - a foreign partition under the job's name: held at once for an admin to remove it;
+- a state directory it cannot write (full, out of inodes): held at once, as a requeue meets the same
+  disk;
 - an environment the prolog refuses (a malformed --ipu-* value sent around the SPANK plugin, e.g.
   through Slurm's REST API): the same on every attempt, so held at once with the reason.
 """
@@ -40,6 +42,11 @@ class Misplaced(SlurmIpuError):
     """V-IPU put a partition over several Pods in ILDs that are not those of the job's hosts."""
 
 
+class StateUnwritable(SlurmIpuError):
+    """The hooks' state directory refused a write (full, out of inodes, read-only): the record
+    that must precede a create cannot be made, and a requeue would meet the same disk."""
+
+
 class Abandoned(SlurmIpuError):
     """Nobody waits for this prolog any more (the hook service ran it; Slurm killed the
     slurm-ipu-hook because the job was cancelled)."""
@@ -48,6 +55,15 @@ class Abandoned(SlurmIpuError):
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
+    try:
+        return _run(ctx, cfg, client, slurm, clock, sleep)
+    except OSError as exc:  # the state directory: a record, a lock or the journal could not be written
+        name = ctx.partition(cfg["partition.prefix"])
+        return _fail(ctx, cfg, slurm, name, StateUnwritable(
+            f"the hooks cannot write their state directory {cfg['state_dir']}: {exc.strerror or exc}"))
+
+
+def _run(ctx: JobContext, cfg, client, slurm, clock, sleep) -> int:
     name = ctx.partition(cfg["partition.prefix"])
     try:
         model = cfg.model_for(ctx.nodes)  # Pods of both models: the same on every attempt
@@ -295,6 +311,9 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
     if isinstance(exc, InvalidPartition):
         why += "; the job is cancelled: the request cannot be met, fix it and submit again"
         act = "cancel"
+    elif isinstance(exc, StateUnwritable):
+        why += f"; held: an admin must free space in {cfg['state_dir']}, then `scontrol release {ctx.job_id}`"
+        act = "hold"
     elif isinstance(exc, ForeignPartition):
         why += (f"; held: an admin must remove it (vipu{'-admin' if what == 'allocation' else ''} remove {what} "
                 f"{name}), then `scontrol release {ctx.job_id}`")
