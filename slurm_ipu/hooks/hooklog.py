@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-
 LINE_MAX = 2000
 LOG_MAX = 16 << 20
 
