@@ -116,10 +116,8 @@ def test_the_ipu_licence_behind_any_separator_is_refused_at_submit_and_on_modify
     assert refused_in_log(lab, "slurm-ipu: refused job modify: the ipu licence follows --gres=ipu:N")
     assert lab.job(job).get("Licenses") in ("(null)", "", None), lab.job(job)
     lab.run("scancel", str(job), check=True)
-    # with a GRES of 1 IPU, an extra ';ipu:63' is dropped: Slurm counts the GRES's one
+    # with a GRES of 1 IPU, an extra ';ipu:63' is refused too, not dropped in silence (issue 35, item 9)
     proc = lab.run_as(USER, "sbatch", "--parsable", "--hold", "--gres=ipu:1", "-L", ";ipu:63", "-o", "/dev/null",
                       "--wrap", "true")
-    assert proc.returncode == 0, proc.stderr
-    job = int(proc.stdout.strip())
-    assert lab.job(job)["Licenses"] == "ipu:1"
-    lab.run("scancel", str(job), check=True)
+    assert proc.returncode != 0 and "slurm-ipu: -L ipu:63: the ipu licence is slurm-ipu's, set from --gres=ipu:N; " \
+        "leave it out of -L" in proc.stderr, proc.stderr

@@ -77,7 +77,6 @@ def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, st
     ({"tres_per_node": "gres:ipu:4", "min_nodes": 2, "max_nodes": 2}, "ipu:8", "2"),
     ({"tres_per_node": "gres:ipu:4", "min_nodes": NO_VAL, "max_nodes": NO_VAL}, "ipu:4", "1"),
     ({"tres_per_node": "gres/ipu:16", "min_nodes": 4}, "ipu:64", "4"),
-    ({"tres_per_node": "gres:ipu:mk2:2", "min_nodes": 1}, "ipu:2", "1"),
     ({"tres_per_node": "gres:ipu", "min_nodes": 1}, "ipu:1", "1"),
     ({"tres_per_node": "gres:gpu:1,gres:ipu:8", "licenses": "matlab:1", "min_nodes": 1}, "matlab:1,ipu:8", "1"),
     ({"min_nodes": 3}, "nil", "3"),  # not an IPU job: untouched
@@ -86,9 +85,9 @@ def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, st
     ({"licenses": "ipu2:1|matlab:1", "min_nodes": 1}, "ipu2:1|matlab:1", "1"),
     ({"licenses": "ipu@db:8", "min_nodes": 1}, "ipu@db:8", "1"),  # a remote licence of its own name
     ({"licenses": "IPU:8", "min_nodes": 1}, "IPU:8", "1"),  # 22.05 compares names with case: not ipu
-    # the user's ipu items go whatever their separator; theirs are kept as written
-    ({"tres_per_node": "gres:ipu:1", "licenses": "matlab:1;ipu:63", "min_nodes": 1}, "matlab:1,ipu:1", "1"),
-    ({"tres_per_node": "gres:ipu:1", "licenses": ";ipu:63;;matlab*2", "min_nodes": 1}, "matlab*2,ipu:1", "1"),
+    # the user's other licences are kept as written
+    ({"tres_per_node": "gres:ipu:1", "licenses": "matlab:1;;matlab2*2", "min_nodes": 1}, "matlab:1,matlab2*2,ipu:1",
+     "1"),
 ])
 def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     rc, lic, got_nodes, msg = run(lua_file, job)
@@ -109,6 +108,16 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     ({"licenses": "ipu: 4"}, "not with the ipu licence (-L ipu: 4)"),
     ({"tres_per_node": "gres:ipu:16,gres:ipu:1"}, "--gres gres:ipu:16,gres:ipu:1 names ipu 2 times; give it once"),
     ({"tres_per_node": "gres/ipu:16,gres/ipu:1", "min_nodes": 1}, "names ipu 2 times"),
+    # an ipu licence beside the GRES, whatever its separator: refused, not dropped (issue 35, item 9)
+    ({"tres_per_node": "gres:ipu:1", "licenses": "matlab:1;ipu:63"}, "-L ipu:63: the ipu licence is slurm-ipu's, "
+                                                                     "set from --gres=ipu:N; leave it out of -L"),
+    ({"tres_per_node": "gres:ipu:1", "licenses": ";ipu:63;;matlab*2"}, "-L ipu:63: the ipu licence is slurm-ipu's"),
+    ({"licenses": "ipu:4", "spank_job_env": ["IPU_IPUS=4"]}, "-L ipu:4: the ipu licence is slurm-ipu's"),
+    # the site's ipu GRES is untyped (Gres=ipu:N): a typed request fits no node (issue 35, item 9)
+    ({"tres_per_node": "gres:ipu:mk2:2", "min_nodes": 1}, "--gres=ipu:mk2:2 names a GRES type, and IPUs have none "
+                                                          "here; use --gres=ipu:2"),
+    ({"tres_per_node": "gres/ipu:foo:4"}, "--gres=ipu:foo:4 names a GRES type"),
+    ({"tres_per_node": "gres/ipu:foo"}, "--gres=ipu:foo:1 names a GRES type"),
     ({"tres_per_task": "gres/ipu:2"}, "--tres-per-task=gres/ipu:2: ask for IPUs per node with --gres=ipu:N"),
     ({"tres_per_task": "cpu:2,gres:ipu:1"}, "--tres-per-task=cpu:2,gres:ipu:1"),
     ({"tres_per_job": "gres/ipu:64"}, "--tres-per-job=gres/ipu:64"),

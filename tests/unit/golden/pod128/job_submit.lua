@@ -62,22 +62,25 @@ local function refuse_modify(fmt, ...)
 end
 
 -- One item of a TRES list names ipu: "gres:ipu:4", "gres/ipu:4" (23.11+ spelling), "gres:ipu:mk2:4",
--- "gres:ipu" -> the count (1 when none is given); nil for any other item.
+-- "gres:ipu" -> the count (1 when none is given) and the GRES type it names, if any; nil for any
+-- other item.
 local function ipu_item(item)
   local rest = string.match(item, "^gres[:/]ipu(.*)$")
   if rest == nil or (rest ~= "" and string.sub(rest, 1, 1) ~= ":") then return nil end
-  return tonumber(string.match(rest, ":(%d+)$")) or 1
+  local kind = string.match(rest, "^:([^:]+):%d+$") or string.match(rest, "^:(%D[^:]*)$")
+  return tonumber(string.match(rest, ":(%d+)$")) or 1, kind
 end
 
--- IPUs per node in a TRES list, and how many of its items name ipu (Slurm keeps the last of a
--- repeated GRES, so --gres=ipu:16,ipu:1 must not be sized from the first).
+-- IPUs per node in a TRES list, how many of its items name ipu (Slurm keeps the last of a
+-- repeated GRES, so --gres=ipu:16,ipu:1 must not be sized from the first), and a GRES type one
+-- of them names.
 local function gres_ipus(tres)
-  local per, count = nil, 0
+  local per, count, typed = nil, 0, nil
   for item in string.gmatch(tres or "", "[^,]+") do
-    local n = ipu_item(item)
-    if n ~= nil then per, count = n, count + 1 end
+    local n, kind = ipu_item(item)
+    if n ~= nil then per, count, typed = n, count + 1, typed or kind end
   end
-  return per, count
+  return per, count, typed
 end
 
 -- Request fields other than --gres that could name ipu: none may, or the job would hold IPUs
@@ -376,9 +379,13 @@ end
 
 -- The GRES of a request: IPUs per node, or nil; refuses ipu named twice.
 local function requested(tres, refuse)
-  local per, count = gres_ipus(tres)
+  local per, count, typed = gres_ipus(tres)
   if count > 1 then
     return nil, (refuse or reject)("--gres %s names ipu %d times; give it once, as --gres=ipu:N", tres, count)
+  end
+  if typed ~= nil then  -- the site's ipu GRES has no type: no node could run it, and the licence would still count
+    return nil, (refuse or reject)("--gres=ipu:%s:%d names a GRES type, and IPUs have none here; use --gres=ipu:%d",
+                                   typed, per, per)
   end
   return per
 end
@@ -418,6 +425,9 @@ local function job_submit(job_desc, part_list, submit_uid)
       return reject("ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu licence (-L %s)", lic_ipu)
     end
     return slurm.SUCCESS
+  end
+  if lic_ipu ~= nil then  -- beside a GRES too: never dropped in silence
+    return reject("-L %s: the ipu licence is slurm-ipu's, set from --gres=ipu:N; leave it out of -L", lic_ipu)
   end
   local min, max = job_desc.min_nodes, job_desc.max_nodes
   if set_count(min) and set_count(max) and min ~= max then
