@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from slurm_ipu.slurm import releases
@@ -58,20 +60,44 @@ def test_the_licence_is_asked_for_directly_is_refused(clean_lab):
     assert proc.returncode != 0 and "not with the ipu licence (-L ipu:64)" in proc.stderr
 
 
-def test_gres_added_by_modify_brings_its_licence_and_its_partition(clean_lab):
+def held_ipus(lab, job: int) -> tuple[int, int]:
+    """(the ipu licence, the IPU GRES total) in the job's TRES as Slurm keeps them (the lab
+    accounts for both): what sacct bills and what the prolog sizes the partition from."""
+    info = lab.job(job)
+    tres = info.get("ReqTRES") or info.get("TRES", "")
+
+    def count(key: str) -> int:
+        found = re.search(rf"(?:^|,){re.escape(key)}=(\d+)", tres)
+        return int(found.group(1)) if found else 0
+    return count("license/ipu"), count("gres/ipu")
+
+
+# Every way scontrol names a TRES (issue 35, item 4: on 22.05 a refused TresPerNode left the licence
+# job_submit.lua had written, and an accepted one kept the old GRES count beside the new licence).
+TRES_UPDATES = ("Gres=ipu:{n}", "TresPerNode=gres/ipu:{n}", "TresPerNode=gres:ipu:{n}", "TresPerJob=gres/ipu:{n}",
+                "TresPerTask=gres/ipu:{n}")
+
+
+def test_no_tres_update_gives_a_job_ipus_or_changes_them(clean_lab):
     lab = clean_lab
-    job = submit_held(lab)
-    proc = update(lab, job, "Gres=ipu:4")
+    plain, one = submit_held(lab), submit_held(lab, "--gres=ipu:1")
+    for job, n, before in ((plain, 4, (0, 0)), (one, 16, (1, 1))):
+        for field in TRES_UPDATES:
+            proc = update(lab, job, field.format(n=n))
+            assert proc.returncode != 0, (field, proc.stdout)
+            assert held_ipus(lab, job) == before, (field, lab.job(job))
+    # the node count still moves both together: once the job runs (22.05 shows a pending job's
+    # TRES as submitted), it holds 2 IPUs of GRES, 2 of licence, and a 2-IPU partition
+    proc = update(lab, one, "NumNodes=2")
     assert proc.returncode == 0, proc.stderr
-    assert lab.job(job)["Licenses"] == "ipu:4"
-    proc = update(lab, job, "NumNodes=2")
-    assert proc.returncode == 0, proc.stderr
-    assert lab.job(job)["Licenses"] == "ipu:8"
-    assert lab.run_as(USER, "scontrol", "release", str(job)).returncode == 0
-    wait_for("the job's partition", lambda: lab.partitions().get(f"slurm_{job}", {}).get("spec", {}).get("size")
-             == 8 or len(lab.partitions().get(f"slurm_{job}", {}).get("spec", {}).get("ipus", [])) == 8, 60)
-    lab.run("scancel", str(job), check=True)
-    wait_gone(lab, job)
+    assert lab.job(one)["Licenses"] == "ipu:2", lab.job(one)
+    assert lab.run_as(USER, "scontrol", "release", str(one)).returncode == 0
+    wait_for("the job to run", lambda: lab.state(one) == "RUNNING", 60)
+    assert held_ipus(lab, one) == (2, 2), lab.job(one)
+    assert len(lab.partitions()[f"slurm_{one}"]["spec"]["ipus"]) == 2
+    for job in (plain, one):
+        lab.run("scancel", str(job), check=True)
+        wait_gone(lab, job)
 
 
 def test_the_licence_of_an_ipu_job_cannot_be_changed_or_dropped_by_modify(clean_lab):

@@ -133,7 +133,11 @@ def test_submit_refuses_with_one_line(lua_file, job, words):
 @pytest.mark.parametrize("change,rec,result", [
     ({"min_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (0, "ipu:16")),
     ({"min_nodes": 3}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (REFUSED, None)),
-    ({"tres_per_node": "gres:ipu:8"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (0, "ipu:16")),
+    # The GRES count is fixed at submit (issue 35, item 4: Slurm kept the licence this script wrote
+    # while refusing the TRES, or kept the old GRES count beside it); restated, it changes nothing.
+    ({"tres_per_node": "gres:ipu:8"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (REFUSED, None)),
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2},
+     (0, "ipu:16")),
     ({"licenses": "ipu:64"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (REFUSED, None)),
     ({"time_limit": 5}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (0, "nil")),
     ({"min_nodes": 2}, {"min_nodes": 1}, (0, "nil")),  # not an IPU job
@@ -144,9 +148,9 @@ def test_submit_refuses_with_one_line(lua_file, job, words):
     # Other licences change on an IPU job: its ipu licence is recomputed, not dropped.
     ({"licenses": "matlab:1"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"},
      (0, "matlab:1,ipu:8")),
-    # GRES added by modify: the licence follows it; GRES given twice or removed: refused.
-    ({"tres_per_node": "gres:ipu:4"}, {"min_nodes": 1}, (0, "ipu:4")),
-    ({"tres_per_node": "gres/ipu:4", "min_nodes": 2}, {"min_nodes": 1}, (0, "ipu:8")),
+    # GRES added by modify, given twice or removed: refused.
+    ({"tres_per_node": "gres:ipu:4"}, {"min_nodes": 1}, (REFUSED, None)),
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 2}, {"min_nodes": 1}, (REFUSED, None)),
     ({"tres_per_node": "gres:ipu:16,gres:ipu:1"}, {"min_nodes": 1}, (REFUSED, None)),
     ({"tres_per_node": ""}, {"tres_per_node": "gres:ipu:4", "min_nodes": 1, "licenses": "ipu:4"}, (REFUSED, None)),
     ({"tres_per_node": "gres:gpu:1"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 1, "licenses": "ipu:4"},

@@ -465,6 +465,13 @@ local function job_modify(job_desc, job_rec, part_list, modify_uid)
     -- for a job without IPUs, so the GRES stays.
     return refuse_modify("removing the IPU GRES from a submitted job is not supported; cancel it and submit again")
   end
+  if new_per ~= nil and new_per ~= old_per then
+    -- Slurm applies the licence this script writes even when it then refuses the TRES (22.05:
+    -- "Invalid Trackable RESource" on a job without IPUs, the licence kept), or keeps the old GRES
+    -- count beside the new licence: the IPUs a job asks for are fixed at submit (issue 35, item 4).
+    return refuse_modify("the IPUs a job asks for are fixed at submit (--gres=ipu:%s, now %d per node); cancel it "
+                         .. "and submit again", old_per or 0, new_per)
+  end
   local new_nodes = set_count(job_desc.min_nodes) and job_desc.min_nodes or nil
   local per = new_per or old_per
   if per == nil or (new_per == nil and new_nodes == nil and job_desc.licenses == nil) then
