@@ -83,7 +83,7 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "whole_hosts": site.models == {"allocation"}, "mixed": len(site.models) > 1,
         "host_models": site.host_models() if len(site.models) > 1 else {},
         "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
-        "top_members": top_switches(site),
+        "top_members": top_switches(site), "job_prefixes": site.job_prefixes,
     }
 
 

@@ -34,7 +34,7 @@ from ..errors import ConfigError, InsufficientIpus, shown
 
 PRESETS_DIR = Path(__file__).with_name("clusters")
 _KEYS = ("version", "name", "ilds", "agents_per_ild", "allocations", "cabling", "remote_attach",
-         "remote_attach_delay", "grants", "admins")
+         "remote_attach_delay", "grants", "admins", "reserved")
 REMOTE_ATTACH = ("refuse", "slow")
 
 
@@ -49,6 +49,12 @@ class Cluster:
     remote_attach_delay: float = 0.0
     grants: dict[str, frozenset[int]] = None  # allocation -> uids granted it; None: no grants anywhere
     admins: frozenset[int] = frozenset()  # besides root: who may create and remove allocations
+    # Name prefixes of jobs' V-IPU objects (prefix + job id): such names are the admins' (the hooks')
+    reserved: tuple[str, ...] = ()
+
+    def reserved_name(self, name: str) -> str | None:
+        """The reserved prefix `name` is a job's name under (a prefix then a digit), else None."""
+        return next((p for p in self.reserved if name.startswith(p) and name[len(p):len(p) + 1].isdigit()), None)
 
     def grants_over(self, allocation: str) -> list[frozenset[int]]:
         """The grant lists that apply to `allocation`: the nearest one around it (its own, else
@@ -161,9 +167,14 @@ def cluster_from_dict(data: object, where: str = "cluster") -> Cluster:
     admins = data.get("admins") or []
     if not isinstance(admins, list):
         raise ConfigError(f"{where}: admins must list the users who may create allocations (e.g. [slurm])")
+    reserved = data.get("reserved") or []
+    if not isinstance(reserved, list) or not all(isinstance(p, str) and 0 < len(p) <= 32 for p in reserved):
+        raise ConfigError(f"{where}: reserved must list name prefixes of jobs' partitions (e.g. [slurm_, c]), got "
+                          f"{shown(reserved)}")
     return Cluster(str(data.get("name", "cluster")), ilds, per_ild, allocations,
                    _cabling(data.get("cabling"), ilds, where), remote, float(delay),
-                   _grants(data.get("grants"), allocations, where), frozenset(_uid(u, where) for u in admins))
+                   _grants(data.get("grants"), allocations, where), frozenset(_uid(u, where) for u in admins),
+                   tuple(reserved))
 
 
 def _grants(raw: object, allocations: dict, where: str) -> dict[str, frozenset[int]] | None:

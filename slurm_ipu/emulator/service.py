@@ -343,7 +343,7 @@ class Service:
         with self._lock:  # the allocations and grants as they stand now: an epilog's revoke never races a create
             allocation = self._allocation(req.get("allocation"))
             rules.check_size(shape.size, len(self.cluster.allocation_ipus(allocation)), f"allocation {allocation}")
-            self._may_create(allocation, caller_uid, owner)
+            self._may_create(allocation, caller_uid, owner, name)
             if self.store.get(name) is not None:
                 raise PartitionExists(f"partition {name} already exists")
             free = self.cluster.allocation_ipus(allocation) - self.store.used_ipus() - self._held_inside(allocation)
@@ -361,7 +361,11 @@ class Service:
             self.store.insert(record, ipus)
         return self.get_partition(name)
 
-    def _may_create(self, allocation: str, caller_uid: int, owner: int) -> None:
+    def _may_create(self, allocation: str, caller_uid: int, owner: int, name: str = "") -> None:
+        prefix = self.cluster.reserved_name(name)
+        if prefix and not self._admin(caller_uid):
+            raise PermissionDenied(f"partition name {name} is reserved: {prefix}<job id> names a Slurm job's partition "
+                                   "(made by the hooks); choose another name")
         granted = caller_uid == 0 or self.cluster.granted(allocation, caller_uid)
         if granted is False:
             raise PermissionDenied(f"uid {caller_uid} may not create partitions in allocation {allocation}: it is "

@@ -148,6 +148,7 @@ allocations:
 grants:
   slurm: [{hooks}]
 admins: [{hooks}]
+reserved: ["slurm_", "c"]
 """
 
 
@@ -235,3 +236,23 @@ def test_the_emulator_s_files_are_its_own(emu, api):
     assert os.stat(emu.state_dir).st_mode & 0o777 == 0o700
     for name in ("vipu.sqlite", "server.json"):
         assert os.stat(emu.state_dir / name).st_mode & 0o077 == 0, name
+
+
+@needs_root
+def test_a_job_s_name_is_the_hooks_alone(granted):
+    """issue 35, item 3: inside their own allocation a user made `slurm_<another job>`, and that job
+    was held for an admin when its prolog found the name taken."""
+    from slurm_ipu.emulator.api import Api
+
+    status, doc = call_as(HOOKS, granted.port, "POST", "/v1/partitions",  # the hooks, an admin: theirs to make
+                          {"name": "slurm_8", "size": 4, "allocation": "slurm", "owner_uid": ALICE})
+    assert status == 201 and doc["partition"]["spec"]["owner_uid"] == ALICE
+    Api("127.0.0.1", granted.port, timeout=10).create_allocation("c9", ["ag4", "ag5"], [ALICE])
+    for name in ("slurm_10", "c11", "slurm_0x"):
+        status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions", {"name": name, "size": 4,
+                                                                            "allocation": "c9"})
+        assert status == 403 and f"partition name {name} is reserved" in doc["error"]["message"], doc
+    for name in ("p10", "slurm_x", "cats"):  # a user's own names
+        status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions", {"name": name, "size": 1,
+                                                                            "allocation": "c9"})
+        assert status == 201, doc
