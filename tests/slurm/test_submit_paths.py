@@ -64,7 +64,8 @@ def held_ipus(lab, job: int) -> tuple[int, int]:
     """(the ipu licence, the IPU GRES total) in the job's TRES as Slurm keeps them (the lab
     accounts for both): what sacct bills and what the prolog sizes the partition from."""
     info = lab.job(job)
-    tres = info.get("ReqTRES") or info.get("TRES", "")
+    # a running job's: AllocTRES from 23.11, TRES before; a pending one's: ReqTRES, TRES before
+    tres = info.get("AllocTRES") or info.get("ReqTRES") or info.get("TRES", "")
 
     def count(key: str) -> int:
         found = re.search(rf"(?:^|,){re.escape(key)}=(\d+)", tres)
