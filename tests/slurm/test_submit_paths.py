@@ -65,7 +65,8 @@ def held_ipus(lab, job: int) -> tuple[int, int]:
     accounts for both): what sacct bills and what the prolog sizes the partition from."""
     info = lab.job(job)
     # a running job's: AllocTRES from 23.11, TRES before; a pending one's: ReqTRES, TRES before
-    tres = info.get("AllocTRES") or info.get("ReqTRES") or info.get("TRES", "")
+    given = [info.get(k, "") for k in ("AllocTRES", "ReqTRES", "TRES")]
+    tres = next((t for t in given if t and t != "(null)"), "")
 
     def count(key: str) -> int:
         found = re.search(rf"(?:^|,){re.escape(key)}=(\d+)", tres)
