@@ -14,7 +14,7 @@ SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lu
 ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
 PYTEST_ARGS ?=
 
-.PHONY: test unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install uninstall install-check clean-room generated
+.PHONY: test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install uninstall install-check clean-room generated
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -58,12 +58,15 @@ generated: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check slurm_ipu tests
 
+# Every tier, each timed (tests/tiers.sh prints the times at the end): unit, emulator, the
+# real-Slurm tier on the host's 22.05 (all but the long ones), the install checks, then the
+# release-sensitive real-Slurm tests on 24.11 and 26.05 (tests/slurm/conftest.py: RELEASE, LONG).
 test: deps apt-accounting lint
-	$(PY) -m pytest -q tests/unit tests/emulator tests/slurm $(PYTEST_ARGS)
-	@$(MAKE) -s install-check
-	@$(MAKE) -s clean-room
-	@$(MAKE) -s slurm-24.11
-	@$(MAKE) -s slurm-26.05
+	@PY=$(PY) PYTEST_ARGS='$(PYTEST_ARGS)' tests/tiers.sh
+
+# The storms and the 64-host lab (a developer's run before a release; not in CI's budget).
+test-long: deps apt-accounting
+	$(PY) -m pytest -q tests/slurm -m long $(PYTEST_ARGS)
 
 # make install into a scratch root, the lab on the installed files, make uninstall (issue 9).
 install-check: apt spank
@@ -74,14 +77,14 @@ install-check: apt spank
 clean-room:
 	@tests/install/clean_room.sh
 
-# The real-Slurm tier against Debian 13's Slurm 24.11 and Debian unstable's 26.05, each in a bare
-# chroot built the same way (bases cached beside bookworm's); the host keeps Debian 12's 22.05
-# for `make slurm`. About 3 minutes each.
+# The release-sensitive real-Slurm tests against Debian 13's Slurm 24.11 and Debian unstable's
+# 26.05, each in a bare chroot built the same way (bases cached beside bookworm's); the host keeps
+# Debian 12's 22.05 for `make slurm`. Times: docs/performance.md.
 slurm-24.11:
-	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET=slurm tests/install/clean_room.sh
+	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET=slurm SLURM_MARKS='release and not long' tests/install/clean_room.sh
 
 slurm-26.05:
-	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET=slurm tests/install/clean_room.sh
+	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET=slurm SLURM_MARKS='release and not long' tests/install/clean_room.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
@@ -89,8 +92,10 @@ unit: deps
 emulator: deps
 	$(PY) -m pytest -q tests/emulator $(PYTEST_ARGS)
 
+# Which real-Slurm tests (pytest -m): all but the long ones; the chroots above, the release ones.
+SLURM_MARKS ?= not long
 slurm: deps apt-accounting
-	$(PY) -m pytest -q tests/slurm $(PYTEST_ARGS)
+	$(PY) -m pytest -q tests/slurm -m '$(SLURM_MARKS)' $(PYTEST_ARGS)
 
 bench: deps
 	$(PY) tests/bench/ipurun_overhead.py

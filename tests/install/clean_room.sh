@@ -3,7 +3,7 @@
 #
 # CLEAN_ROOM_SUITE=trixie|sid builds that Debian instead (Slurm 24.11, 26.05), and
 # CLEAN_ROOM_TARGET=<make target> runs that target in it instead of install-check (e.g. `slurm`:
-# the real-Slurm tier against that Slurm; PYTEST_ARGS passes through).
+# the real-Slurm tier against that Slurm; PYTEST_ARGS and SLURM_MARKS pass through).
 #
 #   sudo tests/install/clean_room.sh            (root; Debian/Ubuntu host with apt; network)
 #
@@ -53,7 +53,7 @@ in_chroot() {
   if [ "$TARGET" != install-check ]; then
     say "[chroot] make $TARGET ${PYTEST_ARGS:+PYTEST_ARGS='$PYTEST_ARGS' }on bare Debian $(cat /etc/debian_version)"
     log=$LOGS/$TARGET.log
-    if ! timeout 3000 make "$TARGET" PYTEST_ARGS="${PYTEST_ARGS:-}" >"$log" 2>&1; then
+    if ! timeout 3000 make "$TARGET" PYTEST_ARGS="${PYTEST_ARGS:-}" ${SLURM_MARKS:+SLURM_MARKS="$SLURM_MARKS"} >"$log" 2>&1; then
       tail -n 40 "$log" | sed 's/^/    | /' >&2
       fail "make $TARGET: $(grep -v '^\s*$' "$log" | tail -n 1)"
     fi
@@ -107,7 +107,8 @@ in_namespace() {
   mount --bind /dev "$C/dev"
   mount --bind /dev/pts "$C/dev/pts"
   mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$C/dev/shm"
-  local env=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root LOGNAME=root "TARGET=$TARGET" "PYTEST_ARGS=${PYTEST_ARGS:-}")
+  local env=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root LOGNAME=root "TARGET=$TARGET" "PYTEST_ARGS=${PYTEST_ARGS:-}"
+             "SLURM_MARKS=${SLURM_MARKS:-}")
   local v
   for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     [ -n "${!v:-}" ] && env+=("$v=${!v}")

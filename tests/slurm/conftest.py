@@ -34,6 +34,29 @@ SLURM_VERSION = releases.installed(labmod.SBIN) or "0.0"
 GRES = releases.tres_prefix(SLURM_VERSION)
 
 
+# Which tests run where (issue 36: CI within 25 minutes). `release`: on every Slurm release (the
+# 24.11 and 26.05 chroots take only these: what reads or drives Slurm itself, whose behaviour a
+# release changes); the rest run on the host's 22.05. `long`: the storms and the 64-host lab, in
+# `make test-long` (a developer's run before a release), not in `make test`.
+RELEASE = {"test_accounting", "test_admin", "test_adoption", "test_allocation_model", "test_dialects",
+           "test_hook_service", "test_ipu_jobs", "test_ipurun", "test_job_input", "test_licence_fuzz",
+           "test_readme_examples", "test_submit_paths", "test_trust"}
+LONG = {"test_big_lab", "test_storm",
+        "test_allocation_model::test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__ if item.module else ""
+        if not module.startswith("tests.slurm."):
+            continue
+        name = module.rsplit(".", 1)[1]
+        if name in RELEASE:
+            item.add_marker(pytest.mark.release)
+        if name in LONG or f"{name}::{item.originalname}" in LONG:
+            item.add_marker(pytest.mark.long)
+
+
 def pytest_addoption(parser):
     parser.addoption("--squeue-samples", default=None, metavar="DIR",
                      help="keep each `squeue --json` text the lab prints in DIR (tests/unit/fixtures/squeue)")
