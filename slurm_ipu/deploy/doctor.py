@@ -47,7 +47,9 @@ class Facts:
     slurm_version: str | None = None
     config: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)
-    jobs: dict[int, str] | None = None
+    jobs: dict[int, str] | None = None  # job -> base state; COMPLETING while its epilog has not ended
+    jobs_after: dict[int, str] | None = None  # the same, read again after V-IPU's listing
+    queued: list[str] | None = None  # the journal's removals, read just before V-IPU's listing
     partitions: list | None = None
     clusters: list[str] | None = None  # what slurmdbd knows (accounting only)
     topology: dict[str, str] | None = None  # multi-Pod sites: host -> leaf switch, as Slurm sees it
@@ -71,7 +73,7 @@ def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
 
 
 def gather(site: Site, runner=None) -> Facts:
-    from ..slurm.commands import SlurmCli, parse_squeue_json
+    from ..slurm.commands import SlurmCli
 
     facts = Facts()
     cli = SlurmCli.of_site(site, runner=runner)
@@ -85,7 +87,7 @@ def gather(site: Site, runner=None) -> Facts:
     facts.nodes = parse_show_nodes(slurm("nodes", "scontrol", "show", "nodes", "--oneliner") or "")
     text = slurm("jobs", "squeue", "--json")
     try:
-        facts.jobs = parse_squeue_json(text) if text is not None else None
+        facts.jobs = job_states(text) if text is not None else None
     except SlurmIpuError as exc:
         facts.errors["jobs"] = str(exc)
     if site.pods:
@@ -107,7 +109,11 @@ def gather(site: Site, runner=None) -> Facts:
     try:
         from ..hooks.reap import job_objects
 
+        # The journal before the listing and the jobs after it: a partition on its way out (its job
+        # ended, the hook service removing it) is never taken for an orphan (check_orphans).
+        facts.queued = _queued_names(site)
         facts.partitions = job_objects(site, site.vipu_client(), time.monotonic() + 20)
+        facts.jobs_after = _jobs_again(cli)
         if os.getuid() == 0:
             try:
                 facts.canary = canary(site)
@@ -123,6 +129,31 @@ def gather(site: Site, runner=None) -> Facts:
     return facts
 
 
+def job_states(text: str) -> dict[int, str]:
+    """`squeue --json` -> {job: base state}, COMPLETING for a job whose epilog has not ended (one
+    word up to data_parser v0.0.39, a flag beside the base state from v0.0.40)."""
+    from ..slurm.commands import parse_squeue
+
+    return {job_id: ENDING if ENDING in job.flags else job.state for job_id, job in parse_squeue(text).items()}
+
+
+def _jobs_again(cli) -> dict[int, str] | None:
+    """The second look at the jobs (None when it fails: the first one's error is what doctor reports)."""
+    text = cli.output_or_none(None, "jobs", "squeue", "--json")
+    try:
+        return job_states(text) if text is not None else None
+    except SlurmIpuError:
+        return None
+
+
+def _queued_names(site: Site) -> list[str] | None:
+    try:
+        return [q.get("partition") for q in _queued(site)]
+    except OSError:  # not readable by this user: check_journal says so
+        return None
+
+
+ENDING = "COMPLETING"
 PROBE_UID = 65534  # nobody: a user with no V-IPU grant, as a job's user
 PROBE_NAME = "slurm-ipu-doctor-probe"  # never a job's: those are the prefix and a job id
 CANARY_NAME = "slurm-ipu-doctor-canary"
@@ -598,8 +629,14 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
         why = facts.errors.get("vipu") or facts.errors.get("jobs")
         return Finding("orphans", False, f"cannot tell ({why})", "fix the vipu and Slurm items first")
     found = orphans([p.name for p in facts.partitions], facts.jobs, site.job_prefixes)
-    queued = {q.get("partition") for q in _queued(site)}
-    found = [(name, job) for name, job in found if name not in queued]
+    # On its way out, not an orphan: its job's epilog has not ended, or its removal was journaled
+    # when V-IPU was listed (the hook service drops the entry just after the removal, which may be
+    # before this check: issue 41), or is now; or its job shows up in the look after the listing
+    # (started after the first one). The jobs are read before the journal and the journal before
+    # the listing, so a job seen ended had its epilog hand the removal over before the listing.
+    queued = set(facts.queued or ()) | {q.get("partition") for q in _queued(site)}
+    found = [(name, job) for name, job in found if name not in queued and facts.jobs.get(job) != ENDING
+             and not _alive_later(facts.jobs_after, job)]
     if found:
         names = ", ".join(name for name, _ in found[:5])
         kinds = "/".join(sorted({site.kind_of(name) for name, _ in found}))
@@ -607,6 +644,12 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
                        "slurm-ipu reap (the hook service does it every reap.interval)")
     what = " and ".join(f"{m}" for m in sorted(site.models))
     return Finding("orphans", True, f"every {what} under the prefix belongs to a live job")
+
+
+def _alive_later(jobs_after: dict[int, str] | None, job: int) -> bool:
+    from ..hooks.reap import LIVE_STATES
+
+    return jobs_after is not None and jobs_after.get(job, "GONE") in (*LIVE_STATES, ENDING)
 
 
 def check_accounting(site: Site, facts: Facts) -> Finding:

@@ -62,10 +62,20 @@ def pytest_addoption(parser):
                      help="keep each `squeue --json` text the lab prints in DIR (tests/unit/fixtures/squeue)")
 
 
+# Blocks handed out in this process: a lab never gets a block an earlier lab of the session had,
+# whose ports a process of that lab (a job's srun, a slurmstepd) may still hold or be answered on.
+# Issue 41: each call drew from a generator seeded anew with the pid, so every lab of a session
+# tried the same block first and consecutive module labs shared their ports.
+_HANDED_OUT: list[range] = []
+_RNG = random.Random()  # seeded from the OS: concurrent sessions (CI, another engineer's) differ
+
+
 def _free_block(count: int, tries: int = 50) -> int:
-    rng = random.Random(os.getpid())
     for _ in range(tries):
-        base = rng.randrange(20000, 30000)
+        base = _RNG.randrange(20000, 30000 - count)
+        block = range(base, base + count)
+        if any(block.start < old.stop and old.start < block.stop for old in _HANDED_OUT):
+            continue
         socks = []
         try:
             for port in range(base, base + count):
@@ -73,6 +83,7 @@ def _free_block(count: int, tries: int = 50) -> int:
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", port))
                 socks.append(s)
+            _HANDED_OUT.append(block)
             return base
         except OSError:
             continue
@@ -154,17 +165,29 @@ def cancel_and_expect_clean(lab: Lab, job_id: int) -> None:
     nobody's help, must remove the recorded orphan within its interval (30 s in the lab)."""
     lab.run("scancel", str(job_id), check=True)
     wait_gone(lab, job_id)
-    wait_for(f"job {job_id}'s partition removed (at most one reap interval)", lambda: lab.partitions() == {},
-             labmod.REAP_INTERVAL + 20)
-    wait_for("nodes idle", lambda: all_idle(lab), 60)
+    wait_no_partitions(lab, labmod.REAP_INTERVAL + 20, f"job {job_id}'s partition removed (at most one reap interval)")
+    wait_idle(lab)
 
 
 def _settled(lab: Lab, timeout: float = 10.0) -> bool:
     try:
-        wait_for("no partition", lambda: lab.partitions() == {}, timeout)
+        wait_no_partitions(lab, timeout)
         return True
     except AssertionError:
         return False
+
+
+def wait_no_partitions(lab: Lab, timeout: float = 60.0, what: str = "no partition left") -> None:
+    """V-IPU has no partition (the hook service removes a job's a moment after its epilog answers)."""
+    wait_for(what, lambda: sorted(lab.partitions()), timeout, until=lambda names: names == [])
+
+
+def queue(lab: Lab) -> list[str]:
+    return lab.run("squeue", "-h", "-o", "%A").stdout.split()
+
+
+def wait_queue_empty(lab: Lab, timeout: float = 90.0, what: str = "no jobs left") -> None:
+    wait_for(what, lambda: queue(lab), timeout, until=lambda jobs: jobs == [])
 
 
 def wait_gone(lab: Lab, job_id: int, timeout: float = 90.0) -> None:
@@ -172,9 +195,25 @@ def wait_gone(lab: Lab, job_id: int, timeout: float = 90.0) -> None:
                                                                       "TIMEOUT", "NODE_FAIL"), timeout)
 
 
-def all_idle(lab: Lab) -> bool:
-    states = lab.node_states()
+def wait_logged(path: Path, words: str, timeout: float = 15.0) -> None:
+    """A line with `words` in the log at path, which another process writes when it gets to it.
+    The failure shows the log's last lines."""
+    def seen():
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return True if words in text else text.splitlines()[-5:]
+
+    wait_for(f"{words!r} in {path.name}", seen, timeout, until=lambda found: found is True)
+
+
+def all_idle(lab: Lab, states: dict[str, str] | None = None) -> bool:
+    states = lab.node_states() if states is None else states
     return len(states) == lab.spec.nodes and all(s == "idle" for s in states.values())
+
+
+def wait_idle(lab: Lab, timeout: float = 60.0, what: str = "every node idle") -> dict[str, str]:
+    """Every node idle: a node stays COMPLETING until its job's epilog ends, after srun returns and
+    after the job leaves the queue (issue 41). The failure shows each node's state last read."""
+    return wait_for(what, lab.node_states, timeout, until=lambda states: all_idle(lab, states))
 
 
 @contextlib.contextmanager
@@ -188,20 +227,24 @@ def started_lab(prepare=None, **spec):
     base = _free_block(nodes + 6)
     # Not under pytest's tmp (root-only): the lab's users must reach slurm.conf and its munge socket.
     root = Path(tempfile.mkdtemp(prefix="slurm-ipu-lab-", dir="/tmp"))
-    root.chmod(0o755)
-    # A lab directory that does not exist yet, as for `make demo` on a fresh machine.
-    spec = labmod.LabSpec(dir=root / "lab", nodes=nodes, ctld_port=base, node_port=base + 1,
-                          vipu_port=base + nodes + 3, dbd_port=base + nodes + 4, db_port=base + nodes + 5, **spec)
-    try:
+    started = None
+    try:  # a failed start (or ^C during it) leaves neither processes nor the directory (issue 41)
+        root.chmod(0o755)
+        # A lab directory that does not exist yet, as for `make demo` on a fresh machine.
+        spec = started = labmod.LabSpec(dir=root / "lab", nodes=nodes, ctld_port=base, node_port=base + 1,
+                                        vipu_port=base + nodes + 3, dbd_port=base + nodes + 4,
+                                        db_port=base + nodes + 5, **spec)
         if prepare is not None:
             prepare(spec)
         labmod.up(spec)
-    except Exception:
-        labmod.down(spec)
+        shared = spec.path("users")
+        shared.mkdir()
+        shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
+    except BaseException:
+        if started is not None:
+            labmod.down(started)
+        shutil.rmtree(root, ignore_errors=True)
         raise
-    shared = spec.path("users")
-    shared.mkdir()
-    shared.chmod(0o1777)  # the users' submit directory: job output lands here, never in the checkout
     try:
         yield Lab(spec)
     finally:  # a failing body too: nothing of the lab outlives it
@@ -256,19 +299,19 @@ def clean_lab(lab):
     admin = lab.admin()
     admin.up()
     admin.clear_faults()
-    wait_for("no jobs left", lambda: not lab.run("squeue", "-h", "-o", "%A").stdout.split(), 90)
-    wait_for("all nodes idle", lambda: all_idle(lab), 60)
+    wait_queue_empty(lab)
+    wait_idle(lab, what="all nodes idle")
     if not _settled(lab):
         # A previous test failed and left a partition (its own report says so): restore a clean
         # lab with the product's cleanup so one failure does not fail every test after it.
         lab.run("slurm-ipu", "reap", "--site", lab.site)
-        wait_for("no partition left by a previous test", lambda: lab.partitions() == {}, 10)
+        wait_no_partitions(lab, 10, "no partition left by a previous test")
     admin.close()
     yield lab
     admin = lab.admin()  # a new handle: the test may have restarted the emulator
     admin.up()
     admin.clear_faults()
-    jobs = lab.run("squeue", "-h", "-o", "%A").stdout.split()
+    jobs = queue(lab)
     if jobs:
         lab.run("scancel", *jobs)
     admin.close()

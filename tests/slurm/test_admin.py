@@ -15,7 +15,7 @@ import yaml
 from slurm_ipu import lab as labmod
 
 from ..waiting import wait_for
-from .conftest import all_idle, wait_gone
+from .conftest import wait_gone, wait_idle, wait_no_partitions
 
 
 def doctor(lab, site: str | None = None):
@@ -228,7 +228,7 @@ def test_emulator_crash_then_lab_up_restarts_only_it_and_the_running_job_is_unha
     assert lab.partitions()[f"slurm_{job}"]["spec"]["size"] == 4  # the emulator's state survived its crash
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
-    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+    wait_no_partitions(lab, 30, "partition removed")
 
 
 def test_after_scontrol_reconfigure_the_lab_still_knows_its_daemons(clean_lab):
@@ -236,7 +236,7 @@ def test_after_scontrol_reconfigure_the_lab_still_knows_its_daemons(clean_lab):
     still find and stop them (22.05 keeps the same processes: the records simply stay valid)."""
     lab = clean_lab
     lab.run("scontrol", "reconfigure", check=True)
-    wait_for("nodes idle after reconfigure", lambda: all_idle(lab), 90)
+    wait_idle(lab, 90, "nodes idle after reconfigure")
     pids = labmod.load_pids(lab.spec)
     daemons = [k for k in pids if k == "slurmctld" or k.startswith("slurmd-")]
     wait_for("every daemon recorded as running",

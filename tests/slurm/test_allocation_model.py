@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from ..waiting import wait_for
-from .conftest import ensure_users, started_lab, wait_gone
+from .conftest import ensure_users, queue, started_lab, wait_gone, wait_idle, wait_queue_empty
 
 # graphcore-cloud-tools examples_utils/benchmarks/slurm_utils.py (configure_ipu_partition), as a
 # job script: the job's own partition in the allocation the prolog made.
@@ -30,9 +30,9 @@ def alab():
 
 @pytest.fixture
 def clean(alab):
-    wait_for("no jobs left", lambda: not alab.run("squeue", "-h", "-o", "%A").stdout.split(), 90)
+    wait_queue_empty(alab, 90, "no jobs left")
     yield alab
-    jobs = alab.run("squeue", "-h", "-o", "%A").stdout.split()
+    jobs = queue(alab)
     if jobs:
         alab.run("scancel", *jobs)
 
@@ -46,8 +46,8 @@ def allocations(lab) -> set[str]:
 
 
 def nothing_left(lab, job: int) -> None:
-    wait_for(f"job {job}'s allocation and partitions removed",
-             lambda: allocations(lab) == {"default"} and lab.partitions() == {}, 60)
+    wait_for(f"job {job}'s allocation and partitions removed", lambda: (allocations(lab), sorted(lab.partitions())),
+             60, until=lambda seen: seen == ({"default"}, []))
 
 
 def test_graphcore_s_slurm_utils_script_runs_unchanged_as_a_user(clean):
@@ -116,5 +116,4 @@ def test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing(clean):
     for job in jobs:
         wait_gone(lab, job, 240)
     nothing_left(lab, jobs[-1])
-    states = lab.node_states()
-    assert all(s.startswith("idle") for s in states.values()), states
+    wait_idle(lab)

@@ -16,7 +16,7 @@ from slurm_ipu import lab as labmod
 from slurm_ipu.slurm import releases
 
 from ..waiting import wait_for
-from .conftest import started_lab
+from .conftest import started_lab, wait_idle
 
 BOUND = 900  # seconds for everything below: a slower run is a failure, not a wait
 IPU_JOBS, PLAIN_JOBS = 1000, 200
@@ -92,7 +92,6 @@ def test_a_storm_with_cancels_time_limits_and_an_outage_leaves_nothing(big):
              lambda: lab.partitions() == {} and not any(state.joinpath("pending-removal").glob("*.json"))
              and not any(state.joinpath("created").glob("*.json")),
              min(labmod.REAP_INTERVAL + 30, max(1.0, deadline - time.monotonic())))
-    states = lab.node_states()
-    assert all(s == "idle" for s in states.values()), {n: s for n, s in states.items() if s != "idle"}
+    wait_idle(lab, min(60, max(1.0, deadline - time.monotonic())))
     ended = subprocess.run(["grep", "-c", "held after", str(state / "hooks.log")], capture_output=True, text=True)
     assert ended.stdout.strip() in ("", "0"), "a job was held after repeated prolog failures (hooks.log)"

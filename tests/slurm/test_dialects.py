@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import GRES, wait_for, wait_gone
+from .conftest import GRES, wait_gone, wait_no_partitions
 
 pytestmark = pytest.mark.usefixtures("users")
 USER = "slurmipu-a"
@@ -35,7 +35,7 @@ def test_srun_ipus_4_gets_a_partition_of_4_and_the_variables(clean_lab):
     (_node, host, partition), = probes(proc.stdout)
     job = int(partition.removeprefix("slurm_"))
     assert host == "127.0.0.1" and ", 4 IPUs, 1 GCD(s), hosts node" in created(lab, job)
-    wait_for("its partition removed", lambda: lab.partitions() == {}, 30)
+    wait_no_partitions(lab, 30, "its partition removed")
 
 
 def test_sbatch_ipus_1_with_an_output_file(clean_lab):
@@ -52,7 +52,7 @@ def test_sbatch_ipus_1_with_an_output_file(clean_lab):
     wait_gone(lab, job)
     assert log.read_text().strip() == f"PART=slurm_{job}"
     assert ", 1 IPUs," in created(lab, job)
-    wait_for("its partition removed", lambda: lab.partitions() == {}, 30)
+    wait_no_partitions(lab, 30, "its partition removed")
 
 
 def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
@@ -63,7 +63,7 @@ def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
     assert len(seen) == 2 and len({p[0] for p in seen}) == 2 and len({p[2] for p in seen}) == 1, seen
     job = int(seen[0][2].removeprefix("slurm_"))
     assert ", 8 IPUs," in created(lab, job)
-    wait_for("its partition removed", lambda: lab.partitions() == {}, 30)
+    wait_no_partitions(lab, 30, "its partition removed")
 
 
 @pytest.mark.parametrize("args,line", [

@@ -11,7 +11,16 @@ import pytest
 
 from slurm_ipu import lab as labmod
 
-from .conftest import GRES, all_idle, cancel_and_expect_clean, parse_probe, probe_script, wait_for, wait_gone
+from .conftest import (
+    GRES,
+    cancel_and_expect_clean,
+    parse_probe,
+    probe_script,
+    wait_for,
+    wait_gone,
+    wait_idle,
+    wait_no_partitions,
+)
 
 
 def batch(lab, tmp_path, nodes: int, per_node: int, *extra: str) -> tuple[int, str]:
@@ -57,7 +66,7 @@ def test_one_node_srun_gets_variables_and_user_values_are_replaced(clean_lab):
     node, _rank, host, port, partition, cfg = probes[0]
     assert host == "127.0.0.1" and partition.startswith("slurm_") and cfg == "cfg=unset"
     assert attaches[0].get("partition") == partition and len(attaches[0]["ipus"]) == 4, attaches[0]["line"]
-    wait_for("partition removed after srun", lambda: lab.partitions() == {}, 30)
+    wait_no_partitions(lab, 30, "partition removed after srun")
 
 
 @pytest.mark.parametrize("args,words", [
@@ -114,7 +123,7 @@ def test_gcds_option_shapes_the_partition(clean_lab, tmp_path):
     assert part["spec"]["hosts"] == [lab.job(job)["NodeList"]]
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
-    wait_for("partition removed", lambda: lab.partitions() == {}, 30)
+    wait_no_partitions(lab, 30, "partition removed")
 
 
 def test_scancel_while_running_leaves_nothing(clean_lab):
@@ -163,7 +172,7 @@ def test_a_request_vipu_refuses_ends_the_job_at_once(clean_lab):
     assert info.get("JobState") == "CANCELLED" and info.get("Restarts") == "0", info
     shown = lab.run("scontrol", "show", "job", str(job)).stdout
     assert "the job is cancelled: the request cannot be met" in shown, shown
-    wait_for("nodes idle", lambda: all_idle(lab), 60)
+    wait_idle(lab, 60, "nodes idle")
     assert lab.partitions() == {}
 
 
@@ -182,7 +191,7 @@ def test_srun_and_salloc_users_see_why_their_ipu_job_ended(clean_lab, tool):
            f"INVALID_ARGUMENT (the reason stays in `scontrol show job {job}`)" in notice[0], notice
     shown = lab.run("scontrol", "show", "job", str(job)).stdout
     assert "the request cannot be met" in shown, shown
-    wait_for("nodes idle", lambda: all_idle(lab), 60)
+    wait_idle(lab, 60, "nodes idle")
     assert lab.partitions() == {}
 
 
@@ -210,7 +219,7 @@ def _cancel_while_vipu_is_down(lab):
     admin.down()
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
-    wait_for("nodes idle, not drained", lambda: all_idle(lab), 60)
+    wait_idle(lab, 60, "nodes idle, not drained")
     assert wait_for("the removal journaled", lambda: _queued(lab), 30) == [f"slurm_{job}"]
     return job, admin
 
@@ -261,7 +270,7 @@ def test_without_the_service_the_epilog_removes_it_and_reap_is_the_backstop(with
     wait_gone(lab, job)
     assert f"job {job}: partition slurm_{job} ACTIVE" in lab.spec.path("state", "hooks.log").read_text()
     assert not _served(lab, job)  # the wrapper ran the Python prolog itself
-    wait_for("partition removed by the epilog itself", lambda: lab.partitions() == {}, 30)
+    wait_no_partitions(lab, 30, "partition removed by the epilog itself")
     assert not _queued(lab)
     job, admin = _cancel_while_vipu_is_down(lab)
     down = lab.run(sys.executable, "-m", "slurm_ipu.cli", "reap", "--site", lab.site)
@@ -289,10 +298,10 @@ def test_twenty_mixed_jobs_a_third_cancelled_leave_nothing(clean_lab):
         lab.run("scancel", str(job))
     for job in jobs:
         wait_gone(lab, job, timeout=180)
-    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
+    wait_no_partitions(lab, 60, "every partition removed")
     proc = lab.run(str(lab.spec.path("bin", "vipu")), "list", "partitions", check=True)
     assert "slurm_" not in proc.stdout
-    wait_for("every node idle", lambda: all_idle(lab), 60)
+    wait_idle(lab, 60, "every node idle")
 
 
 def test_an_orphan_whose_epilog_was_killed_is_removed_by_the_service_within_one_interval(clean_lab):

@@ -16,7 +16,7 @@ import pytest
 from slurm_ipu.slurm.hostlist import expand
 
 from ..waiting import wait_for
-from .conftest import all_idle, started_lab, wait_gone
+from .conftest import queue, started_lab, wait_gone, wait_idle, wait_no_partitions, wait_queue_empty
 
 POD_OF = {f"node{k}": 0 if k <= 4 else 1 for k in range(1, 9)}  # node -> ILD (the lab's cabling)
 
@@ -44,10 +44,13 @@ def pods_lab():
 @pytest.fixture
 def lab2(pods_lab):
     lab = pods_lab
-    wait_for("no jobs left", lambda: not lab.run("squeue", "-h", "-o", "%A").stdout.split(), 90)
-    wait_for("all nodes idle", lambda: all_idle(lab), 60)
+    wait_queue_empty(lab, 90, "no jobs left")
+    wait_idle(lab, 60, "all nodes idle")
+    # the hook service removes a cancelled job's partition a moment after its epilog answers: a
+    # test that counts the Pods' IPUs (doctor, status) must not see the last test's (issue 41)
+    wait_no_partitions(lab, 60, "no partition left by the last test")
     yield lab
-    jobs = lab.run("squeue", "-h", "-o", "%A").stdout.split()
+    jobs = queue(lab)
     if jobs:
         lab.run("scancel", *jobs)
 
@@ -87,10 +90,10 @@ def test_twenty_jobs_each_partition_in_the_ilds_of_its_hosts(lab2):
         # Fits one Pod (4 hosts): inside one Pod; bigger: exactly the Pods it needs.
         assert len(pods) == (1 if nodes <= 4 else 2), f"job {job} ({nodes} nodes) on {hosts}"
         assert report["allocation"] == ("all" if len(pods) == 2 else f"pod{'ab'[pods[0]]}")
-    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
+    wait_no_partitions(lab, 60, "every partition removed")
     check = lab.run("vipu-emu", "check", "--state-dir", str(lab.spec.path("vipu-emu")), check=True)
     assert json.loads(check.stdout)["ok"], check.stdout
-    wait_for("every node idle", lambda: all_idle(lab), 60)
+    wait_idle(lab, 60, "every node idle")
 
 
 def test_a_two_node_job_skips_a_lone_free_node_for_a_pod_with_room(lab2):
@@ -128,7 +131,7 @@ def test_a_job_on_a_full_pods_hosts_waits_in_the_queue_not_in_the_prolog(lab2):
     lab.run("scancel", *map(str, full))
     wait_gone(lab, spanning, timeout=90)
     assert _report(lab, spanning)["ilds"] == [0, 1]
-    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
+    wait_no_partitions(lab, 60, "every partition removed")
 
 
 def test_ipurun_runs_each_instance_on_its_own_pods_ipus(lab2):
@@ -190,4 +193,4 @@ def test_a_job_over_two_of_four_pods_takes_a_pair_with_room_and_its_allocation(f
     lab.run("scancel", *map(str, full))
     wait_gone(lab, every, timeout=90)
     assert _report(lab, every) == {"nodes": "node[1-8]", "allocation": "all", "ilds": [0, 1, 2, 3]}
-    wait_for("every partition removed", lambda: lab.partitions() == {}, 60)
+    wait_no_partitions(lab, 60, "every partition removed")

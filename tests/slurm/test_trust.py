@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SLURM_VERSION, wait_for, wait_gone
+from .conftest import SLURM_VERSION, wait_for, wait_gone, wait_no_partitions
 
 pytestmark = pytest.mark.usefixtures("users")
 VICTIM = "slurmipu-a"
@@ -109,6 +109,9 @@ def test_a_job_user_cannot_take_ipus_around_slurm(clean_lab):
     proc = lab.run_as(bob, "srun", "--gres=ipu:16", "-N", "4", "bash", "-c", "echo $IPUOF_VIPU_API_PARTITION_ID")
     assert proc.returncode == 0, proc.stderr
     assert all(line.startswith("slurm_") for line in proc.stdout.split()), proc.stdout
+    # srun returns before the epilog ends: Bob's partition (the whole Pod) goes a moment later,
+    # and doctor's own creates need room (issue 41)
+    wait_no_partitions(lab, 60, "Bob's partition removed")
     doctor = lab.run("slurm-ipu", "doctor", timeout=120)
     line = [ln for ln in doctor.stdout.splitlines() if " grants " in ln]
     assert line and line[0].startswith("ok") and "may not create partitions in allocation" in line[0], doctor.stdout

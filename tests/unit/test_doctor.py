@@ -149,6 +149,61 @@ def test_each_check_names_what_differs_and_the_fix(here, change, item, words):
     assert not found.ok and words in found.detail and found.fix, found.line()
 
 
+@pytest.mark.parametrize("moment", ["its epilog runs", "the service removes it", "its job started after"])
+def test_a_partition_on_its_way_in_or_out_is_no_orphan(here, moment):
+    """Issue 41: a job's partition between its epilog and the hook service's removal is no orphan;
+    a partition whose job is gone in both looks, with no removal queued, still is."""
+    desc, facts = here
+    facts.partitions.append(Partition("slurm_9", 4))
+    facts.jobs_after = {7: "RUNNING"}
+    if moment == "its epilog runs":
+        facts.jobs[9] = doctor.ENDING
+    elif moment == "the service removes it":
+        facts.queued = ["slurm_9"]  # when V-IPU was listed; the entry is dropped since
+    else:
+        facts.jobs_after[9] = "RUNNING"
+    assert items(doctor.diagnose(desc, facts))["orphans"].ok
+    facts.jobs.pop(9, None)
+    facts.queued, facts.jobs_after = [], {7: "RUNNING"}
+    found = items(doctor.diagnose(desc, facts))["orphans"]
+    assert not found.ok and "slurm_9" in found.detail
+
+
+def test_gather_reads_the_journal_before_v_ipu_and_the_jobs_after_it(here, mocker):
+    """The race issue 41's install-check could meet: job 9 ended (its epilog handed the removal to
+    the hook service) before doctor looked; the service removes slurm_9 and drops its journal entry
+    while doctor lists V-IPU. The partition in the listing is no orphan."""
+    from slurm_ipu.hooks.journal import Journal
+
+    desc, _ = here
+    journal = Journal(desc["state_dir"])
+    journal.add("slurm_9", 9, "handed over by the epilog")
+    squeue = json.dumps({"jobs": [{"job_id": 7, "job_state": "RUNNING"}]})
+
+    def runner(argv, **kw):
+        out = squeue if argv[0].endswith("squeue") else "slurm 22.05.8\n"
+        return subprocess.CompletedProcess(argv, 0, out, "")
+
+    def listing(*_args):
+        partitions = [Partition("slurm_7", 8), Partition("slurm_9", 4)]
+        journal.drop("slurm_9")  # the service, meanwhile: removed, then its entry dropped
+        return partitions
+
+    mocker.patch("slurm_ipu.hooks.reap.job_objects", side_effect=listing)
+    mocker.patch.object(doctor, "canary", return_value="ok")
+    mocker.patch.object(doctor, "try_as_job_user", return_value="refused")
+    facts = doctor.gather(desc, runner=runner)
+    assert (facts.queued, facts.jobs_after) == (["slurm_9"], {7: "RUNNING"})
+    assert items(doctor.diagnose(desc, facts))["orphans"].ok
+
+
+def test_job_states_name_a_job_whose_epilog_has_not_ended_completing():
+    text = json.dumps({"jobs": [{"job_id": 7, "job_state": "CONFIGURING"}, {"job_id": 8, "job_state": "COMPLETING"},
+                                {"job_id": 9, "job_state": ["CANCELLED", "COMPLETING"]},
+                                {"job_id": 10, "job_state": ["COMPLETED"]}]})
+    assert doctor.job_states(text) == {7: "RUNNING", 8: "COMPLETING", 9: "COMPLETING", 10: "COMPLETED"}
+
+
 def _hook_edit(desc, what: str) -> None:
     hook, conf = Path(desc.path("hook")), Path(desc.path("hook_conf"))
     if what == "settings":
