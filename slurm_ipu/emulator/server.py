@@ -213,7 +213,7 @@ class App:
 
     def _admin_down(self, body):
         seconds = fault_seconds("down", body.get("seconds", 0))
-        threading.Thread(target=self.go_down, args=(seconds,), daemon=True).start()
+        self.go_down(seconds)  # down before the reply: an `up` right after it is never overtaken
         return {"down": True, "seconds": seconds}
 
     def _admin_up(self, _b):

@@ -11,6 +11,8 @@ from slurm_ipu import errors
 from slurm_ipu.emulator.api import Api, ApiError
 from slurm_ipu.emulator.process import EmulatorProcess
 
+from ..waiting import wait_for
+
 CLIENTS, CYCLES = 32, 50
 SIZES = (1, 1, 2, 2, 4)
 
@@ -140,9 +142,7 @@ def test_kill_9_mid_load_then_restart_keeps_invariants(emu, tmp_path):
 
     def crash_and_restart():
         api = Api("127.0.0.1", emu.port)
-        deadline = time.monotonic() + 60
-        while len(api.list_partitions()) < 8 and time.monotonic() < deadline:  # load under way
-            pass
+        wait_for("the load under way (8 partitions)", lambda: len(api.list_partitions()) >= 8, 60, interval=0.01)
         api.close()
         emu.kill9()
         assert not emu.alive()
