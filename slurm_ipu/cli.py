@@ -23,6 +23,8 @@ def _days(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .rules import VIPU_PORT
+
     top = argparse.ArgumentParser(prog="slurm-ipu", description="Graphcore IPU Pods on stock Slurm")
     top.add_argument("--version", action="version", version=f"slurm-ipu {__version__}")
     top.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -76,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="split the nodes into this many Pods (e.g. --nodes 8 --pods 2: two POD64s)")
     lab.add_argument("--ctld-port", type=int, default=16817)
     lab.add_argument("--node-port", type=int, default=17001, help="first slurmd port (one per node)")
-    lab.add_argument("--vipu-port", type=int, default=8090)
+    lab.add_argument("--vipu-port", type=int, default=VIPU_PORT)
     lab.add_argument("--accounting", action="store_true",
                      help="add MariaDB and slurmdbd (Debian's packages): sacct and sreport show IPUs")
     lab.add_argument("--dbd-port", type=int, default=16819, help="slurmdbd's port (with --accounting)")

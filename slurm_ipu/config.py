@@ -21,7 +21,7 @@ from typing import Any
 from .boolean import parse_bool
 from .errors import ConfigError, shown
 from .pods import Pod
-from .rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS
+from .rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS, VIPU_PORT
 from .slurm import releases
 
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
@@ -143,7 +143,7 @@ FIELDS = (
           example="ipupod128"),
     Field("vipu.host", str, None, "the V-IPU controller's address (vipu --api-host)", _host, required=True,
           example="vipu.ipupod128.example.org"),
-    Field("vipu.port", int, 8090, "the V-IPU controller's port (vipu --api-port)", _port),
+    Field("vipu.port", int, VIPU_PORT, "the V-IPU controller's port (vipu --api-port)", _port),
     Field("vipu.allocation", str, None, "the V-IPU allocation partitions are created in (with pods: the one "
           "holding every Pod; each Pod has its own, named like the Pod); null: the controller's default",
           name_check, example="all"),

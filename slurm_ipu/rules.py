@@ -38,6 +38,7 @@ def check_name(name: str) -> str:
                                "'-', starting with a letter or digit")
     return name
 
+VIPU_PORT = 8090  # the V-IPU controller's port unless told (PopRun's --vipu-server-port default, vipu's)
 IPUS_PER_AGENT = 4
 AGENTS_PER_ILD = 16
 IPUS_PER_ILD = IPUS_PER_AGENT * AGENTS_PER_ILD  # 64: one IPU-POD64

@@ -8,6 +8,7 @@ import json
 import socket
 
 from ..errors import VipuError, VipuUnavailable
+from ..rules import VIPU_PORT
 
 API_VERSION = "1.18.0"  # the V-IPU release whose CLI and API the emulator follows
 
@@ -68,7 +69,7 @@ class Api:
     the server knows who connected; `tcp=True` speaks to the loopback TCP port instead, where a
     caller is anonymous (tests of exactly that); admin_socket: the admin API (faults, checks)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8090, timeout: float = 30.0,
+    def __init__(self, host: str = "127.0.0.1", port: int = VIPU_PORT, timeout: float = 30.0,
                  admin_socket: str | None = None, tcp: bool = False):
         self.host, self.port, self.timeout = host, port, timeout
         self.admin_socket = admin_socket

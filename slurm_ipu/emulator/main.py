@@ -10,6 +10,7 @@ import sys
 
 from ..cli_common import run_main
 from ..errors import AttachError, ConfigError
+from ..rules import VIPU_PORT
 
 FAULTS = ("latency", "create-delay", "fail", "error-next", "down", "up", "crash", "clear", "show")
 
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="run the emulated controller on loopback")
     s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=_port, default=8090, help="0 picks a free port (see STATE/server.json)")
+    s.add_argument("--port", type=_port, default=VIPU_PORT, help="0 picks a free port (see STATE/server.json)")
     s.add_argument("--state-dir", default=os.path.expanduser("~/.local/state/vipu-emu"))
     s.add_argument("--cluster", default="pod64", help="preset (pod16, pod64, pod256) or YAML path")
     s.add_argument("-v", "--verbose", action="store_true")
@@ -103,7 +104,7 @@ def cmd_attach(args) -> int:
     missing = [v for v in ("IPUOF_VIPU_API_HOST", "IPUOF_VIPU_API_PARTITION_ID") if not env.get(v)]
     if missing:
         raise AttachError(f"{', '.join(missing)} not set; run inside an IPU job or export them")
-    port = env.get("IPUOF_VIPU_API_PORT", "8090")
+    port = env.get("IPUOF_VIPU_API_PORT", str(VIPU_PORT))
     gcd = env.get("IPUOF_VIPU_API_GCD_ID", "0")
     if not port.isdigit() or not gcd.isdigit():
         raise AttachError(f"IPUOF_VIPU_API_PORT={port!r} and IPUOF_VIPU_API_GCD_ID={gcd!r} must be numbers")

@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from ..errors import ConfigError, PermissionDenied, VipuError
 from ..fsutil import atomic_write
 from ..locks import try_lock
+from ..rules import VIPU_PORT
 from . import identity
 from .api import API_VERSION, user_socket
 from .model import Cluster, load_cluster
@@ -393,7 +394,7 @@ def check_loopback(host: str) -> None:
         raise ConfigError(f"--host {host} is not a loopback address; the emulator serves loopback only (use 127.0.0.1)")
 
 
-def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int = 8090) -> None:
+def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int = VIPU_PORT) -> None:
     """Run until SIGTERM/SIGINT. Writes state_dir/server.json once both listeners are up."""
     check_loopback(host)
     # Its files are its own (0600 in a 0700 directory): partitions' owners and hosts are shown to

@@ -36,6 +36,7 @@ import sys
 
 from .. import __version__
 from ..errors import SlurmIpuError
+from ..rules import VIPU_PORT
 from .api import API_VERSION, Api, ApiError, ControllerUnreachable
 
 DEFAULT_HCL = "/etc/vipu/vipu-cli.hcl"
@@ -120,7 +121,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 def server_address(args: argparse.Namespace) -> tuple[str, int]:
     hcl = _read_hcl(args.config or DEFAULT_HCL, explicit=bool(args.config))
     host = args.api_host or os.environ.get("VIPU_CLI_API_HOST") or hcl.get("api-host") or "localhost"
-    port = args.api_port or os.environ.get("VIPU_CLI_API_PORT") or hcl.get("api-port") or 8090
+    port = args.api_port or os.environ.get("VIPU_CLI_API_PORT") or hcl.get("api-port") or VIPU_PORT
     try:
         return host, int(port)
     except ValueError:

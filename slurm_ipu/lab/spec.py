@@ -27,7 +27,7 @@ class LabSpec:
     ipus_per_node: int = 16
     ctld_port: int = 16817
     node_port: int = 17001       # nodeK listens on node_port + K - 1
-    vipu_port: int = 8090
+    vipu_port: int = rules.VIPU_PORT
     # --accounting: MariaDB and slurmdbd of the lab's own (lab/accounting.py)
     accounting: bool = False
     dbd_port: int = 16819

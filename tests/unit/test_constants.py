@@ -1,0 +1,44 @@
+"""One value, one source, across the languages the import graph cannot see (issue 36, item 2): the
+C side (the SPANK plugin, slurm-ipu-hook) writes a few of the Python side's values out again, since
+it is built apart from the package; each pair is held equal here. (job_submit.lua, slurm-ipu-hook's
+settings and the lab's C vipu are rendered or built from the Python values themselves.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from slurm_ipu import config, rules
+from slurm_ipu.hooks import transport
+from slurm_ipu.launcher import task
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def c_define(path: str, name: str) -> str:
+    text = (ROOT / path).read_text()
+    found = re.search(rf"^#define {name} (\S+)", text, re.M)
+    assert found, f"{path} defines no {name}"
+    return found.group(1).strip('"')
+
+
+def c_default(path: str, field: str) -> str:
+    """A default the plugstack parser strcpy()s into ipu_conf.FIELD before reading its arguments."""
+    found = re.search(rf'strcpy\(ipu_conf\.{field}, "([^"]*)"\);', (ROOT / path).read_text())
+    assert found, f"{path} sets no default {field}"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("c_value,python_value", [
+    (lambda: c_default("spank/args.c", "vipu_port"), lambda: str(rules.VIPU_PORT)),
+    (lambda: c_default("spank/args.c", "vipu_port"), lambda: str(config.BY_KEY["vipu.port"].default)),
+    (lambda: c_default("spank/args.c", "prefix"), lambda: config.BY_KEY["partition.prefix"].default),
+    (lambda: c_define("spank/args.c", "PREFIX_CHARS"), lambda: config.PREFIX_CHARS),
+    (lambda: c_define("slurm_ipu/hooks/hook.c", "NO_SERVICE"), lambda: str(transport.NO_SERVICE)),
+    (lambda: c_define("spank/instance.c", "CACHE_ROOT"), lambda: task.CACHE_ROOT),
+    (lambda: c_define("spank/instance.c", "MPOL_BIND"), lambda: str(task.MPOL_BIND)),
+], ids=["port", "port-option", "prefix", "prefix-chars", "no-service", "cache-root", "mpol-bind"])
+def test_the_c_side_holds_the_python_side_s_value(c_value, python_value):
+    assert c_value() == python_value()
