@@ -66,14 +66,12 @@ class _UnixConnection(http.client.HTTPConnection):
 
 class Api:
     """The emulator's API as the caller this process is: on its unix socket (user_socket), where
-    the server knows who connected; `tcp=True` speaks to the loopback TCP port instead, where a
-    caller is anonymous (tests of exactly that); admin_socket: the admin API (faults, checks)."""
+    the server knows who connected; admin_socket: the admin API (faults, checks)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = VIPU_PORT, timeout: float = 30.0,
-                 admin_socket: str | None = None, tcp: bool = False):
+                 admin_socket: str | None = None):
         self.host, self.port, self.timeout = host, port, timeout
         self.admin_socket = admin_socket
-        self.tcp = tcp
         self._conn: http.client.HTTPConnection | None = None
 
     @property
@@ -84,9 +82,6 @@ class Api:
         if self._conn is None:
             if self.admin_socket:
                 self._conn = _UnixConnection(self.admin_socket, self.timeout)
-            elif self.tcp:
-                _loopback_only(self.host, self.port)
-                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             else:
                 _loopback_only(self.host, self.port)
                 self._conn = _UnixConnection(user_socket(self.port), self.timeout)

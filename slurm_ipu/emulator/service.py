@@ -361,7 +361,7 @@ class Service:
             self.store.insert(record, ipus)
         return self.get_partition(name)
 
-    def _may_create(self, allocation: str, caller_uid: int, owner: int, name: str = "") -> None:
+    def _may_create(self, allocation: str, caller_uid: int, owner: int, name: str) -> None:
         prefix = self.cluster.reserved_name(name)
         if prefix and not self._admin(caller_uid):
             raise PermissionDenied(f"partition name {name} is reserved: {prefix}<job id> names a Slurm job's partition "

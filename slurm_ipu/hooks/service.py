@@ -55,7 +55,8 @@ class Service:
         """One pass; returns how long the removal thread may sleep unless woken."""
         now = self.clock()
         names = Journal(self.cfg["state_dir"]).names()
-        self.later = {n: v for n, v in self.later.items() if n in names}  # settled by a prolog or reap
+        queued = set(names)
+        self.later = {n: v for n, v in self.later.items() if n in queued}  # settled by a prolog or reap
         due = [n for n in names if n not in self.later or self.later[n][0] <= now]
         pause = JOURNAL_POLL_S
         if due and now < self.retry_at:
