@@ -9,12 +9,15 @@ PY := $(VENV)/bin/python
 # applies render's slurm.conf.diff (docs/admin.md); musl-tools builds slurm-ipu-hook (and the lab's
 # vipu) static with musl, whose start costs a third of glibc's (slurm_ipu/cbuild.py).
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lua5.1 python3 python3-venv patch
+# What `make install` itself installs on a node: the tools it builds with, never Slurm, munge or
+# libslurm (the node's own Slurm is the one it builds against).
+INSTALL_PKGS := gcc musl-tools make python3 python3-venv patch
 # The real-Slurm tier's lab also runs accounting as sites do (`slurm-ipu lab up --accounting`):
 # slurmdbd on a MariaDB of the lab's own. The server and client cores only: no service is set up.
 ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
 PYTEST_ARGS ?=
 
-.PHONY: test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install uninstall install-check clean-room generated
+.PHONY: test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -26,6 +29,7 @@ BINDIR ?= /usr/local/bin
 DESTDIR ?=
 SITE ?=
 SYSTEM_PYTHON ?= /usr/bin/python3
+SLURM_PREFIX ?=
 PLUGIN_DIR ?= /usr/lib/$(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/slurm-wlm
 IVENV = $(DESTDIR)$(PREFIX)/venv
 
@@ -41,8 +45,9 @@ spank: apt
 	@$(MAKE) -s -C spank
 
 # Installs only what is missing; a machine that has everything makes no apt call at all.
-apt apt-accounting: PKGS = $(if $(filter apt-accounting,$@),$(ACCOUNTING_PKGS),$(SYSTEM_PKGS))
-apt apt-accounting:
+apt apt-accounting install-tools: PKGS = $(if $(filter apt-accounting,$@),$(ACCOUNTING_PKGS),$(if $(filter \
+  install-tools,$@),$(INSTALL_PKGS),$(SYSTEM_PKGS)))
+apt apt-accounting install-tools:
 	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$(echo $$missing)"; \
@@ -113,11 +118,16 @@ bench: deps
 demo: deps
 	$(VENV)/bin/slurm-ipu demo
 
-install: apt spank
+# make install touches no Slurm of the node's: it installs only the tools it builds with, finds
+# the Slurm the node runs (SLURM_PREFIX, else its daemons, else PATH) and builds the SPANK plugin
+# against that Slurm's headers, refusing in one line when they are missing or of another release.
+install: install-tools
+	@PYTHONPATH=$(CURDIR) $(SYSTEM_PYTHON) -P -m slurm_ipu.slurm.installation '$(SLURM_PREFIX)'
 	@test -x $(IVENV)/bin/python || $(SYSTEM_PYTHON) -m venv $(IVENV)
 	@$(IVENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade .
 	@$(IVENV)/bin/python -P -m slurm_ipu.deploy.install install --prefix '$(PREFIX)' --destdir '$(DESTDIR)' \
-	  --bindir '$(BINDIR)' --plugin spank/spank_ipu.so --plugin-dir '$(PLUGIN_DIR)' $(if $(SITE),--site '$(SITE)')
+	  --bindir '$(BINDIR)' --spank-src spank --slurm-prefix '$(SLURM_PREFIX)' --plugin-dir '$(PLUGIN_DIR)' \
+	  $(if $(SITE),--site '$(SITE)')
 
 uninstall:
 	@test -x $(IVENV)/bin/python || { echo "uninstall: no slurm-ipu install at $(DESTDIR)$(PREFIX); set PREFIX" >&2; exit 2; }

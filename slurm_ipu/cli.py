@@ -58,8 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
                    "values too, and slurm.conf.diff comments out its own lines for them); default: "
                    "slurm.conf_dir/slurm.conf when it exists; 'none': do not merge")
 
+    um = sub.add_parser("unmerge", help="the diff that gives the site's own slurm.conf (and what it includes) back "
+                        "as it was before slurm-ipu, however often it was merged and re-rendered")
+    um.add_argument("--site", help=site_help)
+    um.add_argument("--out", required=True, help="directory for slurm.conf.unmerge.diff (created)")
+    um.add_argument("--slurm-conf", help="the site's slurm.conf (default: slurm.conf_dir/slurm.conf)")
+
     d = sub.add_parser("doctor", help="check the live cluster against the site description (exit 1 on a problem)")
     d.add_argument("--site", help=site_help)
+    sn = sub.add_parser("snapshot", help="record the site's own Slurm as it runs (nodes' GRES, features and "
+                        "partitions, licences, topology, job shapes it accepts), before merging: doctor then "
+                        "names anything of it the site lost")
+    sn.add_argument("--site", help=site_help)
+    sn.add_argument("--shape", action="append", default=[], metavar="'SBATCH OPTIONS'",
+                    help="a job shape of the site's own to keep accepting, e.g. '-p gpu --gres=gpu:2 -N2' (repeat; "
+                         "kept with the snapshot)")
     st = sub.add_parser("status", help="the IPU view of the cluster: capacity, partitions and their jobs")
     st.add_argument("--site", help=site_help)
     st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
@@ -188,6 +201,13 @@ def cmd_doctor(args) -> int:
     return doctor.main(_site_path(args))
 
 
+def cmd_snapshot(args) -> int:
+    from .config import load
+    from .deploy import snapshot
+
+    return snapshot.main(load(_site_path(args)), args.shape)
+
+
 def cmd_status(args) -> int:
     from .deploy import status
 
@@ -210,6 +230,29 @@ def cmd_render(args) -> int:
         print(f"render: not merged with a slurm.conf ({why}): merge each key of slurm-ipu.conf your slurm.conf "
               "also sets by hand (docs/admin.md)", file=sys.stderr)
     return 0
+
+
+def cmd_unmerge(args) -> int:
+    from pathlib import Path
+
+    from .config import load
+    from .deploy import merge
+    from .fsutil import atomic_write
+
+    desc = load(_site_path(args))
+    conf = args.slurm_conf or desc.slurm_conf
+    changes = merge.unmerge(desc, conf)
+    if not changes:
+        print(f"unmerge: nothing of slurm-ipu's in {conf} or what it includes", file=sys.stderr)
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / UNMERGE_DIFF, merge.as_diff(changes), 0o644)
+    print(out / UNMERGE_DIFF)
+    return 0
+
+
+UNMERGE_DIFF = "slurm.conf.unmerge.diff"  # `patch -d / -p1 < DIR/slurm.conf.unmerge.diff` applies it
 
 
 def cmd_lab(args) -> int:
@@ -243,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
-                 "reap": cmd_reap, "render": cmd_render, "doctor": cmd_doctor, "status": cmd_status, "lab": cmd_lab}
+                 "reap": cmd_reap, "render": cmd_render, "doctor": cmd_doctor, "snapshot": cmd_snapshot,
+                 "unmerge": cmd_unmerge,
+                 "status": cmd_status, "lab": cmd_lab}
         return table[args.cmd](args)
 
     return run_main(dispatch, debug=args.debug, program="slurm-ipu")

@@ -93,6 +93,12 @@ def _plain_path(v: str):
     return None if ok else "an absolute path without spaces"
 
 
+def _plain_paths(v: str):
+    """One or more absolute paths, comma-separated (a site's several controller scripts)."""
+    ok = all(_plain_path(item) is None for item in v.split(","))
+    return None if ok else "absolute paths without spaces, separated by ','"
+
+
 def _version(v: str):
     return None if v in SUPPORTED_SLURM else f"one of {', '.join(SUPPORTED_SLURM)}"
 
@@ -203,10 +209,12 @@ FIELDS = (
     Field("slurm.version", str, "22.05", "the Slurm release the cluster runs", _version),
     Field("slurm.user", str, "slurm", "SlurmUser: the hooks and the hook service run as this user and own "
           "state_dir", name_check),
-    Field("slurm.site_prolog_slurmctld", str, None, "the site's own PrologSlurmctld, run by slurm-ipu-hook for "
-          "every job before ours (Slurm takes one PrologSlurmctld); null: none", _plain_path),
-    Field("slurm.site_epilog_slurmctld", str, None, "the site's own EpilogSlurmctld, run by slurm-ipu-hook for "
-          "every job after ours; null: none", _plain_path),
+    Field("slurm.site_prolog_slurmctld", str, None, "the site's own PrologSlurmctld scripts (one, or several "
+          "separated by ','), run by slurm-ipu-hook in that order for every job before ours, the first failure "
+          "failing the job start; null: none", _plain_paths),
+    Field("slurm.site_epilog_slurmctld", str, None, "the site's own EpilogSlurmctld scripts (one, or several "
+          "separated by ','), run by slurm-ipu-hook in that order for every job after ours; null: none",
+          _plain_paths),
     Field("slurm.conf_dir", str, "/etc/slurm", "where slurm.conf lives (the hooks pass its slurm.conf as "
           "SLURM_CONF)", _abs),
     Field("slurm.bin_dir", str, "/usr/bin", "where scontrol and squeue live (hooks have no PATH)", _abs),
@@ -245,6 +253,10 @@ class Site:
         if self._lines is None:
             self._lines = key_lines(self.text)
         return self._lines
+
+    def scripts(self, key: str) -> list[str]:
+        """slurm.site_prolog_slurmctld / site_epilog_slurmctld as a list, in the order they run."""
+        return [item for item in (self[key] or "").split(",") if item]
 
     @property
     def hosts(self) -> list[str]:
@@ -301,6 +313,7 @@ class Site:
         roots = {"hook": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
                  "hook_conf": f"{self['install.prefix']}/libexec/slurm-ipu-hook.conf",  # hook.c reads it
                  "site": self["install.site"],
+                 "snapshot": f"{os.path.dirname(self['install.site'])}/snapshot.json",  # slurm-ipu snapshot's
                  "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",
                  "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so"}
         return roots[what]

@@ -22,6 +22,7 @@ from ..errors import SlurmIpuError
 from ..slurm import slurmconf
 from ..slurm.conf import parse_show_config, plugstack_lines  # noqa: F401 - doctor's, read by tests
 from .install import built_for
+from .render import PROBE_COMMENT, PROBE_NAME
 
 
 @dataclass
@@ -52,11 +53,14 @@ class Facts:
     queued: list[str] | None = None  # the journal's removals, read just before V-IPU's listing
     partitions: list | None = None
     clusters: list[str] | None = None  # what slurmdbd knows (accounting only)
-    topology: dict[str, str] | None = None  # multi-Pod sites: host -> leaf switch, as Slurm sees it
+    topology: dict[str, list[str]] | None = None  # multi-Pod sites: host -> its leaf switches, as Slurm sees them
     user_create: str | None = None  # a job user's own create in the site's allocation: refused/created/why
     declared: list | None = None  # the settings slurm.conf and its includes declare (slurmconf.Setting)
     canary: str | None = None  # the hooks' own create and remove of a 1-IPU partition: "ok" or why not
+    probe: dict | None = None  # job_submit.lua as slurmctld runs it, tried on a held job (root only): probe_submit
     test_submit: str | None = None  # `sbatch --test-only --gres=ipu:1` through job_submit.lua: "ok" or why not
+    snapshot: dict | None = None  # the site's own Slurm before adoption (slurm-ipu snapshot), None: none taken
+    kept: dict | None = None  # the same read now
     errors: dict[str, str] = field(default_factory=dict)
 
 
@@ -91,10 +95,10 @@ def gather(site: Site, runner=None) -> Facts:
     except SlurmIpuError as exc:
         facts.errors["jobs"] = str(exc)
     if site.pods:
-        from ..slurm.topology import leaf_switches
+        from ..slurm.topology import leaf_sets
 
         text = slurm("topology", "scontrol", "show", "topology")
-        facts.topology = leaf_switches(text) if text is not None else None
+        facts.topology = leaf_sets(text) if text is not None else None
     if site["accounting.slurmdbd_host"]:
         text = slurm("slurmdbd", "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
         facts.clusters = text.split() if text is not None else None
@@ -103,6 +107,7 @@ def gather(site: Site, runner=None) -> Facts:
         facts.declared = slurmconf.read(conf).settings
     except SlurmIpuError as exc:
         facts.errors["declared"] = str(exc)
+    _gather_kept(site, cli, facts)
     said = slurm("test_submit", "sbatch", "--test-only", "-N1", "--gres=ipu:1", "--time=1", "--job-name",
                  PROBE_NAME, "--wrap", "true")
     facts.test_submit = "ok" if said is not None else facts.errors.get("test_submit")
@@ -126,7 +131,56 @@ def gather(site: Site, runner=None) -> Facts:
         facts.errors["vipu"] = str(exc)
     except Exception as exc:  # doctor reports; it does not crash on one broken part
         facts.errors["vipu"] = f"{type(exc).__name__}: {exc}"
+    if os.getuid() == 0:
+        try:
+            facts.probe = probe_submit(cli, facts.slurm_version or site["slurm.version"])
+        except SlurmIpuError as exc:
+            facts.errors["probe"] = str(exc)
     return facts
+
+
+def probe_submit(cli, version: str) -> dict:
+    """job_submit.lua as slurmctld runs it, not as its file reads: a held 1-IPU job named
+    PROBE_NAME (never started, cancelled at once) must get the ipu licence (our job_submit ran) and
+    the code id of the loaded job_submit.lua in its AdminComment, and a GRES update of it must be
+    refused (our job_modify ran: a site's job_modify that skips it lets a job's IPUs change
+    while its licence, and so its partition, stays)."""
+    from ..errors import SlurmError
+    from ..slurm.releases import tres_prefix
+
+    cli.output_or_none(None, "", "scancel", f"--name={PROBE_NAME}", "--state=PENDING")  # a killed doctor's
+    job = cli.output("sbatch", "--parsable", "--hold", f"--job-name={PROBE_NAME}", "--gres=ipu:1", "-N1",
+                     "--time=1", "-o", "/dev/null", "--wrap", "true").strip().split(";")[0]
+    try:
+        got = _probe_fields(cli, job)
+        try:
+            cli.output("scontrol", "update", f"JobId={job}", f"TresPerNode={tres_prefix(version)}ipu:2")
+            got["modify"] = "accepted"
+        except SlurmError as exc:
+            got["modify"] = str(exc)
+        got["after"] = _probe_fields(cli, job)
+    finally:
+        cli.output_or_none(None, "", "scancel", job)
+    return got
+
+
+def _probe_fields(cli, job: str) -> dict:
+    text = cli.output("scontrol", "-o", "show", "job", job)
+    one = dict(w.split("=", 1) for w in text.split() if "=" in w)
+    return {"licenses": one.get("Licenses", "(null)"), "comment": one.get("AdminComment", ""),
+            "tres": one.get("TresPerNode", "")}
+
+
+def _gather_kept(site: Site, cli, facts: Facts) -> None:
+    """The snapshot, and the same read now with the same job shapes (check_kept compares them)."""
+    from . import snapshot
+
+    try:
+        facts.snapshot = snapshot.load(site.path("snapshot"))
+        if facts.snapshot is not None:
+            facts.kept = snapshot.record(cli, [shape.split() for shape in facts.snapshot["shapes"]])
+    except SlurmIpuError as exc:
+        facts.errors["kept"] = str(exc)
 
 
 def job_states(text: str) -> dict[int, str]:
@@ -155,7 +209,6 @@ def _queued_names(site: Site) -> list[str] | None:
 
 ENDING = "COMPLETING"
 PROBE_UID = 65534  # nobody: a user with no V-IPU grant, as a job's user
-PROBE_NAME = "slurm-ipu-doctor-probe"  # never a job's: those are the prefix and a job id
 CANARY_NAME = "slurm-ipu-doctor-canary"
 
 
@@ -307,16 +360,18 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
                            f"name the site's own script in the site description ({names}), make install SITE=..., "
                            f"and set the key to {want}: slurm-ipu-hook runs the site's script for every job")
         return Finding("hooks", False, f"{', '.join(wrong)}, expected {want}",
-                       f"Include {site['slurm.conf_dir']}/slurm-ipu.conf in slurm.conf, then scontrol reconfigure")
+                       "Include slurm-ipu.conf in slurm.conf (render's diff), then restart slurmctld")
     for key in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld"):
-        if site[key] and not os.access(site[key], os.X_OK):
-            return Finding("hooks", False, f"{key}: {site[key]} is missing or not executable: every job start or end "
-                           "fails", f"install the site's script there, or remove {key} from the site description")
+        for script in site.scripts(key):
+            if not os.access(script, os.X_OK):
+                return Finding("hooks", False, f"{key}: {script} is missing or not executable: every job start or "
+                               "end fails", f"install the site's script there, or remove it from {key} in the site "
+                               "description")
     broken = _hook_broken(site, want)
     if broken:
         return Finding("hooks", False, broken, "make install SITE=<site description> (builds slurm-ipu-hook and "
                                                "renders its settings)")
-    own = [site[k] for k in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld") if site[k]]
+    own = [s for k in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld") for s in site.scripts(k)]
     return Finding("hooks", True, f"PrologSlurmctld and EpilogSlurmctld run {want}"
                    + (f", which runs the site's own {' and '.join(own)}" if own else ""))
 
@@ -373,6 +428,14 @@ def check_job_submit(site: Site, facts: Facts) -> Finding:
     conf_dir = Path(facts.config.get("SLURM_CONF", f"{site['slurm.conf_dir']}/slurm.conf")).parent
     path = conf_dir / "job_submit.lua"
     ours = texts(site)["job_submit.lua"]
+    on_disk = _job_submit_files(site, path, ours)
+    if on_disk.ok and (facts.probe is not None or "probe" in facts.errors):
+        return _job_submit_runs(facts, path, ours)  # the files read right: and what slurmctld runs?
+    return on_disk
+
+
+def _job_submit_files(site: Site, path: Path, ours: str) -> Finding:
+    """The job_submit.lua beside slurm.conf is ours for this site, or dofile()s it and calls it."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -392,6 +455,35 @@ def check_job_submit(site: Site, facts: Facts) -> Finding:
                        "(another Pod size or release)", "copy the rendered job_submit.lua over it")
     return Finding("job_submit", False, f"{path} is not slurm-ipu's and does not call it",
                    "use the rendered job_submit.lua, or add the three-line snippet (docs/admin.md)")
+
+
+def _job_submit_runs(facts: Facts, path: Path, ours: str) -> Finding:
+    """check_job_submit from the held probe job: what slurmctld runs decides, not the files."""
+    from .fragments import loaded_id
+
+    probe, want = facts.probe, loaded_id(ours)
+    snippet = "docs/admin.md, job_submit.lua"
+    if probe is None:
+        return Finding("job_submit", False, f"the held probe job could not be tried: {facts.errors['probe']}",
+                       "check that root may submit a held --gres=ipu:1 job (sbatch --hold)")
+    if "ipu" not in probe["licenses"]:
+        return Finding("job_submit", False, f"a held --gres=ipu:1 job got Licenses={probe['licenses']}: slurmctld's "
+                       f"job_submit.lua does not run slurm_ipu.job_submit", f"the dofile and the slurm_ipu.job_submit "
+                       f"line in {path} ({snippet}), then restart slurmctld")
+    if probe["modify"] == "accepted":
+        after = probe["after"]
+        return Finding("job_submit", False, f"a GRES update of a held IPU job went through (now {after['tres']}, "
+                       f"Licenses={after['licenses']}): slurm_job_modify does not run slurm_ipu.job_modify",
+                       f"its first line calls slurm_ipu.job_modify ({snippet}); restart slurmctld")
+    running = probe["comment"].removeprefix(PROBE_COMMENT) if probe["comment"].startswith(PROBE_COMMENT) else None
+    if running != want:
+        loaded = running or "from before this release"
+        return Finding("job_submit", False, f"slurmctld runs job_submit.lua code {loaded}, the site renders {want}",
+                       f"put the rendered job_submit.lua in place, then `touch {path}` "
+                       "(slurmctld reloads job_submit.lua when its time changes, not what it dofile()s) or restart "
+                       "slurmctld")
+    return Finding("job_submit", True, f"slurmctld runs ours (code {want}): a held --gres=ipu:1 job got "
+                   f"Licenses={probe['licenses']}, a GRES update of it was refused")
 
 
 def check_licenses(site: Site, facts: Facts) -> Finding:
@@ -452,9 +544,12 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
         return Finding("plugstack", False, "spank_ipu.so has " + ", ".join(wrong), fix)
     if not Path(plugin).is_file():
         return Finding("plugstack", False, f"{plugin} does not exist", "make install (builds and installs it)")
+    from ..slurm.releases import release
+
     built = built_for(Path(plugin))
     running = facts.slurm_version
-    if running and built != running:
+    # Slurm loads a SPANK plugin of its own major and minor release (src/common/plugin.c masks the micro)
+    if running and (built is None or release(built) != release(running)):
         return Finding("plugstack", False, f"{plugin} was built for Slurm {built or 'an unknown release'}, "
                        f"Slurm {running} runs", "rebuild it against this Slurm: make install")
     return Finding("plugstack", True, f"{plugin} (built for Slurm {built}) with the site's controller and prefix")
@@ -511,6 +606,30 @@ def check_merged(site: Site, facts: Facts) -> Finding:
             return Finding("merged", False, f"{setting.key} item {lost[0]} of {setting.where} is not in effect "
                            f"({key}={effective or '(none)'})", fix)
     return Finding("merged", True, "every key slurm-ipu.conf sets is set once, with the site's own values in effect")
+
+
+def check_kept(site: Site, facts: Facts) -> Finding:
+    """The site's own Slurm, as it runs, against its snapshot: a node's GRES, features, CPUs,
+    memory, partitions and switch, the licences and partitions, and the job shapes it accepted."""
+    from .snapshot import lost
+
+    path = site.path("snapshot")
+    if facts.snapshot is None and "kept" not in facts.errors:
+        return Finding("kept", True, f"not compared: no snapshot at {path} (`slurm-ipu snapshot` records the site's "
+                       "own before merging, docs/admin.md step 3)", skipped=True)
+    if facts.kept is None:
+        return Finding("kept", False, f"cannot compare with the snapshot ({facts.errors.get('kept')})",
+                       "check that slurmctld answers, or record the snapshot again")
+    gone = lost(facts.snapshot, facts.kept)
+    if gone:
+        more = f" (and {len(gone) - 3} more)" if len(gone) > 3 else ""
+        return Finding("kept", False, "; ".join(gone[:3]) + more,
+                       "give it back in the site's own files (a NodeName line's Gres= replaces its DEFAULT line's; "
+                       "slurm-ipu render keeps both), restart slurmctld, and run doctor again")
+    snap = facts.snapshot
+    shapes = sum(v == "ok" for v in snap["shapes"].values())
+    return Finding("kept", True, f"the site's own as in {path}: {len(snap['nodes'])} nodes, "
+                   f"{len(snap['licences'])} licences, {shapes} job shapes")
 
 
 def check_canary(site: Site, facts: Facts) -> Finding:
@@ -708,8 +827,9 @@ def check_pods(site: Site, facts: Facts) -> Finding:
 
     if not site.pods:
         return Finding("pods", True, "one Pod: no topology needed")
-    fix = (f"merge topology.conf and TopologyPlugin=topology/tree from the rendered fragments, add "
-           f"max_switch_wait={SWITCH_WAIT} to SchedulerParameters, restart slurmctld")
+    fix = (f"render again and apply slurm.conf.diff (it merges the Pods into the site's own topology.conf) or copy "
+           f"the rendered topology.conf, with TopologyPlugin=topology/tree and max_switch_wait={SWITCH_WAIT}; restart "
+           "slurmctld")
     plugin = facts.config.get("TopologyPlugin", "")
     if "tree" not in plugin:
         return Finding("pods", False, f"TopologyPlugin={plugin or '(unset)'}: Slurm does not see the Pods", fix)
@@ -719,8 +839,13 @@ def check_pods(site: Site, facts: Facts) -> Finding:
                        "waiting for their Pods and may straddle them", fix)
     if facts.topology is None:
         return Finding("pods", False, f"cannot read Slurm's topology ({facts.errors.get('topology')})", fix)
-    wrong = [f"{h} is under {facts.topology.get(h, 'no switch')}, not {p.name}" for p in site.pods for h in p.hosts
-             if facts.topology.get(h) != p.name]
+    leaves = facts.topology
+    wrong = [f"{h} is under {' and '.join(leaves.get(h, ['no switch']))}, not {p.name}" for p in site.pods
+             for h in p.hosts if leaves.get(h) != [p.name]]
+    # Slurm logs these and goes on: a node in several leaves, or in none (no job starts there)
+    wrong += [f"{h} is under leaf switches {' and '.join(ls)}" for h, ls in sorted(leaves.items()) if len(ls) > 1
+              and h not in site.hosts and not any(h in p.hosts for p in site.pods)]
+    wrong += [f"{n} is under no switch: Slurm finds no path to it" for n in sorted(facts.nodes) if n not in leaves]
     if wrong:
         return Finding("pods", False, "; ".join(wrong[:3]) + (" ..." if len(wrong) > 3 else ""), fix)
     return Finding("pods", True, f"{len(site.pods)} Pods, each one switch of Slurm's topology "
@@ -728,8 +853,8 @@ def check_pods(site: Site, facts: Facts) -> Finding:
 
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
-          check_plugstack, check_vipu, check_canary, check_merged, check_grants, check_state_dir, check_journal,
-          check_orphans, check_service, check_accounting, check_pods)
+          check_plugstack, check_vipu, check_canary, check_merged, check_kept, check_grants, check_state_dir,
+          check_journal, check_orphans, check_service, check_accounting, check_pods)
 
 
 def diagnose(site: Site, facts: Facts) -> list[Finding]:
@@ -756,6 +881,6 @@ def main(site_path: str, out=print) -> int:
         out(f.line())
     bad, skipped = sum(not f.ok for f in findings), sum(f.skipped for f in findings)
     ok = len(findings) - bad - skipped
-    tail = f", {skipped} skipped (they need root)" if skipped else ""
+    tail = f", {skipped} skipped (their lines say why)" if skipped else ""
     out(f"{ok} ok, {bad} problem(s){tail}" if bad else f"all {ok} checks ok{tail}")
     return 1 if bad else 0

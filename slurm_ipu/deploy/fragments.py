@@ -4,6 +4,7 @@ named are installed paths (install.prefix, the Slurm plugin directory), never th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from .. import rules
@@ -25,13 +26,16 @@ FILES = {
     "topology.conf": "site/topology.conf",  # multi-Pod sites only
 }
 DIFF = "slurm.conf.diff"  # with --slurm-conf: the edit of the site's own files (merge.py)
+CODE_ID = "@@CODE_ID@@"  # in job_submit.lua.j2: replaced by the rendered text's own digest
 
 
 
 
-def names(site: Site) -> list[str]:
-    """The files this site renders: topology.conf only where there are Pods to keep together."""
-    return [name for name in FILES if name != "topology.conf" or site.pods]
+def names(site: Site, merged: merge.Merged | None = None) -> list[str]:
+    """The files this site renders: topology.conf only where there are Pods to keep together and
+    the site has none of its own (the diff merges them into that)."""
+    own = merged is not None and merged.topology is not None
+    return [name for name in FILES if name != "topology.conf" or (site.pods and not own)]
 
 
 def pod_context(site: Site) -> list[dict]:
@@ -49,6 +53,11 @@ def group_context(site: Site) -> list[dict]:
     agents = {p["name"]: p["agents"] for p in pod_context(site)}
     return [{"name": g, "pods": members, "agents": [a for m in members for a in agents[m]]}
             for g, members in site.groups.items()]
+
+
+def _others_switch(site: Site) -> str:
+    taken = {p.name for p in site.pods} | set(site.groups) | {site["vipu.allocation"]}
+    return next(name for name in ("site", "site_nodes", "slurm_ipu_site") if name not in taken)
 
 
 def top_switches(site: Site) -> list[str]:
@@ -75,7 +84,8 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "python": site.python, "ipuof_host": site.ipuof_host, "ipuof_port": site.ipuof_port,
         "hook": hook_paths(site["state_dir"]) | {
             "site": site.path("site"), "python": site.python,
-            "site_prolog": site["slurm.site_prolog_slurmctld"], "site_epilog": site["slurm.site_epilog_slurmctld"],
+            "site_prolog": site.scripts("slurm.site_prolog_slurmctld"),
+            "site_epilog": site.scripts("slurm.site_epilog_slurmctld"),
             "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
         **render.pod_values(site["pod.ipus"]),
         "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),
@@ -84,6 +94,8 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "host_models": site.host_models() if len(site.models) > 1 else {},
         "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
         "top_members": top_switches(site), "job_prefixes": site.job_prefixes,
+        # the site's nodes in no Pod: a leaf of their own, so each keeps a path in the tree
+        "others": (merged.others if merged else []), "others_switch": _others_switch(site),
     }
 
 
@@ -92,11 +104,27 @@ def texts(site: Site, slurm_conf: str | None = None) -> dict[str, str]:
     merges it (slurm.conf.diff) when it needs one."""
     merged = merge.merge(site, slurm_conf)
     ctx = context(site, merged, slurm_conf)
-    out = {name: render.render(FILES[name], ctx) for name in names(site)}
+    out = {name: render.render(FILES[name], ctx) for name in names(site, merged)}
+    lua = out["job_submit.lua"]
+    out["job_submit.lua"] = lua.replace(CODE_ID, code_id(lua))
     patch = merge.diff(merged, slurm_conf)
     if patch:
         out[DIFF] = patch
     return out
+
+
+def code_id(text: str) -> str:
+    """job_submit.lua's own digest (of its text with the id left out): what doctor's probe job
+    reads back from the code slurmctld runs."""
+    import hashlib
+
+    return hashlib.sha256(re.sub(r'CODE_ID = "[^"]*"', f'CODE_ID = "{CODE_ID}"', text).encode()).hexdigest()[:16]
+
+
+def loaded_id(text: str) -> str | None:
+    """The code id a rendered job_submit.lua carries."""
+    found = re.search(r'CODE_ID = "([0-9a-f]{16})"', text)
+    return found.group(1) if found else None
 
 
 def emulator_cluster(site: Site) -> str:

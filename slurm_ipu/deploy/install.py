@@ -184,9 +184,36 @@ def _check(args, prefix: str):
             raise ConfigError(f"install: {args.site} has install.prefix={site['install.prefix']}, but PREFIX="
                               f"{prefix}; make them equal (the rendered files name that prefix)")
         args.plugin_dir = site["slurm.plugin_dir"]
+    if args.spank_src:
+        args.plugin = _build_spank(Path(args.spank_src), args.slurm_prefix)
     if args.plugin and not Path(args.plugin).is_file():
         raise ConfigError(f"install: SPANK plugin {args.plugin} not built; run `make -C spank` (needs libslurm-dev)")
     return site
+
+
+def _build_spank(source: Path, slurm_prefix: str) -> str:
+    """spank_ipu.so built against the headers of the Slurm this node runs (found, never installed:
+    slurm/installation.py), its release checked in the result."""
+    import subprocess
+
+    from ..slurm.installation import find
+    from ..slurm.releases import release
+
+    node = find(slurm_prefix)
+    cflags = " ".join(node.cflags)
+    proc = subprocess.run(["make", "-s", "-B", "-C", str(source), f"SLURM_CFLAGS={cflags}"], capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    plugin = source / "spank_ipu.so"
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip().splitlines() or ["no message"]
+        raise ConfigError(f"install: building the SPANK plugin against Slurm {node.version} ({node.include}) "
+                          f"failed: {said[-1][:200]}")
+    built = built_for(plugin)
+    if built is None or release(built) != release(node.version):
+        raise ConfigError(f"install: {plugin} says Slurm {built}, not {node.version}: {node.include} is not what the "
+                          "compiler read; set SLURM_PREFIX to the Slurm this node runs")
+    print(f"install: SPANK plugin built against Slurm {built} ({node.include}/slurm), which {node.program} runs")
+    return str(plugin)
 
 
 def install(args) -> int:
@@ -263,6 +290,7 @@ def uninstall(args) -> int:
         _refuse_if_slurm_uses(doc)
     if not args.destdir:
         _stop_service(doc)
+        _forget_snapshot(doc)
     kept = 0
     for entry in reversed(doc["entries"]):
         path = inst.staged(entry["path"])
@@ -302,6 +330,15 @@ def _refuse_if_slurm_uses(doc: dict) -> None:
         if any(p in line.split() for p in plugins):
             raise ConfigError(f"uninstall: {plugstack} (with its includes) loads the SPANK plugin: `{line}`; remove "
                               "that line on every node first (docs/admin.md, Uninstall), or FORCE=1")
+
+
+def _forget_snapshot(doc: dict) -> None:
+    """`slurm-ipu snapshot`'s record of the site's own Slurm (beside the site description): the
+    un-merge is done by now, and nothing of slurm-ipu's stays."""
+    site = _site_of(doc)
+    if site is not None and Path(site.path("snapshot")).is_file():
+        Path(site.path("snapshot")).unlink()
+        print(f"uninstall: removed {site.path('snapshot')}")
 
 
 def _site_of(doc: dict):
@@ -395,6 +432,9 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--bindir", default="/usr/local/bin")
     i.add_argument("--site")
     i.add_argument("--plugin", help="the built spank_ipu.so")
+    i.add_argument("--spank-src", help="build spank_ipu.so here, against the node's Slurm, and install it")
+    i.add_argument("--slurm-prefix", default="", help="where the node's Slurm is installed (default: found from "
+                   "its running daemons, else PATH)")
     i.add_argument("--plugin-dir", default="/usr/lib/x86_64-linux-gnu/slurm-wlm")
     i.add_argument("--dry-run", action="store_true")
     u = sub.add_parser("uninstall")

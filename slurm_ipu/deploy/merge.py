@@ -20,9 +20,10 @@ from pathlib import Path
 
 from ..config import Site
 from ..errors import ConfigError
-from ..slurm import slurmconf
+from ..slurm import releases, slurmconf
 from ..slurm.hostlist import expand
 from ..slurm.slurmconf import Node, Setting
+from . import topomerge
 from .render import SWITCH_WAIT
 
 FRAGMENT = "slurm-ipu.conf"
@@ -35,6 +36,8 @@ class Merged:
     include: str | None = None                          # the Include line slurm.conf lacks
     notes: list[str] = field(default_factory=list)
     gres: list[tuple[Node, str]] = field(default_factory=list)  # the Pod's NodeName lines, their new Gres
+    topology: topomerge.TopologyMerge | None = None  # the Pods merged into the site's own topology.conf
+    others: list[str] = field(default_factory=list)  # NodeName hostlists of nodes in no Pod (the site's)
 
 
 def ours(site: Site) -> dict[str, str]:
@@ -55,6 +58,12 @@ def fragment_path(site: Site) -> str:
     return f"{site['slurm.conf_dir']}/{FRAGMENT}"
 
 
+def include_line() -> str:
+    """The Include the merge appends: a plain name, read beside slurm.conf, which configless
+    slurmctld also sends to its nodes (an absolute path it never sends, and slurmd stops on it)."""
+    return f"Include {FRAGMENT}"
+
+
 def merge(site: Site, slurm_conf: str | None) -> Merged:
     """The fragment's values merged with the site's slurm.conf (None: ours alone)."""
     mine = ours(site)
@@ -64,15 +73,23 @@ def merge(site: Site, slurm_conf: str | None) -> Merged:
     theirs = slurmconf.last(conf.settings)
     merged = Merged(dict(mine))
     for key, value in mine.items():
+        if key in HOOKS:  # every line counts: Slurm 24.05+ runs them all
+            merged.values[key] = _hooks(site, key, [s for s in conf.settings if s.key.lower() == key.lower()], value)
+            continue
         own = theirs.get(key.lower())
         if own is not None:
             merged.values[key] = RULES.get(key, _same)(site, key, own, value)
     _limits(theirs, merged)
     merged.gres = _node_gres(site, conf.nodes)
+    pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
+    merged.others = [n.names for n in conf.nodes if n.names.upper() != "DEFAULT" and not set(expand(n.names)) & pod]
+    own = topomerge.site_topology(site)
+    if own is not None:
+        merged.topology = topomerge.plan(site, own)
     keys = {k.lower() for k in merged.values}
     merged.moved = [s for s in conf.settings if not s.merged and s.key.lower() in keys]
     if not conf.skipped:
-        merged.include = f"Include {fragment_path(site)}"
+        merged.include = include_line()
     return merged
 
 
@@ -122,16 +139,32 @@ def _scheduler(site: Site, key: str, own: Setting, value: str) -> str:
     return ",".join([i for i in items(own.value) if i.split("=")[0] not in mine] + items(value))
 
 
-def _hook(site: Site, key: str, own: Setting, value: str) -> str:
-    if own.value in (value, ""):
-        return value
-    named = site["slurm.site_prolog_slurmctld" if key == "PrologSlurmctld" else "slurm.site_epilog_slurmctld"]
-    if named == own.value:
-        return value  # slurm-ipu-hook runs it: the site's line goes
-    field = "site_prolog_slurmctld" if key == "PrologSlurmctld" else "site_epilog_slurmctld"
-    raise ConfigError(f"render: {own.where}: {key}={own.value} is the site's own, and Slurm runs one {key}: name "
-                      f"it in the site description (slurm.{field}: {own.value}) and render again; the hook "
-                      "slurm-ipu-hook then runs it for every job (docs/admin.md, A site's own controller hooks)")
+HOOKS = {"PrologSlurmctld": "site_prolog_slurmctld", "EpilogSlurmctld": "site_epilog_slurmctld"}
+
+
+def _hooks(site: Site, key: str, settings: list[Setting], value: str) -> str:
+    """slurm-ipu-hook takes the key's place and runs the site's own scripts, in the site
+    description's order: render goes on only when that names every script Slurm runs there today
+    (every line from 24.05, the last one before), so none silently stops running."""
+    field = HOOKS[key]
+    theirs = [s for s in settings if not s.merged and s.value not in (value, "")]
+    theirs = theirs or [s for s in settings if s.merged and s.value not in (value, "")]  # a re-render: the moved ones
+    for s in theirs:
+        if "," in s.value:
+            raise ConfigError(f"render: {s.where}: {key}={s.value} is one path to Slurm, not a list (22.05 then runs "
+                              f"no {key}, 23.02 and later do not start): write one {key} line per script, or name "
+                              f"them in the site description (slurm.{field}: {s.value})")
+    runs = [s.value for s in theirs] if releases.runs_every_controller_script_line(site["slurm.version"]) else \
+        [s.value for s in theirs[-1:]]
+    runs = list(dict.fromkeys(runs))
+    missing = [s for s in theirs if s.value in runs and s.value not in site.scripts(f"slurm.{field}")]
+    if missing:
+        what = "it" if len(runs) == 1 else f"all {len(runs)} (Slurm {site['slurm.version']} runs every {key} line)"
+        raise ConfigError(f"render: {missing[0].where}: {key}={missing[0].value} is the site's own, and slurm-ipu-hook "
+                          f"takes {key}'s place: name {what} in the site description (slurm.{field}: "
+                          f"{','.join(runs)}) and render again; the hook then runs them, in that order, for every job "
+                          "(docs/admin.md, A site's own controller hooks)")
+    return value
 
 
 def _timeout(site: Site, key: str, own: Setting, value: str) -> str:
@@ -151,7 +184,7 @@ def _same(site: Site, key: str, own: Setting, value: str) -> str:
 
 RULES = {"GresTypes": _union, "Licenses": _licences, "JobSubmitPlugins": _plugins,
          "AccountingStorageTRES": _union, "PropagateResourceLimitsExcept": _union,
-         "SchedulerParameters": _scheduler, "PrologSlurmctld": _hook, "EpilogSlurmctld": _hook,
+         "SchedulerParameters": _scheduler,
          "PrologEpilogTimeout": _timeout, "TopologyPlugin": _topology}
 
 
@@ -172,7 +205,9 @@ def _limits(theirs: dict[str, Setting], merged: Merged) -> None:
 def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
     """The Pod's hosts' NodeName lines that need `ipu:<ipus_per_host>` in their Gres (slurmctld
     counts a node's GRES from its NodeName line; gres-ipu.conf only tells slurmd), with the Gres
-    each gets: the site's own items kept, ours added or corrected. Lines already right are left."""
+    each gets: the site's own items kept (those the line inherits from NodeName=DEFAULT too: a
+    Gres= on the line replaces the default's), ours added or corrected. Lines already right are
+    left."""
     pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
     want = f"ipu:{site['pod.ipus_per_host']}"
     out = []
@@ -186,7 +221,7 @@ def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
             raise ConfigError(f"render: {node.where}: NodeName={node.names} names Pod hosts and others "
                               f"({', '.join(sorted(names - pod)[:3])}); only the Pod's hosts get Gres=ipu: split the "
                               "line and render again")
-        own = items(node.gres or "")
+        own = items(node.effective_gres or "")  # a line without Gres= has its DEFAULT line's
         if want in own and sum(g.split(":")[0] == "ipu" for g in own) == 1:
             continue
         if node.span > 1:
@@ -215,14 +250,22 @@ def edits(merged: Merged, slurm_conf: str | None) -> dict[str, tuple[str, str]]:
         gres.setdefault(node.path, {})[node.line] = value
     main = str(Path(slurm_conf).resolve())
     paths = set(moved) | set(gres) | ({main} if merged.include else set())
-    return {path: _edit(path, moved.get(path, {}), gres.get(path, {}), merged.include if path == main else None)
-            for path in paths}
+    out = {path: _edit(path, moved.get(path, {}), gres.get(path, {}), merged.include if path == main else None)
+           for path in paths}
+    topo = merged.topology
+    if topo is not None and (topo.lines or topo.added):
+        out[topo.path] = apply(topo.path, topo.lines, [topomerge.added_line(a) for a in topo.added])
+    return out
 
 
 def diff(merged: Merged, slurm_conf: str | None) -> str:
     """The edits as a unified diff; paths are a/<absolute path>, for `patch -d / -p1`."""
+    return as_diff(edits(merged, slurm_conf))
+
+
+def as_diff(changes: dict[str, tuple[str, str]]) -> str:
     out = []
-    for path, (old, new) in sorted(edits(merged, slurm_conf).items()):
+    for path, (old, new) in sorted(changes.items()):
         rel = path.lstrip("/")
         out += difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{rel}",
                                     f"b/{rel}")
@@ -230,17 +273,55 @@ def diff(merged: Merged, slurm_conf: str | None) -> str:
 
 
 def _edit(path: str, moved: dict[int, list[Setting]], gres: dict[int, str], include: str | None) -> tuple[str, str]:
-    text = Path(path).read_text()
-    new = text.splitlines(keepends=True)
-    for number, settings in moved.items():
-        new[number - 1] = _without(new[number - 1], {s.key for s in settings})
+    lines = Path(path).read_text().splitlines(keepends=True)
+    changed = {n: _without(lines[n - 1], {s.key for s in settings}) for n, settings in moved.items()}
     for number, value in gres.items():
-        new[number - 1] = _with_gres(new[number - 1], value)
-    if include:
-        if new and not new[-1].endswith("\n"):
-            new[-1] += "\n"
-        new.append(include + "\n")
-    return text, "".join(new)
+        changed[number] = _with_gres(changed.get(number, lines[number - 1]), value)
+    return apply(path, changed, [include] if include else [])
+
+
+def apply(path: str, changed: dict[int, str], appended: list[str]) -> tuple[str, str]:
+    """(the file's text, its text with those lines changed and those appended): each changed line
+    under a WAS copy of itself as it was before slurm-ipu (kept from the first merge on)."""
+    text = Path(path).read_text()
+    old = text.splitlines(keepends=True)
+    out = []
+    for i, line in enumerate(old):
+        new = changed.get(i + 1, line).rstrip("\n") + "\n"
+        if new == line.rstrip("\n") + "\n":
+            out.append(line)
+            continue
+        if not (i and old[i - 1].startswith(slurmconf.WAS)):  # the first change of it: keep it as it was
+            out.append(slurmconf.WAS + line.rstrip("\n") + "\n")
+        out.append(new)
+    if appended and out and not out[-1].endswith("\n"):
+        out[-1] += "\n"
+    out += [f"{line}\n" for line in appended]
+    return text, "".join(out)
+
+
+def unmerge(site: Site, slurm_conf: str) -> dict[str, tuple[str, str]]:
+    """Each site file as it was before slurm-ipu, from what the merge left in it (every `WAS` line
+    put back in place of the line below it, the Include of slurm-ipu.conf dropped), however many
+    re-renders it went through: (its text, its text un-merged), for the files that change."""
+    conf = slurmconf.read(slurm_conf, skip={fragment_path(site)})
+    includes = {include_line(), f"Include {fragment_path(site)}"}  # the absolute one: earlier releases'
+    topology = Path(site["slurm.conf_dir"]) / topomerge.FILE
+    out = {}
+    for path in [*conf.files, *([str(topology)] if topology.is_file() else [])]:
+        text = Path(path).read_text()
+        lines, back, skip = text.splitlines(keepends=True), [], False
+        for line in lines:
+            if skip:
+                skip = False
+            elif line.startswith(slurmconf.WAS):
+                back.append(line[len(slurmconf.WAS):])
+                skip = True
+            elif line.rstrip("\n") not in includes and not line.rstrip("\n").endswith(slurmconf.ADDED):
+                back.append(line)
+        if "".join(back) != text:
+            out[path] = (text, "".join(back))
+    return out
 
 
 def _with_gres(line: str, value: str) -> str:

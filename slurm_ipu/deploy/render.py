@@ -52,6 +52,11 @@ def one_line(value) -> str:
     return text
 
 
+# doctor's held probe job: job_submit.lua writes its code id into that job's AdminComment, so
+# doctor sees which code slurmctld has loaded, not only which file is on disk.
+PROBE_NAME = "slurm-ipu-doctor-probe"  # never a job's: those are the prefix and a job id
+PROBE_COMMENT = "slurm-ipu-job_submit.lua:"  # + the code id (fragments.code_id); no space: one word in scontrol
+
 # Seconds a job may wait for its Pods (job_submit.lua's --switches); slurm.conf's
 # SchedulerParameters=max_switch_wait must be at least this, or Slurm straddles Pods sooner.
 SWITCH_WAIT = 31536000
@@ -66,4 +71,5 @@ def pod_values(pod_ipus: int) -> dict:
     shapes = {s: {"default_ilds": rules.default_ilds(s),
                   "ilds": {n: rules.valid_gcds(s, n) for n in rules.valid_ilds(s, ilds)}} for s in sizes}
     return {"pod_ipus": pod_ipus, "sizes": sizes, "shapes": shapes,
-            "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}, "pods": [], "switch_wait": SWITCH_WAIT}
+            "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}, "pods": [], "switch_wait": SWITCH_WAIT,
+            "probe_name": PROBE_NAME, "probe_comment": PROBE_COMMENT}

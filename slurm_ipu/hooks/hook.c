@@ -45,9 +45,17 @@
 
 extern char **environ;
 
+#define SITE_MAX 8 /* the site's own controller scripts per hook (slurm.site_prolog_slurmctld) */
+
+struct scripts {
+	const char *path[SITE_MAX];
+	int n;
+};
+
 struct conf {
 	char path[4096];
-	const char *socket, *python, *site, *site_prolog, *site_epilog;
+	const char *socket, *python, *site;
+	struct scripts site_prolog, site_epilog; /* in the order they run */
 	int prolog_wait;
 };
 
@@ -67,6 +75,17 @@ static int __attribute__((format(printf, 2, 3))) fail(int code, const char *fmt,
 
 /* --- the configuration: key=value lines, '#' comments ------------------------------------- */
 
+/* A site_prolog= or site_epilog= line: one script each, appended; an empty value names none. */
+static int add_script(struct scripts *s, const char *value)
+{
+	if (!*value)
+		return 0;
+	if (s->n == SITE_MAX)
+		return -1;
+	s->path[s->n++] = value;
+	return 0;
+}
+
 static int set_key(struct conf *c, const char *key, const char *value)
 {
 	if (!strcmp(key, "socket"))
@@ -76,9 +95,9 @@ static int set_key(struct conf *c, const char *key, const char *value)
 	else if (!strcmp(key, "site"))
 		c->site = value;
 	else if (!strcmp(key, "site_prolog"))
-		c->site_prolog = *value ? value : NULL;
+		return add_script(&c->site_prolog, value);
 	else if (!strcmp(key, "site_epilog"))
-		c->site_epilog = *value ? value : NULL;
+		return add_script(&c->site_epilog, value);
 	else if (!strcmp(key, "prolog_wait")) {
 		char *end;
 		long n = strtol(value, &end, 10);
@@ -351,22 +370,60 @@ static int ours(const struct conf *c, const char *verb, int exec_ok)
 
 /* --- --check ---------------------------------------------------------------------------------- */
 
+static int check_scripts(const struct conf *c, const struct scripts *s)
+{
+	int i;
+	for (i = 0; i < s->n; i++)
+		if (access(s->path[i], X_OK) != 0)
+			return fail(2, "%s: %s is missing or not executable", c->path, s->path[i]);
+	return 0;
+}
+
+static void print_scripts(const char *what, const struct scripts *s)
+{
+	int i;
+	for (i = 0; i < s->n; i++)
+		printf(", site %s %s", what, s->path[i]);
+}
+
 static int check(const struct conf *c)
 {
-	const char *paths[] = { c->python, c->site_prolog, c->site_epilog };
-	int i;
-	for (i = 0; i < 3; i++)
-		if (paths[i] && access(paths[i], X_OK) != 0)
-			return fail(2, "%s: %s is missing or not executable", c->path, paths[i]);
+	if (access(c->python, X_OK) != 0)
+		return fail(2, "%s: %s is missing or not executable", c->path, c->python);
+	if (check_scripts(c, &c->site_prolog) || check_scripts(c, &c->site_epilog))
+		return 2;
 	if (access(c->site, R_OK) != 0)
 		return fail(2, "%s: the site description %s cannot be read", c->path, c->site);
 	printf("slurm-ipu-hook: %s: socket %s, python %s, site %s", c->path, c->socket, c->python, c->site);
-	if (c->site_prolog)
-		printf(", site prolog %s", c->site_prolog);
-	if (c->site_epilog)
-		printf(", site epilog %s", c->site_epilog);
+	print_scripts("prolog", &c->site_prolog);
+	print_scripts("epilog", &c->site_epilog);
 	printf(" (source %s)\n", SOURCE_ID);
 	return 0;
+}
+
+/* The site's prologs in order: the first failure's status (the job start fails), else 0. */
+static int site_prologs(const struct conf *c)
+{
+	int i, status;
+	for (i = 0; i < c->site_prolog.n; i++)
+		if ((status = run_child(run_site, c->site_prolog.path[i])) != 0)
+			return status;
+	return 0;
+}
+
+/* The site's epilogs in order, each run whatever the one before did (an epilog cleans up): the
+   first failure's status, else the last one's (which, when all before it passed, replaces this
+   process: one fork less at every job end). */
+static int site_epilogs(const struct conf *c)
+{
+	int i, last = c->site_epilog.n - 1, first_bad = 0, st;
+	for (i = 0; i < last; i++)
+		if ((st = run_child(run_site, c->site_epilog.path[i])) != 0 && !first_bad)
+			first_bad = st;
+	if (!first_bad)
+		exec_site(c->site_epilog.path[last]);
+	run_child(run_site, c->site_epilog.path[last]);
+	return first_bad;
 }
 
 int main(int argc, char **argv)
@@ -383,15 +440,14 @@ int main(int argc, char **argv)
 		return fail(2, "usage: %s [--check] (slurmctld runs it with no argument)", argv[0]);
 	ipu = has_ipu_licence(getenv("SLURM_JOB_LICENSES"));
 	if (context && !strcmp(context, "prolog_slurmctld")) {
-		if (c.site_prolog && (status = run_child(run_site, c.site_prolog)) != 0)
+		if ((status = site_prologs(&c)) != 0)
 			return status;
 		return ipu ? ours(&c, "prolog", 1) : 0;
 	}
 	if (context && !strcmp(context, "epilog_slurmctld")) {
-		status = ipu ? ours(&c, "epilog", !c.site_epilog) : 0;
-		if (c.site_epilog)
-			exec_site(c.site_epilog); /* its status is the hook's: ours only removes or queues */
-		return status;
+		status = ipu ? ours(&c, "epilog", !c.site_epilog.n) : 0;
+		/* the site's after ours; theirs is the hook's status: ours only removes or queues */
+		return c.site_epilog.n ? site_epilogs(&c) : status;
 	}
 	/* Not a controller hook (a Prolog= by mistake?): the Python entry point says why. */
 	if (ipu)

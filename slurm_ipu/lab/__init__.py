@@ -80,6 +80,8 @@ def up(spec: LabSpec) -> None:
         finally:
             save_pids(spec, pids)
         wait_idle(spec, pids)
+        if not spec.own_conf:
+            _snapshot(spec)
     except BaseException:
         started = [k for k, rec in pids.items() if k != "spec" and k not in before and _running(rec)]
         say(f"start failed; stopping what this start started ({', '.join(started) or 'nothing'})")
@@ -90,6 +92,18 @@ def up(spec: LabSpec) -> None:
     say(f"up: {spec.nodes} nodes{nodes}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}"
         + (f", slurmdbd on 127.0.0.1:{spec.dbd_port}" if spec.accounting else ""))
     print_exports(spec)
+
+
+def _snapshot(spec: LabSpec) -> None:
+    """What an admin records before merging (`slurm-ipu snapshot`), for the lab's doctor to compare
+    with: the lab starts merged, and a snapshot leaves slurm-ipu's own items out, so one taken
+    now, at each start, is the same record."""
+    from .. import config
+    from ..deploy import snapshot
+    from ..slurm.commands import SlurmCli
+
+    site = config.load(str(spec.path("etc", "site.yaml")), twins=False)
+    snapshot.save(snapshot.record(SlurmCli.of_site(site, timeout=30)), site.path("snapshot"))
 
 
 def print_exports(spec: LabSpec) -> None:

@@ -225,8 +225,8 @@ def _write_bin(spec: LabSpec) -> None:
     py = sys.executable
     address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
                f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")
-    env, python = _for_users()
-    cli = f"{address}{env} exec {python} -m slurm_ipu.emulator.vipucli \"$@\"\n"
+    path, python = users_python(spec)
+    cli = f"{address} PYTHONPATH={path} exec {python} -m slurm_ipu.emulator.vipucli \"$@\"\n"
     _script(spec.path("bin", "vipu-py"), f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n{cli}")
     # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in
     # Python. Its `vipu-admin` (allocations: the allocation model's prolog and epilog) and `vipu-cli`
@@ -254,14 +254,44 @@ def _copy_exe(source: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def _for_users() -> tuple[str, str]:
-    """(environment, interpreter) for the lab's `vipu`, which jobs' users run too: root's python3
-    can be a root-only build (pyenv under /root), so the system's, with this package on its path
-    (the emulator's CLI needs the standard library only); else this one."""
+# What the package imports when a user runs it (doctor, status, the emulator's CLI): copied beside
+# it for users, since the checkout and root's Python may be closed to them.
+USER_MODULES = ("slurm_ipu", "yaml", "_yaml", "jinja2", "markupsafe", "psutil")
+
+
+def users_python(spec: LabSpec) -> tuple[str, str]:
+    """(PYTHONPATH, interpreter) for what the lab's users run of the package (its `vipu`, doctor and
+    status as a user): a copy of the package and what it imports, in the lab's directory (a
+    checkout in root's home is closed to other users, issue 41), run by an interpreter they can
+    reach (root's python3 can be a pyenv build under /root; then the system's, of the same
+    feature release, as Debian's python3 is)."""
+    where = spec.path("py")
+    where.mkdir(exist_ok=True)
+    where.chmod(0o755)
+    for name in USER_MODULES:
+        _copy_module(name, where)
+    # the templates (doctor renders what it compares), where an installed package has them
+    shutil.copytree(render.templates_dir(), where / "slurm_ipu" / "templates", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    python = Path(sys.executable).resolve()
     system = Path("/usr/bin/python3")
-    if Path(sys.executable).resolve().is_relative_to("/root") and system.exists():
-        return f" PYTHONPATH={Path(__file__).resolve().parents[2]}", str(system)
-    return "", sys.executable
+    if python.is_relative_to("/root") and system.exists():
+        python = system
+    return str(where), str(python)
+
+
+def _copy_module(name: str, where: Path) -> None:
+    import importlib.util
+
+    found = importlib.util.find_spec(name)
+    if found is None or found.origin is None:
+        return  # an optional one this interpreter lacks (_yaml: PyYAML without its C part)
+    source = Path(found.origin)
+    if found.submodule_search_locations:
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.o", "*.so" if name == "slurm_ipu" else "-")
+        shutil.copytree(source.parent, where / name, ignore=ignore, dirs_exist_ok=True)
+    else:
+        shutil.copy2(source, where / source.name)
 
 
 def _compiler() -> str:

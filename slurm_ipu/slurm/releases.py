@@ -36,6 +36,14 @@ def has_tres_per_task(version: str) -> bool:
     return at_least(version, "23.02")
 
 
+def runs_every_controller_script_line(version: str) -> bool:
+    """PrologSlurmctld/EpilogSlurmctld on several lines: from 24.05 slurmctld runs every line (in
+    parallel, the job released when the first ends: prep.c counts one prolog per plugin); before,
+    the last line replaces the others. A comma list is one path on every release (22.05 then runs
+    none, 23.02+ does not start). src/common/read_config.c, S_P_ARRAY from 24.05."""
+    return at_least(version, "24.05")
+
+
 def has_or_licences(version: str) -> bool:
     """`-L 'a:1|b:1'` (one of several licences) from 25.05: job_submit.lua refuses it for ipu."""
     return at_least(version, "25.05")

@@ -19,6 +19,11 @@ from ..errors import ConfigError
 # How `render`'s merge marks a site's line whose pairs moved into slurm-ipu.conf: what follows the
 # mark is the moved pairs, read back as the site's own (so a re-render merges the same values).
 MARK = "slurm-ipu merged into slurm-ipu.conf:"
+# The end of a line the merge added to a site's file (a switch in its topology.conf): un-merge drops it.
+ADDED = "# slurm-ipu added"
+# The line above each line the merge changed: the site's own line as it was before slurm-ipu, kept
+# through every re-render, so an un-merge gives it back byte for byte however often it merged.
+WAS = "#slurm-ipu-was: "
 RECORDS = {"nodename", "partitionname", "nodeset", "downnodes", "frontendname", "switchname", "slurmctldhost"}
 MAX_FILES = 64   # Include loops and huge trees are an admin's mistake, named rather than followed
 MAX_BYTES = 1024 * 1024
@@ -53,7 +58,7 @@ def _uncomment(raw: str) -> str:
     return "".join(out)
 
 
-def _logical_lines(text: str):
+def logical_lines(text: str):
     """(first line number, number of lines, text) with comments cut and `\\` continuations joined."""
     pending, start = "", 0
     lines = text.splitlines()
@@ -85,16 +90,26 @@ class Conf:
     files: list[str]      # every file read, slurm.conf first
     skipped: list[str]    # files an Include named that were not read (skip=)
     nodes: list[Node] = field(default_factory=list)  # the NodeName lines, DEFAULT ones included
+    # The Gres NodeName=DEFAULT lines have set so far (read_config.c merges each DEFAULT line into
+    # the defaults before it, and a node line without a key takes the default's).
+    default_gres: str | None = None
 
 
 @dataclass(frozen=True)
 class Node:
-    """A NodeName line: its hostlist, its Gres (None: no Gres= on the line) and where it is."""
+    """A NodeName line: its hostlist, its Gres (None: no Gres= on the line) and where it is;
+    inherited: the Gres the NodeName=DEFAULT lines before it give it (what Slurm uses when the
+    line has none)."""
     names: str
     gres: str | None
     path: str
     line: int
     span: int = 1
+    inherited: str | None = None
+
+    @property
+    def effective_gres(self) -> str | None:
+        return self.gres if self.gres is not None else self.inherited
 
     @property
     def where(self) -> str:
@@ -135,7 +150,7 @@ def _parse(text: str, path: str, base: str, skip: set[str], conf: Conf, includes
         if MARK in raw:
             moved = raw.split(MARK, 1)[1]
             conf.settings.extend(Setting(k, v, path, number, 1, True) for k, v in pairs(moved) if k)
-    for number, span, line in _logical_lines(text):
+    for number, span, line in logical_lines(text):
         found = pairs(line)
         if not found:
             continue
@@ -157,7 +172,10 @@ def _parse(text: str, path: str, base: str, skip: set[str], conf: Conf, includes
             continue
         if first == "nodename":
             gres = [v for k, v in found if k.lower() == "gres"]
-            conf.nodes.append(Node(found[0][1], gres[-1] if gres else None, path, number, span))
+            node = Node(found[0][1], gres[-1] if gres else None, path, number, span, conf.default_gres)
+            conf.nodes.append(node)
+            if node.names.upper() == "DEFAULT":
+                conf.default_gres = node.effective_gres
             continue
         if first in RECORDS:
             continue

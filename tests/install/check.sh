@@ -51,13 +51,40 @@ shows() { local pattern=$1 out rc=0; shift; out=$("$@" 2>&1) || rc=$?; printf '%
 lacks() { local pattern=$1 out rc=0; shift; out=$("$@" 2>&1) || rc=$?; printf '%s\n' "$out"
   [ $rc -eq 0 ] || { echo "(exit $rc)"; return 1; }; ! grep -Eq -- "$pattern" <<<"$out"; }
 
-say "make install PREFIX=$P (no site yet)"
-make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" PLUGIN_DIR="$LAB/lib" >/dev/null
+# make install never touches the node's Slurm (issue 37, item 5): its packages, after, are as before.
+slurm_packages() { dpkg-query -W -f='${Package} ${Version} ${db:Status-Status}\n' 'slurm*' 'libslurm*' munge \
+  'libmunge*' 2>/dev/null | sort || true; }
+PACKAGES=$(slurm_packages)
+# A Slurm under its own prefix, as sites build theirs (no package): this node's headers at micro
+# release 99 (Slurm loads a SPANK plugin of its major.minor, src/common/plugin.c), and a slurmd
+# saying that release. The install builds against it, the lab's jobs load that build.
+V=$(/usr/sbin/slurmd -V | awk '{print $2}')
+own_slurm() {  # DIR MAJOR.MINOR: a prefix whose slurmd and headers are that release, micro 99
+  mkdir -p "$1/sbin" "$1/include"
+  cp -r /usr/include/slurm "$1/include/"
+  printf '#!/bin/sh\necho slurm %s.99\n' "$2" > "$1/sbin/slurmd"; chmod 755 "$1/sbin/slurmd"
+  sed -i -E "s/^(#define SLURM_VERSION_NUMBER) .*/\1 $(printf '0x%02x%02x63' "${2%.*}" "$((10#${2#*.}))")/" \
+    "$1/include/slurm/slurm_version.h"
+}
+own_slurm "$ROOT/slurm" "${V%.*}"
+own_slurm "$ROOT/other" "21.08"
+sed -i 's/echo slurm 21.08.99/echo slurm '"${V%.*}"'.99/' "$ROOT/other/sbin/slurmd"  # runs ours, headers another
+say "make install SLURM_PREFIX=<headers of another release>: refused in one line, nothing written"
+if out=$(make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" SLURM_PREFIX="$ROOT/other" 2>&1); then
+  fail "an install against headers of Slurm 21.08 went through: $out"
+fi
+grep -q "slurm_version.h is Slurm 21.08.99, but this node runs ${V%.*}.99" <<<"$out" || fail "refusal said: $out"
+[ ! -e "$P" ] && [ ! -e "$B/slurm-ipu" ] || fail "the refused install wrote $P or $B/slurm-ipu"
+
+say "make install PREFIX=$P SLURM_PREFIX=$ROOT/slurm (no site yet)"
+make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" PLUGIN_DIR="$LAB/lib" SLURM_PREFIX="$ROOT/slurm" >/dev/null
 cd "$ROOT"  # nothing below may import the checkout
 "$B/slurm-ipu" lab site "${LABARGS[@]}" > "$ROOT/site.yaml"
 say "make install SITE=<the lab's site>"
-make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" SITE="$ROOT/site.yaml" >/dev/null
+make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" SITE="$ROOT/site.yaml" SLURM_PREFIX="$ROOT/slurm" >/dev/null
 MANIFEST=$P/share/slurm-ipu/manifest.json
+built=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["plugin_built_for"])' "$MANIFEST")
+[ "$built" = "${V%.*}.99" ] || fail "the SPANK plugin was built for Slurm $built, not the prefix's ${V%.*}.99"
 cp "$MANIFEST" "$ROOT/manifest.json"  # uninstall removes it
 # every file and link the install wrote (directories it created go only when they end up empty)
 INSTALLED=$(/usr/bin/python3 -c 'import json, sys
@@ -95,4 +122,7 @@ left=$(/usr/bin/python3 -c 'import json, os, sys
 print(" ".join(e["path"] for e in json.load(open(sys.argv[1]))["entries"]
       if e["kind"] == "mkdir" and os.path.isdir(e["path"]) and not os.listdir(e["path"])))' "$ROOT/manifest.json")
 [ -z "$left" ] || fail "uninstall left empty directories it created: $left"
-say "ok: installed, ran an IPU job on the installed files, doctor ok, uninstalled without a trace"
+[ "$(slurm_packages)" = "$PACKAGES" ] || fail "make install changed the node's Slurm packages: $(diff <(echo \
+  "$PACKAGES") <(slurm_packages) | tr '\n' ' ')"
+say "ok: installed against a Slurm under its own prefix (and refused another release's headers), ran an IPU job" \
+  "on the installed files, doctor ok, uninstalled without a trace, the node's Slurm packages untouched"

@@ -17,8 +17,9 @@
 # 3. In private mount + pid namespaces (every process the run starts dies with it), with /proc,
 #    /sys, /dev, /dev/pts and /dev/shm mounted, services barred by policy-rc.d, an empty
 #    environment, as root in the chroot: `make install-check` (tests/install/check.sh) at the
-#    default paths (PREFIX=/opt/slurm-ipu, BINDIR=/usr/local/bin), whose make install must itself
-#    install Slurm, munge, gcc and python3-venv; then: every package in place, no process left.
+#    default paths (PREFIX=/opt/slurm-ipu, BINDIR=/usr/local/bin): the check's own set-up installs
+#    Debian's Slurm as the node's (make install itself installs only gcc, python3-venv and the
+#    like, never Slurm); then: every package in place, no process left.
 # 4. Always: processes rooted in the chroot killed, mounts undone (lazy fallback), chroot removed.
 #
 # Progress lines start with "clean-room:"; a failure is one "clean-room: FAILED: <reason>" line

@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,9 +81,11 @@ def site_files(spec: labmod.LabSpec, ports: list[int], trace: Path) -> dict[str,
     d = spec.dir
     host = os.uname().nodename
     cpus = os.cpu_count() or 1
-    nodes = "\n".join(
-        f"NodeName=node{k} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[k - 1]} CPUs={cpus} RealMemory=1024"
-        + (" Gres=gpu:1" if k == 3 else "") + " State=UNKNOWN" for k in range(1, NODES + 1))
+    # Every node has a GPU, from its DEFAULT line (issue 37, item 1: the Pod's hosts' lines have no
+    # Gres of their own, and a merge writing Gres=ipu:16 there took their GPU away).
+    # (Slurm refuses NodeHostname and NodeAddr on a DEFAULT line.)
+    nodes = f"NodeName=DEFAULT CPUs={cpus} RealMemory=1024 Gres=gpu:1 State=UNKNOWN\n" + "\n".join(
+        f"NodeName=node{k} NodeHostname={host} NodeAddr=127.0.0.1 Port={ports[k - 1]}" for k in range(1, NODES + 1))
     hook = "#!/bin/sh\n# The site's own controller {0}: one trace line per job.\necho \"{0} $SLURM_JOB_ID\" >> {1}\n"
     files = {
         "etc/slurm.conf": f"""# Cluster "adopt", as its admins run it (written long before slurm-ipu).
@@ -119,7 +122,7 @@ PlugStackConfig={d}/etc/plugstack.conf
 {nodes}
 PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """,
-        "etc/gres.conf": "NodeName=node3 Name=gpu File=/dev/null\n",  # a stand-in device: one GPU
+        "etc/gres.conf": f"NodeName=node[1-{NODES}] Name=gpu File=/dev/null\n",  # a stand-in device: one GPU each
         "etc/plugstack.conf": f"required {d}/lib/site_tag.so\n",
         "etc/job_submit.lua": SITE_LUA,
         "site/prolog-ctld.sh": hook.format("prolog", trace),
@@ -197,7 +200,8 @@ class Site:
         (and `extra` appended: make's PREFIX and BINDIR)."""
         assert command in DOCS, f"docs/admin.md no longer says `{command}`"
         for theirs, ours in (("/path/to/site.yaml", str(self.yaml)), ("site.yaml --out", f"{self.yaml} --out"),
-                             ("/tmp/site", str(self.out)), ("/etc/slurm", str(self.etc))):
+                             ("/tmp/site", str(self.out)), ("/tmp/unmerge", str(self.root / "unmerge")),
+                             ("/etc/slurm", str(self.etc))):
             command = command.replace(theirs, ours)
         if command.startswith("make "):
             command = f"make -s -C {self.source()} {command[5:]}"
@@ -292,22 +296,35 @@ class Site:
     # -- what users see ------------------------------------------------------------------------------
     def plain_job_runs(self, when: str) -> None:
         """The site's own things, as its users rely on them: a GPU job with a matlab licence and the
-        site's --site-tag runs on the GPU node, its controller prolog and epilog run for it, and a
-        job without --time is refused by the site's own rule."""
+        site's --site-tag runs on node1 (a Pod host, whose GPU its DEFAULT line gives), its controller
+        prolog and epilog run for it, and a job without --time is refused by the site's own rule."""
         out = self.spec.path("users", "plain-%j.out")
-        proc = self.as_user(f"sbatch --parsable --time=2 -L matlab:2 --gres=gpu:1 --site-tag=blue -o {out} "
+        proc = self.as_user(f"sbatch --parsable --time=2 -L matlab:2 --gres=gpu:1 -w node1 --site-tag=blue -o {out} "
                             "--wrap 'echo tag=$SITE_TAG node=$SLURMD_NODENAME'")
         assert proc.returncode == 0, f"{when}: a plain job was refused: {proc.stderr}"
         job = proc.stdout.strip().split(";")[0]
         assert self.wait_done(job) in ("COMPLETED", "GONE"), f"{when}: plain job {job} did not complete"
         text = Path(str(out).replace("%j", job)).read_text()
-        assert "tag=blue node=node3" in text, f"{when}: plain job {job} printed {text!r}"
+        assert "tag=blue node=node1" in text, f"{when}: plain job {job} printed {text!r}"
         wait_for(f"{when}: the site's controller epilog for job {job}",
                  lambda: f"epilog {job}" in self.trace.read_text(), 30)
         assert f"prolog {job}" in self.trace.read_text(), f"{when}: the site's PrologSlurmctld did not run"
         proc = self.as_user("sbatch --wrap true")
         assert proc.returncode != 0 and "site policy: give every job a --time" in proc.stderr, \
             f"{when}: the site's submit rule did not hold: {proc.returncode} {proc.stderr}"
+
+
+def _touch_later(path: Path) -> None:
+    """A modification time slurmctld sees as new (it compares whole seconds) for the next submit."""
+    before = int(path.stat().st_mtime)
+    wait_for(f"a second after {path}'s time", lambda: int(time.time()) > before, 5)
+    os.utime(path)
+
+
+def _nodes(site: Site) -> dict[str, dict[str, str]]:
+    from slurm_ipu.deploy.doctor import parse_show_nodes
+
+    return parse_show_nodes(site.sh("scontrol -o show nodes").stdout)
 
 
 ORIGINALS = ("etc/slurm.conf", "etc/gres.conf", "etc/plugstack.conf", "etc/job_submit.lua",
@@ -398,15 +415,17 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     site.doc("make install SITE=/path/to/site.yaml", f"PREFIX={site.prefix} BINDIR={site.bindir}", timeout=900)
     site.plain_job_runs("after make install")
 
-    # 3. Merge, step by step as docs/admin.md says it.
+    # 3. Merge, step by step as docs/admin.md says it: first a snapshot of the site's own Slurm.
+    site.doc("slurm-ipu snapshot")
     site.doc("slurm-ipu render site.yaml --out /tmp/site")
     site.doc("cp /tmp/site/slurm-ipu.conf /etc/slurm/ && patch -d / -p1 < /tmp/site/slurm.conf.diff")
     conf = site.etc / "slurm.conf"
     gres = {line.split()[0]: [w for w in line.split() if w.startswith("Gres=")]
             for line in conf.read_text().splitlines() if line.startswith("NodeName=")}
-    want = f"Gres=ipu:{IPUS_PER_HOST}"
-    assert gres == {"NodeName=node1": [want], "NodeName=node2": [want], "NodeName=node3": ["Gres=gpu:1"]}, gres
+    assert gres == {"NodeName=DEFAULT": ["Gres=gpu:1"], "NodeName=node1": [f"Gres=gpu:1,ipu:{IPUS_PER_HOST}"],
+                    "NodeName=node2": [f"Gres=gpu:1,ipu:{IPUS_PER_HOST}"], "NodeName=node3": []}, gres
     site.doc("cat /tmp/site/gres-ipu.conf >> /etc/slurm/gres.conf")
+    gres_lines = (site.out / "gres-ipu.conf").read_text()  # what the admin appended (taken out by hand later)
     site.doc("mkdir -p /etc/slurm/plugstack.conf.d && "
              "cp /tmp/site/plugstack-ipu.conf /etc/slurm/plugstack.conf.d/slurm-ipu.conf")
     site.doc("echo 'include /etc/slurm/plugstack.conf.d/*.conf' >> /etc/slurm/plugstack.conf")
@@ -424,10 +443,13 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     site.start_hook_service()
 
     # 4. The site keeps its own, IPU jobs run, and doctor says so (and as a user, without a traceback).
+    shown = {n: f.get("Gres", "") for n, f in _nodes(site).items()}
+    assert shown == {"node1": f"gpu:1,ipu:{IPUS_PER_HOST}", "node2": f"gpu:1,ipu:{IPUS_PER_HOST}",
+                     "node3": "gpu:1"}, shown  # as slurmctld counts them
     site.plain_job_runs("after the merge")
     ipu_job_runs(site, "after the merge")
     doctor = site.sh("slurm-ipu doctor", check=False)
-    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert doctor.returncode == 0 and "ok       kept" in doctor.stdout, doctor.stdout + doctor.stderr
     as_user = site.as_user("slurm-ipu doctor")
     assert as_user.returncode == 0 and "Traceback" not in as_user.stderr, as_user.stdout + as_user.stderr
 
@@ -443,6 +465,36 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
         assert broken.returncode == 1 and item in broken.stdout, f"{line}: {broken.stdout}{broken.stderr}"
         conf.write_bytes(merged)
         site.restart("slurmctld")
+    # What slurmctld runs, not what the files say (issue 37, items 5 and 8): the site's job_submit.lua
+    # still dofile()s ours and calls its job_submit, but not its job_modify; then code of ours that
+    # slurmctld loaded before the file it dofile()s was put back (it watches job_submit.lua only).
+    site_lua, ipu_lua = site.etc / "job_submit.lua", site.etc / "job_submit_ipu.lua"
+    lua_text, ipu_text = site_lua.read_text(), ipu_lua.read_text()
+    site_lua.write_text(lua_text.replace(f"    {LUA_CALLS[next(k for k in LUA_CALLS if 'modify' in k)]}\n", ""))
+    broken = site.sh("slurm-ipu doctor", check=False)
+    assert broken.returncode == 1 and "slurm_job_modify does not run slurm_ipu.job_modify" in broken.stdout, \
+        broken.stdout + broken.stderr
+    site_lua.write_text(lua_text)
+    ipu_lua.write_text(ipu_text.replace('local CODE_ID = "', 'local CODE_ID = "e', 1))  # another build's code
+    _touch_later(site_lua)
+    site.sh("sbatch --test-only --time=1 -N1 --wrap true")  # a submit: slurmctld loads it (as it checks the time)
+    ipu_lua.write_text(ipu_text)  # the rendered file back, job_submit.lua not touched again
+    broken = site.sh("slurm-ipu doctor", check=False)
+    assert broken.returncode == 1 and "PROBLEM  job_submit   slurmctld runs job_submit.lua code e" in broken.stdout, \
+        broken.stdout + broken.stderr
+    _touch_later(site_lua)
+    doctor = site.sh("slurm-ipu doctor", check=False)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+
+    # The merge as it was before issue 37: the Pod's lines given ipu alone, their GPU gone. The
+    # text is consistent (no key twice), Slurm runs it, and only the snapshot knows what was lost.
+    conf.write_bytes(merged.replace(f"Gres=gpu:1,ipu:{IPUS_PER_HOST}".encode(), f"Gres=ipu:{IPUS_PER_HOST}".encode()))
+    site.restart("slurmctld", "slurmd-")
+    broken = site.sh("slurm-ipu doctor", check=False)
+    assert broken.returncode == 1 and "PROBLEM  kept         node node1 lost Gres gpu:1" in broken.stdout, \
+        broken.stdout + broken.stderr
+    conf.write_bytes(merged)
+    site.restart("slurmctld", "slurmd-")
     admin = site.admin()
     try:
         admin.faults(fail={"count": 1000, "code": "PERMISSION_DENIED", "op": "create"})
@@ -458,13 +510,19 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     # 5. Uninstall in the documented order; a plain job after every step.
     refused = site.doc("make uninstall", f"PREFIX={site.prefix}", check=False)
     assert refused.returncode != 0 and "PrologSlurmctld" in refused.stderr, refused.stdout + refused.stderr
-    site.doc("patch -R -d / -p1 < /tmp/site/slurm.conf.diff")
+    # A later re-render first (the Pod's hosts given 8 IPUs each): its diff applied as docs/admin.md
+    # says; the un-merge still gives back the files as they were before the first merge.
+    site.yaml.write_text(site.yaml.read_text().replace(f"ipus_per_host: {IPUS_PER_HOST}", "ipus_per_host: 8"))
+    site.doc("slurm-ipu render site.yaml --out /tmp/site")
+    site.doc("cp /tmp/site/slurm-ipu.conf /etc/slurm/ && patch -d / -p1 < /tmp/site/slurm.conf.diff")
+    assert "Gres=gpu:1,ipu:8" in conf.read_text()
+    site.doc("slurm-ipu unmerge --out /tmp/unmerge && patch -d / -p1 < /tmp/unmerge/slurm.conf.unmerge.diff")
     site.doc("rm /etc/slurm/slurm-ipu.conf /etc/slurm/plugstack.conf.d/slurm-ipu.conf /etc/slurm/job_submit_ipu.lua")
     site.doc("rmdir /etc/slurm/plugstack.conf.d")
     plugstack = (site.etc / "plugstack.conf").read_text()
     (site.etc / "plugstack.conf").write_text(plugstack.replace(f"include {site.etc}/plugstack.conf.d/*.conf\n", ""))
     gres = (site.etc / "gres.conf").read_text()
-    (site.etc / "gres.conf").write_text(gres.replace((site.out / "gres-ipu.conf").read_text(), ""))
+    (site.etc / "gres.conf").write_text(gres.replace(gres_lines, ""))
     lua = (site.etc / "job_submit.lua").read_text().replace(LUA_DOFILE.replace("/etc/slurm", str(site.etc)) + "\n", "")
     for call in LUA_CALLS.values():
         lua = lua.replace(f"    {call}\n", "")
@@ -478,6 +536,7 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     assert site.service.poll() is not None, "make uninstall left the hook service running"
     assert not site.prefix.exists() and not (site.bindir / "slurm-ipu").exists()
     assert not (site.root / "state").exists(), "the state directory came back after the uninstall"
+    assert not (site.root / "etc-slurm-ipu" / "snapshot.json").exists(), "make uninstall left the snapshot"
     site.plain_job_runs("after make uninstall")
     changed = [rel for rel, data in originals.items() if site.spec.path(rel).read_bytes() != data]
     assert not changed, f"after make uninstall, not as they were: {changed}"

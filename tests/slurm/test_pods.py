@@ -172,6 +172,54 @@ def test_doctor_and_status_see_the_pods(lab2):
     lab.run("scancel", str(job))
 
 
+SITE_TOPOLOGY = "# the site's racks\nSwitchName=rack1 Nodes=node[1-4]\nSwitchName=rack2 Nodes=node[5-8]\n" \
+                "SwitchName=core Switches=rack[1-2]\n"
+
+
+def test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_error(lab2, tmp_path):
+    """Issue 37, item 3: a site with its own topology.conf (racks that happen to be the Pods): render
+    merges the Pods into it (rack1 becomes poda's switch, rack2 podb's), slurmctld reads it with no
+    topology error, a job that fits a Pod stays in one, doctor's pods item is ok, and `slurm-ipu
+    unmerge` gives the site's file back byte for byte."""
+    import shutil
+
+    from slurm_ipu import config
+    from slurm_ipu.deploy import fragments
+
+    lab = lab2
+    etc = lab.spec.path("etc")
+    ours = (etc / "topology.conf").read_text()
+    log = lab.spec.path("log", "slurmctld.log")
+    try:
+        (etc / "topology.conf").write_text(SITE_TOPOLOGY)
+        desc = config.load(str(etc / "site.yaml"), twins=False)
+        fragments.write(desc, tmp_path / "out", str(etc / "slurm.conf"))
+        assert not (tmp_path / "out" / "topology.conf").exists()  # nothing to copy over the site's
+        patch = shutil.which("patch")
+        lab.run(patch, "-s", "-d", "/", "-p1", "-i", str(tmp_path / "out" / "slurm.conf.diff"), check=True)
+        seen = log.stat().st_size
+        lab.run("scontrol", "reconfigure", check=True)
+        wait_for("slurmctld's topology has the Pods",
+                 lambda: lab.run("scontrol", "show", "topology").stdout, 30,
+                 until=lambda text: "SwitchName=poda" in text and "SwitchName=podb" in text)
+        said = log.read_text()[seen:]
+        assert not [w for w in ("lack access", "Multiple leaf", "TOPOLOGY") if w in said], said[-2000:]
+        doctor = lab.run("slurm-ipu", "doctor")
+        assert doctor.returncode == 0 and "ok       pods         2 Pods" in doctor.stdout, doctor.stdout
+        job = _submit(lab, 2, 8, 5)  # two nodes: it fits a Pod, so it stays in one
+        wait_gone(lab, job, 90)
+        assert len({POD_OF[n] for n in expand(_report(lab, job)["nodes"])}) == 1  # one Pod
+        proc = lab.run("slurm-ipu", "unmerge", "--site", str(etc / "site.yaml"), "--out", str(tmp_path / "back"),
+                       check=True)
+        lab.run(patch, "-s", "-d", "/", "-p1", "-i", proc.stdout.strip(), check=True)
+        assert (etc / "topology.conf").read_text() == SITE_TOPOLOGY
+    finally:
+        (etc / "topology.conf").write_text(ours)
+        lab.run("scontrol", "reconfigure")
+        wait_for("slurmctld's topology is the lab's again", lambda: lab.run("scontrol", "show", "topology").stdout,
+                 30, until=lambda text: "SwitchName=all" in text)
+
+
 @pytest.fixture(scope="module")
 def four_pods():
     """A POD256 as four POD64s of two nodes (32 IPUs each), grouped in pairs podab and podcd."""

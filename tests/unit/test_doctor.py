@@ -138,7 +138,7 @@ def test_a_matching_cluster_is_all_ok(here):
     (lambda f: f.config.update(Licenses="ipu:128,fs:10"), "licenses", "ipu:128, the Pod has 64"),
     (lambda f: f.nodes["node3"].update(Gres="ipu:8"), "nodes", "node3 has Gres=ipu:8"),
     (lambda f: f.nodes.update(node9={"NodeName": "node9", "Gres": "ipu:16"}), "nodes", "node9 has IPUs"),
-    (lambda f: setattr(f, "slurm_version", "22.05.9"), "plugstack", "built for Slurm 22.05.8, Slurm 22.05.9 runs"),
+    (lambda f: setattr(f, "slurm_version", "23.02.1"), "plugstack", "built for Slurm 22.05.8, Slurm 23.02.1 runs"),
     (lambda f: setattr(f, "partitions", None), "vipu", "does not answer"),
     (lambda f: f.partitions.append(Partition("slurm_9", 4)), "orphans", "1 partition(s) whose job is gone: slurm_9"),
 ])
@@ -426,10 +426,47 @@ def test_a_user_who_may_not_read_the_state_directory_gets_one_line_per_item_and_
     assert doctor.main(desc.source, out=lines.append) == 0
     assert lines[1] == (f"skipped  journal      {desc['state_dir']}/pending-removal: not readable by uid "
                         f"{os.getuid()} (run doctor as root for this item)")
-    assert lines[-1] == "all 1 checks ok, 1 skipped (they need root)"
+    assert lines[-1] == "all 1 checks ok, 1 skipped (their lines say why)"
     facts = {"partitions": [], "jobs": {}, "licenses": {}, "created": {}, "queued": [], "errors": {},
              "restricted": ["partition ages and queued removals: /var/lib/slurm-ipu is not readable by uid 1000 "
                             "(run status as root)"]}
     text = status.table(status.build(desc, facts))
     assert text[-1] == ("restricted: partition ages and queued removals: /var/lib/slurm-ipu is not readable by "
                         "uid 1000 (run status as root)")
+
+
+def _probe(desc, licenses="ipu:1", modify="`scontrol update JobId=9` failed: Invalid license specification",
+           comment=None):
+    want = fragments.loaded_id(fragments.texts(desc)["job_submit.lua"])
+    return {"licenses": licenses, "comment": f"slurm-ipu-job_submit.lua:{want}" if comment is None else comment,
+            "tres": "gres:ipu:1", "modify": modify,
+            "after": {"licenses": licenses, "tres": "gres:ipu:2" if modify == "accepted" else "gres:ipu:1"}}
+
+
+@pytest.mark.parametrize("probe,words", [
+    (dict(licenses="(null)"), "a held --gres=ipu:1 job got Licenses=(null): slurmctld's job_submit.lua does not run "
+                              "slurm_ipu.job_submit"),
+    (dict(modify="accepted"), "a GRES update of a held IPU job went through (now gres:ipu:2, Licenses=ipu:1): "
+                              "slurm_job_modify does not run slurm_ipu.job_modify"),
+    (dict(comment=""), "slurmctld runs job_submit.lua code from before this release, the site renders"),
+    (dict(comment="slurm-ipu-job_submit.lua:0123456789abcdef"), "slurmctld runs job_submit.lua code 0123456789abcdef"),
+])
+def test_job_submit_is_judged_by_what_slurmctld_runs_on_a_held_probe_job(here, probe, words):
+    """Issue 37, items 5 and 7: the files can read right (the test's job_submit.lua is ours) while
+    slurmctld runs something else: a site's job_modify that skips ours, or code loaded before the
+    file changed. The held probe job says which."""
+    desc, facts = here
+    facts.probe = _probe(desc, **probe)
+    finding = items(doctor.diagnose(desc, facts))["job_submit"]
+    assert not finding.ok and words in finding.detail, finding.line()
+    facts.probe = _probe(desc)
+    finding = items(doctor.diagnose(desc, facts))["job_submit"]
+    assert finding.ok and "slurmctld runs ours (code " in finding.detail, finding.line()
+
+
+def test_the_rendered_job_submit_lua_carries_its_own_code_id(here):
+    desc, _ = here
+    text = fragments.texts(desc)["job_submit.lua"]
+    want = fragments.loaded_id(text)
+    assert want and fragments.code_id(text) == want and "@@CODE_ID@@" not in text
+    assert fragments.code_id(text.replace("POD_IPUS = 64", "POD_IPUS = 63")) != want  # any edit changes it

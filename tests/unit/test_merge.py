@@ -89,8 +89,10 @@ def test_the_diff_merges_and_unmerges_mechanically(site, tmp_path):
 
 @pytest.mark.parametrize("line,words", [
     ("PrologSlurmctld=/etc/slurm/prolog-ctld.sh", "slurm.conf:13: PrologSlurmctld=/etc/slurm/prolog-ctld.sh is the "
-     "site's own, and Slurm runs one PrologSlurmctld: name it in the site description "
+     "site's own, and slurm-ipu-hook takes PrologSlurmctld's place: name it in the site description "
      "(slurm.site_prolog_slurmctld: /etc/slurm/prolog-ctld.sh) and render again"),
+    ("EpilogSlurmctld=/a.sh,/b.sh", "EpilogSlurmctld=/a.sh,/b.sh is one path to Slurm, not a list (22.05 then runs "
+     "no EpilogSlurmctld, 23.02 and later do not start): write one EpilogSlurmctld line per script, or name them"),
     ("EpilogSlurmctld=/etc/slurm/epilog-ctld.sh", "(slurm.site_epilog_slurmctld: /etc/slurm/epilog-ctld.sh)"),
     ("TopologyPlugin=topology/block", "TopologyPlugin=topology/block, and the site's Pods need topology/tree"),
     ("Licenses=ipu:64", "Licenses has ipu:64, and the Pod is ipu:128: the ipu licence is slurm-ipu's"),
@@ -118,6 +120,29 @@ def test_a_site_prolog_named_in_the_site_description_is_run_by_the_hook(site, tm
         fragments.DIFF]
 
 
+@pytest.mark.parametrize("release,runs", [("22.05", "/b.sh"), ("23.11", "/b.sh"), ("24.05", "/a.sh,/b.sh"),
+                                          ("26.05", "/a.sh,/b.sh")])
+def test_several_controller_prolog_lines_are_named_as_the_release_runs_them(site, tmp_path, release, runs):
+    """Issue 37, item 4: two PrologSlurmctld lines. Up to 23.11 Slurm runs the last; from 24.05 it
+    runs both (in parallel). render goes on only when the site description names what runs, so
+    slurm-ipu-hook, which takes the key's place, runs exactly those, in order."""
+    desc, etc = site
+    (etc / "slurm.conf").write_text(SITE_CONF + "PrologSlurmctld=/a.sh\nPrologSlurmctld=/b.sh\n")
+    text = (tmp_path / "site.yaml").read_text().replace("version: '22.05'", f"version: '{release}'")
+    (tmp_path / "site.yaml").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        fragments.texts(config.load(str(tmp_path / "site.yaml"), environ={}), str(etc / "slurm.conf"))
+    assert f"(slurm.site_prolog_slurmctld: {runs})" in str(err.value)
+    (tmp_path / "site.yaml").write_text(text.replace("site_prolog_slurmctld: null", f"site_prolog_slurmctld: {runs}"))
+    rendered = fragments.texts(config.load(str(tmp_path / "site.yaml"), environ={}), str(etc / "slurm.conf"))
+    assert [line for line in rendered["slurm-ipu-hook.conf"].splitlines() if line.startswith("site_prolog=")] == \
+        [f"site_prolog={path}" for path in runs.split(",")]
+    moved = [line for line in rendered[fragments.DIFF].splitlines() if line.startswith("+# slurm-ipu merged")
+             and "PrologSlurmctld" in line]
+    assert moved == ["+# slurm-ipu merged into slurm-ipu.conf: PrologSlurmctld=/a.sh",
+                     "+# slurm-ipu merged into slurm-ipu.conf: PrologSlurmctld=/b.sh"]  # no line of theirs stays live
+
+
 def test_the_pod_s_nodename_lines_get_ipu_in_their_gres_through_the_diff(site):
     """slurmctld counts a node's GRES from its NodeName line: the diff adds ipu there too, keeping
     the site's own items and comment, so `patch -R` takes it out again with the rest."""
@@ -132,8 +157,31 @@ def test_the_pod_s_nodename_lines_get_ipu_in_their_gres_through_the_diff(site):
     assert "NodeName=ipu-host[1-4] Gres=gpu:1,ipu:16 CPUs=4" in lines
     assert "NodeName=ipu-host[5-8] CPUs=4 Gres=ipu:16 # rack 2" in lines
     assert "NodeName=DEFAULT CPUs=8" in lines and "NodeName=login1 CPUs=2" in lines
-    (etc / "slurm.conf").write_text(merged.replace(f"Include {etc}/slurm-ipu.conf\n", ""))
+    (etc / "slurm.conf").write_text(merged.replace("Include slurm-ipu.conf\n", ""))
     assert merge.merge(desc, str(etc / "slurm.conf")).gres == []  # a re-render leaves right lines alone
+
+
+@pytest.mark.parametrize("lines,want", [
+    # the Pod's line inherits the DEFAULT's GPU: Gres= on it would replace the default, so it keeps gpu
+    ("NodeName=DEFAULT CPUs=4 Gres=gpu:1\nNodeName=ipu-host[1-8]\n", "NodeName=ipu-host[1-8] Gres=gpu:1,ipu:16"),
+    # a later DEFAULT line without Gres keeps the earlier one's (read_config.c merges DEFAULT lines)
+    ("NodeName=DEFAULT Gres=gpu:2\nNodeName=DEFAULT CPUs=8\nNodeName=ipu-host[1-8]\n",
+     "NodeName=ipu-host[1-8] Gres=gpu:2,ipu:16"),
+    # a line's own Gres replaces the default's: only its own items stay
+    ("NodeName=DEFAULT Gres=gpu:2\nNodeName=ipu-host[1-8] Gres=fpga:1\n", "NodeName=ipu-host[1-8] Gres=fpga:1,ipu:16"),
+    # a DEFAULT line after the Pod's line gives it nothing
+    ("NodeName=ipu-host[1-8]\nNodeName=DEFAULT Gres=gpu:2\n", "NodeName=ipu-host[1-8] Gres=ipu:16"),
+])
+def test_the_pod_s_hosts_keep_the_gres_their_default_line_gives_them(site, lines, want):
+    """Issue 37, item 1: `NodeName=DEFAULT ... Gres=gpu:1` then the Pod's line without Gres: the
+    merge writes the inherited items with ipu, never ipu alone (which dropped the site's GPUs)."""
+    desc, etc = site
+    (etc / "slurm.conf").write_text(SITE_CONF.replace("NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4\n", lines))
+    _, merged = merge.edits(merge.merge(desc, str(etc / "slurm.conf")), str(etc / "slurm.conf"))[
+        str((etc / "slurm.conf").resolve())]
+    assert want in merged.splitlines(), merged
+    (etc / "slurm.conf").write_text(merged.replace("Include slurm-ipu.conf\n", ""))
+    assert merge.merge(desc, str(etc / "slurm.conf")).gres == []
 
 
 def test_a_nodename_line_with_pod_hosts_and_others_is_one_line_naming_it(site):
@@ -178,3 +226,44 @@ def test_slurm_conf_is_read_as_slurm_reads_it(tmp_path):
     (tmp_path / "conf.d" / "a.conf").write_text(f"Include {tmp_path}/slurm.conf\n")
     with pytest.raises(ConfigError, match="over 64 slurm.conf files through Include; is there an Include loop"):
         slurmconf.read(str(tmp_path / "slurm.conf"))
+
+
+@pytest.mark.skipif(PATCH is None, reason="GNU patch is not installed")
+def test_unmerge_gives_the_site_s_files_back_after_any_number_of_re_renders(site, tmp_path):
+    """Issue 37, items 6 and 7: merge, change the site description (the Pod's hosts get 8 IPUs, not
+    16) and merge that diff too, then a line of the site's own later: `slurm-ipu unmerge`
+    writes one diff back to the files as they were before slurm-ipu (with the site's later line),
+    from what the merge left in them, not from the last diff render wrote."""
+    desc, etc = site
+    conf = SITE_CONF.replace("NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4\n",
+                             "NodeName=DEFAULT Gres=gpu:1\nNodeName=ipu-host[1-8] CPUs=4  # racks 1-2\n")
+    (etc / "slurm.conf").write_text(conf)
+    before = {p.name: p.read_bytes() for p in etc.iterdir()}
+
+    def merged_with(description) -> None:
+        out = tmp_path / "out"
+        fragments.write(description, out, str(etc / "slurm.conf"))
+        if (out / fragments.DIFF).exists():
+            subprocess.run([PATCH, "-s", "-d", "/", "-p1", "-i", str(out / fragments.DIFF)], check=True, timeout=30)
+            (out / fragments.DIFF).unlink()
+        shutil.copy(out / "slurm-ipu.conf", etc / "slurm-ipu.conf")
+
+    merged_with(desc)
+    assert "NodeName=ipu-host[1-8] CPUs=4 Gres=gpu:1,ipu:16 # racks 1-2" in (etc / "slurm.conf").read_text()
+    text = (tmp_path / "site.yaml").read_text().replace("ipus_per_host: 16", "ipus_per_host: 8")
+    (tmp_path / "site.yaml").write_text(text)
+    merged_with(config.load(str(tmp_path / "site.yaml"), environ={}))
+    assert "NodeName=ipu-host[1-8] CPUs=4 Gres=gpu:1,ipu:8 # racks 1-2" in (etc / "slurm.conf").read_text()
+    with open(etc / "slurm.conf", "a") as f:
+        f.write("MailProg=/usr/bin/site-mail\n")  # the site's own change, later: it stays
+    before["slurm.conf"] += b"MailProg=/usr/bin/site-mail\n"
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "unmerge", "--site", str(tmp_path / "site.yaml"),
+                           "--out", str(tmp_path / "back")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    subprocess.run([PATCH, "-s", "-d", "/", "-p1", "-i", str(tmp_path / "back" / "slurm.conf.unmerge.diff")],
+                   check=True, timeout=30)
+    (etc / "slurm-ipu.conf").unlink()
+    assert {p.name: p.read_bytes() for p in etc.iterdir()} == before
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "unmerge", "--site", str(tmp_path / "site.yaml"),
+                           "--out", str(tmp_path / "again")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "nothing of slurm-ipu's in" in proc.stderr

@@ -190,20 +190,24 @@ def test_status_shows_each_pods_ipus_and_where_each_partition_lies(tmp_path):
 
 def test_doctor_sees_pods_slurm_cannot_keep_together(tmp_path):
     from slurm_ipu.deploy import doctor
-    from slurm_ipu.slurm.topology import leaf_switches
+    from slurm_ipu.slurm.topology import leaf_sets
 
     s = config.parse(BASE, "s.yaml")
     good = {"TopologyPlugin": "topology/tree", "SchedulerParameters": "sched_interval=2,max_switch_wait=31536000"}
-    topo = leaf_switches(TOPOLOGY.replace("node", "h"))
+    topo = leaf_sets(TOPOLOGY.replace("node", "h"))
+    nodes = {f"h{k}": {} for k in range(1, 9)}
     check = doctor.check_pods
-    assert check(s, doctor.Facts(config=good, topology=topo)).ok
-    for conf, topology, words in [
-        ({**good, "TopologyPlugin": "topology/flat"}, topo, "TopologyPlugin=topology/flat"),
-        ({**good, "SchedulerParameters": "sched_interval=2"}, topo, "max_switch_wait=300 (the default)"),
-        (good, {**topo, "h5": "poda"}, "h5 is under poda, not podb"),
-        (good, None, "cannot read Slurm's topology"),
+    assert check(s, doctor.Facts(config=good, topology=topo, nodes=nodes)).ok
+    for conf, topology, more, words in [
+        ({**good, "TopologyPlugin": "topology/flat"}, topo, {}, "TopologyPlugin=topology/flat"),
+        ({**good, "SchedulerParameters": "sched_interval=2"}, topo, {}, "max_switch_wait=300 (the default)"),
+        (good, {**topo, "h5": ["poda"]}, {}, "h5 is under poda, not podb"),
+        # issue 37: Slurm logs these and goes on; doctor said ok
+        (good, {**topo, "h1": ["poda", "rack1"]}, {}, "h1 is under poda and rack1, not poda"),
+        (good, topo, {"login1": {}}, "login1 is under no switch: Slurm finds no path to it"),
+        (good, None, {}, "cannot read Slurm's topology"),
     ]:
-        finding = check(s, doctor.Facts(config=conf, topology=topology))
+        finding = check(s, doctor.Facts(config=conf, topology=topology, nodes={**nodes, **more}))
         assert not finding.ok and words in finding.detail and "max_switch_wait=31536000" in finding.fix
     one = config.parse("version: 1\ncluster: c\nvipu: {host: v}\npod: {ipus: 64, hosts: 'n[1-4]', ipus_per_host: 16}\n",
                      "one.yaml")

@@ -29,7 +29,20 @@ def wrapper(tmp_path, hook_binary):
     epilog = script(tmp_path / "site-epilog", f'echo "site-epilog $SLURM_JOB_ID" >> {trace}\nexit 0\n')
     hook = fragments.hook_paths(str(tmp_path / "state")) | {
         "site": str(tmp_path / "c.yaml"), "python": python, "prolog_wait": 2,
-        "site_prolog": prolog, "site_epilog": epilog}
+        "site_prolog": [prolog], "site_epilog": [epilog]}
+    return place_hook(hook_binary, tmp_path / "slurm-ipu-hook", hook), trace
+
+
+@pytest.fixture
+def two_each(tmp_path, hook_binary):
+    """A site with two controller prologs and two epilogs (what Slurm 24.05+ runs from two lines)."""
+    trace = tmp_path / "trace"
+    python = script(tmp_path / "python", f'echo "ours $SLURM_SCRIPT_CONTEXT" >> {trace}\n')
+    made = {k: script(tmp_path / k, f'echo {k} >> {trace}\nexit "${{{k.upper().replace("-", "_")}_EXIT:-0}}"\n')
+            for k in ("prolog-a", "prolog-b", "epilog-a", "epilog-b")}
+    hook = fragments.hook_paths(str(tmp_path / "state")) | {
+        "site": str(tmp_path / "c.yaml"), "python": python, "prolog_wait": 2,
+        "site_prolog": [made["prolog-a"], made["prolog-b"]], "site_epilog": [made["epilog-a"], made["epilog-b"]]}
     return place_hook(hook_binary, tmp_path / "slurm-ipu-hook", hook), trace
 
 
@@ -67,3 +80,19 @@ def test_without_site_hooks_the_settings_name_none(tmp_path):
     hook = fragments.hook_paths(str(tmp_path)) | {"site": "c", "python": "p", "prolog_wait": 2}
     text = render.render("slurm-ipu-hook.conf", {"hook": hook})
     assert "site_prolog=\n" in text and "site_epilog=\n" in text
+
+
+def test_several_site_prologs_run_in_order_and_the_first_failure_stops_the_start(two_each):
+    path, trace = two_each
+    assert run(path, "prolog", "ipu:4") == 0
+    assert lines(trace) == ["prolog-a", "prolog-b", "ours prolog_slurmctld"]
+    trace.unlink()
+    assert run(path, "prolog", "ipu:4", PROLOG_A_EXIT="4") == 4
+    assert lines(trace) == ["prolog-a"]  # no later script, no partition
+
+
+@pytest.mark.parametrize("env,status", [({}, 0), ({"EPILOG_A_EXIT": "5"}, 5), ({"EPILOG_B_EXIT": "6"}, 6)])
+def test_several_site_epilogs_all_run_after_ours_and_the_first_failure_is_the_status(two_each, env, status):
+    path, trace = two_each
+    assert run(path, "epilog", "ipu:4", **env) == status
+    assert lines(trace) == ["ours epilog_slurmctld", "epilog-a", "epilog-b"]

@@ -6,6 +6,11 @@
 -- request into a licence of the same total: Slurm passes licences to PrologSlurmctld
 -- (SLURM_JOB_LICENSES), which sizes the partition from a number the user cannot forge.
 
+-- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
+-- held probe job: what slurmctld has loaded, compared with what the site renders.
+local CODE_ID = "9184328d7b14914d"
+local PROBE_NAME = "slurm-ipu-doctor-probe"
+
 local POD_IPUS = 64
 local IPUS_PER_HOST = 16
 -- The allocation model (vipu.model: allocation): a job's allocation holds every IPU-Machine
@@ -411,6 +416,9 @@ local function spread(job_desc, total, per, nodes)
 end
 
 local function job_submit(job_desc, part_list, submit_uid)
+  if job_desc.name == PROBE_NAME and submit_uid == 0 then
+    job_desc.admin_comment = "slurm-ipu-job_submit.lua:" .. CODE_ID
+  end
   local refused = oversized(job_desc, reject) or bad_count(job_desc, reject) or other_paths(job_desc)
   if refused then return refused end
   local per, err = requested(job_desc.tres_per_node)
