@@ -5,8 +5,8 @@ module, run by that venv's Python, puts the rest in place: `slurm-ipu` and `ipur
 default PATH (symlinks into the venv, so every user runs the same install, none of root's
 files), the SPANK plugin in Slurm's plugin directory, and, given a site description: the site
 description itself (the one configuration file, at install.site), slurm-ipu-hook (the controller
-hooks, built) and its rendered settings, the hook service's unit, the state directory and the fragments the admin merges
-(PREFIX/share/slurm-ipu/site/).
+hooks, built) and its rendered settings, the hook service's unit and the state directory (the
+fragments the admin merges come from `slurm-ipu render`, merged with the site's own files).
 
 Every path written outside PREFIX is listed, with its sha256, in PREFIX/share/slurm-ipu/manifest;
 `uninstall` removes exactly those (a file changed since, it leaves and names) and then PREFIX.
@@ -16,6 +16,7 @@ DESTDIR stages the whole tree for a package build: paths are written under it, n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -123,6 +124,25 @@ class Installer:
                   f"nothing now{'' if same else edited}")
         self.dropped.add(path)
 
+    def retire_unmerged_fragments(self) -> None:
+        """Upgrading: earlier releases kept unmerged copies of the fragments in PREFIX/share/slurm-ipu/site/
+        (copied into a site, they drop its own GRES and licences). Removed when as that install wrote them."""
+        old = f"{self.prefix}/share/slurm-ipu/site/"
+        for entry in self.earlier().get("entries", []):
+            path = entry.get("path", "")
+            if not path.startswith(old) or entry.get("kind") != "file":
+                continue
+            target = self.staged(path)
+            try:
+                same = hashlib.sha256(target.read_bytes()).hexdigest() == entry.get("sha256")
+            except OSError:
+                same = True  # gone already
+            if same and not self.dry_run:
+                target.unlink(missing_ok=True)
+            self.dropped.add(path)
+        with contextlib.suppress(OSError):
+            self.staged(old).rmdir()
+
     def write_manifest(self, extra: dict) -> None:
         """The new entries, after the earlier install's that this one did not rewrite (an install
         with a site, then one without, still uninstalls the site's files)."""
@@ -229,6 +249,7 @@ def install(args) -> int:
         _install_site(inst, site, args.site)
         extra["site"] = site.path("site")  # the commands of this install read it (config.installed)
         inst.retire_earlier_config()
+    inst.retire_unmerged_fragments()
     if args.plugin:
         so = Path(args.plugin)
         inst.file(f"{args.plugin_dir}/spank_ipu.so", so.read_bytes(), 0o755)
@@ -244,9 +265,9 @@ def install(args) -> int:
 def _install_site(inst: Installer, site, source: str) -> None:
     from . import fragments
 
+    # The fragments an admin merges come from `slurm-ipu render`, merged with the site's own files;
+    # unmerged copies under PREFIX/share would be one `cp` from dropping a site's GRES (issue 37).
     texts = fragments.texts(site)
-    for name, text in texts.items():  # what the admin merges, kept with the install
-        inst.file(f"{inst.prefix}/share/slurm-ipu/site/{name}", text.encode())
     inst.file(site.path("hook_conf"), texts["slurm-ipu-hook.conf"].encode(), 0o644)
     inst.file(site.path("hook"), _hook(), 0o755)
     inst.file(site.path("site"), Path(source).read_bytes(), 0o644)

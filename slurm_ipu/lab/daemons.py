@@ -125,9 +125,26 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
             continue
         pidfile = spec.path("run", f"slurmd-{name}.pid")
         pidfile.unlink(missing_ok=True)
-        _run([str(SBIN / "slurmd"), "-f", conf, "-N", name], spec, log=spec.path("log", f"slurmd-{name}.log"))
+        _run(_slurmd_argv(spec, conf, name), spec, log=spec.path("log", f"slurmd-{name}.log"))
         pids[key] = _record(_wait_pidfile(pidfile, 30, f"slurmd {name}", spec.path("log", f"slurmd-{name}.log")))
     say(f"started slurmd {', '.join(spec.node_names)}")
+
+
+def _slurmd_argv(spec: LabSpec, conf: str, name: str) -> list[str]:
+    if not spec.configless:
+        return [str(SBIN / "slurmd"), "-f", conf, "-N", name]
+    # A node with no configuration of its own: a mount namespace where the lab's etc is empty and
+    # /run is the lab's, with its munge socket at munge's default name (slurmd authenticates its
+    # configuration fetch before it has an AuthInfo to read: src/common/fetch_config.c).
+    run, empty = spec.path("run", "ns"), spec.path("run", "no-etc")
+    (run / "munge").mkdir(parents=True, exist_ok=True)
+    empty.mkdir(exist_ok=True)
+    link = run / "munge" / "munge.socket.2"
+    if not link.is_symlink():
+        link.symlink_to(spec.path("run", "munge.socket"))
+    slurmd = f"env -u SLURM_CONF {SBIN / 'slurmd'} --conf-server 127.0.0.1:{spec.ctld_port} -N {name}"
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+            f"mount --bind {run} /run && mount --bind {empty} {spec.path('etc')} && exec {slurmd}"]
 
 
 def start_reaper(spec: LabSpec, pids: dict) -> None:

@@ -43,6 +43,7 @@ def context(spec: LabSpec) -> dict:
         # A requeued job waits cred_expire (120 s by default) before it may start again: the lab's
         # requeue drills should not.
         "cred_expire": 30,
+        "configless": spec.configless,
     }
     ctx["accounting"] = None
     if spec.accounting:
@@ -156,7 +157,9 @@ def install_site(spec: LabSpec):
     atomic_write(etc / "gres.conf", texts["gres-ipu.conf"])
     (etc / "plugstack.conf.d").mkdir(exist_ok=True)
     atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
-    atomic_write(etc / "plugstack.conf", f"include {etc}/plugstack.conf.d/*.conf\n")
+    # Configless: slurmctld sends plugstack.conf, never what an absolute include names (docs/admin.md)
+    atomic_write(etc / "plugstack.conf", texts["plugstack-ipu.conf"] if spec.configless else
+                 f"include {etc}/plugstack.conf.d/*.conf\n")
     atomic_write(etc / "job_submit.lua", texts["job_submit.lua"])
     if "topology.conf" in texts:
         atomic_write(etc / "topology.conf", texts["topology.conf"])

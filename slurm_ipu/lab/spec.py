@@ -50,6 +50,10 @@ class LabSpec:
     model: str = "partition"
     # the hook service's full reap (reap.interval); benchmarks that pile up state set it long
     reap_interval: float = REAP_INTERVAL
+    # Configless (SlurmctldParameters=enable_configless): each slurmd starts with --conf-server and
+    # sees neither the lab's etc nor the host's /run (a mount namespace of its own), so it runs
+    # only what slurmctld sends it, as a node without /etc/slurm does (docs/admin.md, Configless)
+    configless: bool = False
 
     @property
     def pod_ipus(self) -> int:

@@ -69,19 +69,24 @@ own_slurm() {  # DIR MAJOR.MINOR: a prefix whose slurmd and headers are that rel
 own_slurm "$ROOT/slurm" "${V%.*}"
 own_slurm "$ROOT/other" "21.08"
 sed -i 's/echo slurm 21.08.99/echo slurm '"${V%.*}"'.99/' "$ROOT/other/sbin/slurmd"  # runs ours, headers another
+# make runs in a copy: pip's build/ and the SPANK plugin's objects go there, never into the checkout
+SRC=$ROOT/src
+mkdir "$SRC"
+tar -C "$CHECKOUT" --exclude=./.venv --exclude=./.git --exclude=./build --exclude='*.egg-info' --exclude='*.o' \
+  --exclude='*.so' --exclude=__pycache__ -cf - . | tar -C "$SRC" -xf -
 say "make install SLURM_PREFIX=<headers of another release>: refused in one line, nothing written"
-if out=$(make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" SLURM_PREFIX="$ROOT/other" 2>&1); then
+if out=$(make -s -C "$SRC" install PREFIX="$P" BINDIR="$B" SLURM_PREFIX="$ROOT/other" 2>&1); then
   fail "an install against headers of Slurm 21.08 went through: $out"
 fi
 grep -q "slurm_version.h is Slurm 21.08.99, but this node runs ${V%.*}.99" <<<"$out" || fail "refusal said: $out"
 [ ! -e "$P" ] && [ ! -e "$B/slurm-ipu" ] || fail "the refused install wrote $P or $B/slurm-ipu"
 
 say "make install PREFIX=$P SLURM_PREFIX=$ROOT/slurm (no site yet)"
-make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" PLUGIN_DIR="$LAB/lib" SLURM_PREFIX="$ROOT/slurm" >/dev/null
+make -s -C "$SRC" install PREFIX="$P" BINDIR="$B" PLUGIN_DIR="$LAB/lib" SLURM_PREFIX="$ROOT/slurm" >/dev/null
 cd "$ROOT"  # nothing below may import the checkout
 "$B/slurm-ipu" lab site "${LABARGS[@]}" > "$ROOT/site.yaml"
 say "make install SITE=<the lab's site>"
-make -s -C "$CHECKOUT" install PREFIX="$P" BINDIR="$B" SITE="$ROOT/site.yaml" SLURM_PREFIX="$ROOT/slurm" >/dev/null
+make -s -C "$SRC" install PREFIX="$P" BINDIR="$B" SITE="$ROOT/site.yaml" SLURM_PREFIX="$ROOT/slurm" >/dev/null
 MANIFEST=$P/share/slurm-ipu/manifest.json
 built=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["plugin_built_for"])' "$MANIFEST")
 [ "$built" = "${V%.*}.99" ] || fail "the SPANK plugin was built for Slurm $built, not the prefix's ${V%.*}.99"
@@ -113,8 +118,7 @@ poll 60 lacks "slurm_$job\b" timeout 30 vipu list partitions || fail "slurm_$job
 
 say "lab down; make uninstall"
 timeout 180 "$B/slurm-ipu" lab down "${LABARGS[@]}" >/dev/null 2>&1
-cd "$CHECKOUT"
-make -s uninstall PREFIX="$P" >/dev/null
+make -s -C "$SRC" uninstall PREFIX="$P" >/dev/null
 left=$(for f in $INSTALLED; do [ -e "$f" ] || [ -L "$f" ] && echo "$f"; done || true)
 [ -z "$left" ] || fail "uninstall left: $left"
 [ ! -e "$P" ] || fail "uninstall left $P"

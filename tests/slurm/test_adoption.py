@@ -37,6 +37,10 @@ from .conftest import ensure_users, started_lab
 REPO = Path(__file__).resolve().parents[2]
 DOCS = (REPO / "docs" / "admin.md").read_text()
 NODES = 3  # node1 and node2 are the Pod's hosts, node3 has the site's GPU
+# The site has two PrologSlurmctld lines (issue 37, item 4): Slurm runs the last one up to 23.11,
+# both from 24.05; the site description names what runs, and slurm-ipu-hook runs that after the merge.
+PROLOGS = ("prolog", "prolog2") if releases.runs_every_controller_script_line(
+    releases.installed(labmod.SBIN) or "0.0") else ("prolog2",)
 IPUS_PER_HOST = 16
 
 SPANK_SOURCE = r"""
@@ -117,6 +121,7 @@ GresTypes=gpu
 Licenses=matlab:10
 JobSubmitPlugins=lua
 PrologSlurmctld={d}/site/prolog-ctld.sh
+PrologSlurmctld={d}/site/prolog2-ctld.sh
 EpilogSlurmctld={d}/site/epilog-ctld.sh
 PlugStackConfig={d}/etc/plugstack.conf
 {nodes}
@@ -126,6 +131,7 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         "etc/plugstack.conf": f"required {d}/lib/site_tag.so\n",
         "etc/job_submit.lua": SITE_LUA,
         "site/prolog-ctld.sh": hook.format("prolog", trace),
+        "site/prolog2-ctld.sh": hook.format("prolog2", trace),
         "site/epilog-ctld.sh": hook.format("epilog", trace),
     }
     cgroup = releases.cgroup_conf(releases.installed(labmod.SBIN) or "0.0")
@@ -137,7 +143,8 @@ PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 def site_description(spec: labmod.LabSpec, root: Path, own_hooks: bool) -> str:
     """The admin's site description (docs/admin.md step 1), by hand."""
     d = spec.dir
-    hooks = (f"  site_prolog_slurmctld: {d}/site/prolog-ctld.sh\n  site_epilog_slurmctld: {d}/site/epilog-ctld.sh\n"
+    prologs = ",".join(f"{d}/site/{name}-ctld.sh" for name in PROLOGS)
+    hooks = (f"  site_prolog_slurmctld: {prologs}\n  site_epilog_slurmctld: {d}/site/epilog-ctld.sh\n"
              if own_hooks else "")
     return f"""version: 1
 cluster: adopt
@@ -308,7 +315,8 @@ class Site:
         assert "tag=blue node=node1" in text, f"{when}: plain job {job} printed {text!r}"
         wait_for(f"{when}: the site's controller epilog for job {job}",
                  lambda: f"epilog {job}" in self.trace.read_text(), 30)
-        assert f"prolog {job}" in self.trace.read_text(), f"{when}: the site's PrologSlurmctld did not run"
+        ran = self.trace.read_text()
+        assert all(f"{name} {job}" in ran for name in PROLOGS), f"{when}: the site's PrologSlurmctld(s) did not run"
         proc = self.as_user("sbatch --wrap true")
         assert proc.returncode != 0 and "site policy: give every job a --time" in proc.stderr, \
             f"{when}: the site's submit rule did not hold: {proc.returncode} {proc.stderr}"
@@ -328,7 +336,7 @@ def _nodes(site: Site) -> dict[str, dict[str, str]]:
 
 
 ORIGINALS = ("etc/slurm.conf", "etc/gres.conf", "etc/plugstack.conf", "etc/job_submit.lua",
-             "site/prolog-ctld.sh", "site/epilog-ctld.sh")
+             "site/prolog-ctld.sh", "site/prolog2-ctld.sh", "site/epilog-ctld.sh")
 # docs/admin.md's lines for a site's own job_submit.lua (the first line of the file, and the first
 # line of each entry point, with the site's argument names).
 LUA_DOFILE = 'dofile("/etc/slurm/job_submit_ipu.lua")'
@@ -393,7 +401,7 @@ def ipu_job_runs(site: Site, when: str) -> None:
     wait_for(f"{when}: partition {partition} removed", lambda: partition not in site.partitions(), 60)
     wait_for(f"{when}: the site's controller epilog for IPU job {job}",
              lambda: f"epilog {job}" in site.trace.read_text(), 30)
-    assert f"prolog {job}" in site.trace.read_text()
+    assert all(f"{name} {job}" in site.trace.read_text() for name in PROLOGS)
     bad = site.as_user("sbatch --time=2 --gres=ipu:3 --wrap true")
     assert bad.returncode != 0 and "ipu" in bad.stderr, f"{when}: --gres=ipu:3 was not refused: {bad.stderr}"
 

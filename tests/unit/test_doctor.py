@@ -386,7 +386,7 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
 @pytest.mark.parametrize("tried,ok,words", [
     ("refused", True, "a job's user (uid 65534) may not create partitions in allocation (the default)"),
     ("created", False, "created a partition in allocation (the default) around Slurm (removed again); fix: grant"),
-    (None, True, "not tried: run doctor as root"),
+    (None, True, "skipped  grants       a create in allocation (the default) as a job's user: needs root"),
     ("could not tell: vipu: timed out", False, "as a job's user could not tell: vipu: timed out"),
 ])
 def test_grants_say_whether_a_job_user_can_go_around_slurm(here, tried, ok, words):

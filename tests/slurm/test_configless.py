@@ -1,0 +1,39 @@
+"""A configless cluster (issue 37, item 4): slurmctld with SlurmctldParameters=enable_configless,
+each slurmd started with --conf-server in a mount namespace of its own where the lab's etc is
+empty (a node without /etc/slurm). What the merge writes must arrive by Slurm's own mechanism:
+the `Include slurm-ipu.conf` (a plain name) for the node's GRES, plugstack.conf for the SPANK
+plugin. Judged by what Slurm and the tasks show, on every supported release."""
+
+from __future__ import annotations
+
+import pytest
+
+from slurm_ipu import lab as labmod
+
+from ..waiting import wait_for
+from .conftest import started_lab
+
+
+@pytest.fixture(scope="module")
+def configless():
+    with started_lab(nodes=2, configless=True) as lab:
+        yield lab
+
+
+def test_a_node_without_a_slurm_conf_runs_ipu_jobs_from_what_slurmctld_sends(configless):
+    lab = configless
+    etc = lab.spec.path("etc")
+    pid = labmod.load_pids(lab.spec)["slurmd-node1"]["pid"]
+    seen = lab.run("nsenter", "-t", str(pid), "-m", "ls", "-A", str(etc), check=True).stdout
+    assert seen == "", f"slurmd sees its own configuration in {etc}: {seen}"
+    cache = lab.spec.path("spool", "node1", "conf-cache")
+    assert (cache / "slurm-ipu.conf").is_file(), sorted(p.name for p in cache.iterdir())
+    assert "spank_ipu.so" in (cache / "plugstack.conf").read_text()
+    gres = lab.run("scontrol", "-o", "show", "node", "node1", check=True).stdout
+    assert f"Gres=ipu:{lab.spec.ipus_per_node}" in gres, gres
+    proc = lab.run("srun", "-N2", "--gres=ipu:4", "bash", "-c", "echo $SLURM_JOB_ID $IPUOF_VIPU_API_PARTITION_ID",
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (job, partition), = {tuple(line.split()) for line in proc.stdout.splitlines()}
+    assert partition == f"slurm_{job}", proc.stdout
+    wait_for(f"partition {partition} removed", lambda: partition not in lab.partitions(), 60)
