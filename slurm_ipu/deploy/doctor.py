@@ -529,7 +529,10 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
 
 
 def check_plugstack(site: Site, facts: Facts) -> Finding:
-    conf = facts.config.get("PlugStackConfig") or f"{site['slurm.conf_dir']}/plugstack.conf"
+    conf = facts.config.get("PlugStackConfig", "(null)")
+    if conf in ("", "(null)"):  # unset: plugstack.conf beside slurm.conf (what configless sites send)
+        conf = str(Path(facts.config.get("SLURM_CONF") or f"{site['slurm.conf_dir']}/slurm.conf").parent /
+                   "plugstack.conf")
     lines = [ln for ln in plugstack_lines(conf) if "spank_ipu" in ln]
     fix = f"include the rendered plugstack-ipu.conf from {conf}, the same on login and compute nodes"
     if not lines:
@@ -853,6 +856,51 @@ def check_pods(site: Site, facts: Facts) -> Finding:
                    f"({', '.join(p.name for p in site.pods)})")
 
 
+STEP_NAME = "slurm-ipu-doctor-step"
+
+
+def step_canaries(site: Site, facts: Facts) -> dict[str, str] | None:
+    """`doctor --jobs`: what a job's task sees, on a host of each Pod: a 1-IPU srun step as root,
+    through job_submit.lua, the prolog, the SPANK plugin on that node (configless nodes get their
+    plugstack.conf from slurmctld) and the epilog. host -> 'ok' or what went wrong; None: not root."""
+    from ..slurm.commands import SlurmCli
+
+    if os.getuid() != 0:
+        return None
+    cli = SlurmCli.of_site(site, timeout=90)
+    hosts = [pod.hosts[0] for pod in site.pods] or site.hosts[:1]
+    return {host: _step(cli, site, host) for host in hosts}
+
+
+def _step(cli, site: Site, host: str) -> str:
+    try:
+        text = cli.output("srun", "-N1", "-w", host, "--gres=ipu:1", "--immediate=30", "--time=1",
+                          f"--job-name={STEP_NAME}", "/usr/bin/env")
+    except SlurmIpuError as exc:
+        busy = "Unable to allocate resources" in str(exc) or "busy" in str(exc)
+        return f"busy: {exc}" if busy else str(exc)
+    env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    partition, want = env.get("IPUOF_VIPU_API_PARTITION_ID"), f"{site['partition.prefix']}{env.get('SLURM_JOB_ID')}"
+    if partition is None:
+        return "its task saw no IPUOF_VIPU_API_PARTITION_ID (the SPANK plugin is not loaded there)"
+    return "ok" if partition == want else f"its task saw IPUOF_VIPU_API_PARTITION_ID={partition}, not {want}"
+
+
+def check_steps(site: Site, steps: dict[str, str] | None) -> Finding:
+    if steps is None:
+        return Finding("steps", True, "a 1-IPU step on each Pod: needs root (it runs a job)", skipped=True)
+    bad = {h: why for h, why in steps.items() if why != "ok" and not why.startswith("busy: ")}
+    if not bad and any(why != "ok" for why in steps.values()):
+        return Finding("steps", True, f"a 1-IPU step on {', '.join(steps)}: not tried where no IPUs were free "
+                       "within 30 s", skipped=True)
+    if bad:
+        host, why = next(iter(bad.items()))
+        return Finding("steps", False, f"a 1-IPU step on {host}: {why}", f"the plugstack line of plugstack-ipu.conf "
+                       f"where {host}'s slurmd reads it (configless: in plugstack.conf itself, docs/admin.md), "
+                       "spank_ipu.so installed there")
+    return Finding("steps", True, f"a 1-IPU step on {', '.join(steps)}: each task saw its partition")
+
+
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
           check_plugstack, check_vipu, check_canary, check_merged, check_kept, check_grants, check_state_dir,
           check_journal, check_orphans, check_service, check_accounting, check_pods)
@@ -872,12 +920,15 @@ def _checked(check, site: Site, facts: Facts) -> Finding:
                        f"{os.getuid()} (run doctor as root for this item)", skipped=True)
 
 
-def main(site_path: str, out=print) -> int:
+def main(site_path: str, out=print, jobs: bool = False) -> int:
     from ..config import load, refuse_repeated_keys
 
     site = load(site_path)
     refuse_repeated_keys(site)
-    findings = diagnose(site, gather(site))
+    facts = gather(site)
+    findings = diagnose(site, facts)
+    if jobs:  # last: its partitions come and go after every other item has read V-IPU
+        findings.append(check_steps(site, step_canaries(site, facts)))
     for f in findings:
         out(f.line())
     bad, skipped = sum(not f.ok for f in findings), sum(f.skipped for f in findings)

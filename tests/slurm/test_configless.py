@@ -37,3 +37,26 @@ def test_a_node_without_a_slurm_conf_runs_ipu_jobs_from_what_slurmctld_sends(con
     (job, partition), = {tuple(line.split()) for line in proc.stdout.splitlines()}
     assert partition == f"slurm_{job}", proc.stdout
     wait_for(f"partition {partition} removed", lambda: partition not in lab.partitions(), 60)
+
+
+def test_doctor_jobs_says_when_a_node_s_plugstack_does_not_load_the_plugin(configless):
+    """The issue's configless failure: plugstack.conf naming the plugin through an absolute include
+    (never sent), `required` saying nothing, jobs without their partition's variables, doctor all
+    ok. `doctor --jobs` runs a 1-IPU step where jobs run and names the node."""
+    lab = configless
+    plugstack = lab.spec.path("etc", "plugstack.conf")
+    ours = plugstack.read_text()
+    doctor = lab.run("slurm-ipu", "doctor", "--jobs", timeout=300)
+    assert "ok       steps        a 1-IPU step on node1: each task saw its partition" in doctor.stdout, doctor.stdout
+    try:
+        plugstack.write_text(f"include {lab.spec.path('etc', 'plugstack.conf.d')}/*.conf\n")
+        lab.run("scontrol", "reconfigure", check=True)
+        cache = lab.spec.path("spool", "node1", "conf-cache", "plugstack.conf")
+        wait_for("slurmd has the new plugstack.conf", lambda: cache.read_text(), 30, until=lambda t: "include" in t)
+        doctor = lab.run("slurm-ipu", "doctor", "--jobs", timeout=300)
+        assert doctor.returncode == 1 and "PROBLEM  steps        a 1-IPU step on node1: its task saw no " \
+            "IPUOF_VIPU_API_PARTITION_ID" in doctor.stdout, doctor.stdout
+    finally:
+        plugstack.write_text(ours)
+        lab.run("scontrol", "reconfigure")
+        wait_for("slurmd has ours again", lambda: cache.read_text(), 30, until=lambda t: "spank_ipu.so" in t)

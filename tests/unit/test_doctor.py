@@ -470,3 +470,16 @@ def test_the_rendered_job_submit_lua_carries_its_own_code_id(here):
     want = fragments.loaded_id(text)
     assert want and fragments.code_id(text) == want and "@@CODE_ID@@" not in text
     assert fragments.code_id(text.replace("POD_IPUS = 64", "POD_IPUS = 63")) != want  # any edit changes it
+
+
+@pytest.mark.parametrize("steps,ok,words", [
+    ({"node1": "ok", "node5": "ok"}, True, "ok       steps        a 1-IPU step on node1, node5: each task saw"),
+    ({"node1": "ok", "node5": "its task saw no IPUOF_VIPU_API_PARTITION_ID (the SPANK plugin is not loaded there)"},
+     False, "PROBLEM  steps        a 1-IPU step on node5: its task saw no IPUOF_VIPU_API_PARTITION_ID"),
+    ({"node1": "busy: `srun -N1 -w node1` failed: Unable to allocate resources"}, True, "skipped  steps"),
+    (None, True, "skipped  steps        a 1-IPU step on each Pod: needs root"),
+])
+def test_doctor_jobs_names_a_node_whose_tasks_miss_their_partition(here, steps, ok, words):
+    desc, _ = here
+    finding = doctor.check_steps(desc, steps)
+    assert finding.ok is ok and words in finding.line(), finding.line()
