@@ -537,6 +537,13 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
     fix = f"include the rendered plugstack-ipu.conf from {conf}, the same on login and compute nodes"
     if not lines:
         return Finding("plugstack", False, f"{conf} does not load spank_ipu.so", fix)
+    if "enable_configless" in facts.config.get("SlurmctldParameters", ""):
+        from ..slurm.conf import sent_plugstack_lines
+
+        if not any("spank_ipu" in ln for ln in sent_plugstack_lines(conf, facts.slurm_version or "0.0")):
+            return Finding("plugstack", False, f"{conf} loads spank_ipu.so through an include slurmctld does not "
+                           "send to configless nodes: their jobs get no partition", f"put the line of "
+                           f"plugstack-ipu.conf into {conf} itself (docs/admin.md, Configless sites)")
     words = shlex.split(lines[0])
     plugin = words[1] if len(words) > 1 else ""
     args = dict(w.split("=", 1) for w in words[2:] if "=" in w)

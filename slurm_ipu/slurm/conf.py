@@ -41,3 +41,24 @@ def plugstack_lines(path: str, depth: int = 0) -> list[str]:
         elif line:
             out.append(line)
     return out
+
+
+def sent_plugstack_lines(path: str, version: str) -> list[str]:
+    """The plugstack lines a configless node gets: plugstack.conf itself, and from 23.11 what it
+    includes by a plain name beside it (slurmctld sends no absolute path and no glob)."""
+    from .releases import at_least
+
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line.startswith("include"):
+            name = line.split(None, 1)[1].strip() if len(line.split()) > 1 else ""
+            if at_least(version, "23.11") and name and "/" not in name and "*" not in name:
+                out += plugstack_lines(str(Path(path).parent / name), 1)
+        elif line:
+            out.append(line)
+    return out

@@ -56,6 +56,8 @@ def test_doctor_jobs_says_when_a_node_s_plugstack_does_not_load_the_plugin(confi
         doctor = lab.run("slurm-ipu", "doctor", "--jobs", timeout=300)
         assert doctor.returncode == 1 and "PROBLEM  steps        a 1-IPU step on node1: its task saw no " \
             "IPUOF_VIPU_API_PARTITION_ID" in doctor.stdout, doctor.stdout
+        # and without running a job: the include is one slurmctld does not send
+        assert "PROBLEM  plugstack    " in doctor.stdout and "does not send to configless nodes" in doctor.stdout
     finally:
         plugstack.write_text(ours)
         lab.run("scontrol", "reconfigure")

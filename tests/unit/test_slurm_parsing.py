@@ -76,3 +76,15 @@ def test_every_data_parser_has_a_sample():
     formats = {p.stem.split("-")[-1] for p in SAMPLES.glob("*.json")}
     wanted = {v for r in releases.SUPPORTED for v in releases.data_parsers(r)} | {"22.05"}
     assert wanted <= formats, sorted(wanted - formats)
+
+
+def test_a_configless_node_gets_plugstack_conf_and_only_plain_named_includes_from_23_11(tmp_path):
+    from slurm_ipu.slurm.conf import sent_plugstack_lines
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "ipu.conf").write_text("required /lib/spank_ipu.so\n")
+    (tmp_path / "ipu.conf").write_text("required /lib/spank_ipu.so plain\n")
+    conf = tmp_path / "plugstack.conf"
+    conf.write_text(f"optional /lib/site.so\ninclude {tmp_path}/d/*.conf\ninclude ipu.conf\n")
+    assert sent_plugstack_lines(str(conf), "22.05.8") == ["optional /lib/site.so"]
+    assert sent_plugstack_lines(str(conf), "24.11.5") == ["optional /lib/site.so", "required /lib/spank_ipu.so plain"]
