@@ -130,6 +130,14 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
     say(f"started slurmd {', '.join(spec.node_names)}")
 
 
+def _root_is_mounted() -> bool:
+    """Whether this process's / is a mount point (not inside a chroot of a plain directory)."""
+    try:
+        return any(line.split()[4] == "/" for line in Path("/proc/self/mountinfo").read_text().splitlines())
+    except (OSError, IndexError):
+        return True
+
+
 def _slurmd_argv(spec: LabSpec, conf: str, name: str) -> list[str]:
     if not spec.configless:
         return [str(SBIN / "slurmd"), "-f", conf, "-N", name]
@@ -143,7 +151,10 @@ def _slurmd_argv(spec: LabSpec, conf: str, name: str) -> list[str]:
     if not link.is_symlink():
         link.symlink_to(spec.path("run", "munge.socket"))
     slurmd = f"env -u SLURM_CONF {SBIN / 'slurmd'} --conf-server 127.0.0.1:{spec.ctld_port} -N {name}"
-    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c",
+    # In a chroot "/" is no mount point and its propagation cannot change: the clean room that runs
+    # the lab there has made the whole mount namespace private already (tests/install/clean_room.sh).
+    propagation = "private" if _root_is_mounted() else "unchanged"
+    return ["unshare", "--mount", "--propagation", propagation, "--", "/bin/sh", "-c",
             f"mount --bind {run} /run && mount --bind {empty} {spec.path('etc')} && exec {slurmd}"]
 
 

@@ -24,7 +24,7 @@ def test_a_node_without_a_slurm_conf_runs_ipu_jobs_from_what_slurmctld_sends(con
     lab = configless
     etc = lab.spec.path("etc")
     pid = labmod.load_pids(lab.spec)["slurmd-node1"]["pid"]
-    seen = lab.run("nsenter", "-t", str(pid), "-m", "ls", "-A", str(etc), check=True).stdout
+    seen = lab.run("nsenter", "-t", str(pid), "-m", "-r", "ls", "-A", str(etc), check=True).stdout
     assert seen == "", f"slurmd sees its own configuration in {etc}: {seen}"
     cache = lab.spec.path("spool", "node1", "conf-cache")
     assert (cache / "slurm-ipu.conf").is_file(), sorted(p.name for p in cache.iterdir())

@@ -189,6 +189,8 @@ def test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_err
     lab = lab2
     etc = lab.spec.path("etc")
     ours = (etc / "topology.conf").read_text()
+    # the lab's slurm.conf has the Include a merge adds, of its own: the un-merge below takes it out
+    conf = (etc / "slurm.conf").read_text()
     log = lab.spec.path("log", "slurmctld.log")
     try:
         (etc / "topology.conf").write_text(SITE_TOPOLOGY)
@@ -215,9 +217,10 @@ def test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_err
         assert (etc / "topology.conf").read_text() == SITE_TOPOLOGY
     finally:
         (etc / "topology.conf").write_text(ours)
+        (etc / "slurm.conf").write_text(conf)
         lab.run("scontrol", "reconfigure")
-        wait_for("slurmctld's topology is the lab's again", lambda: lab.run("scontrol", "show", "topology").stdout,
-                 30, until=lambda text: "SwitchName=all" in text)
+        shown = lambda: (lambda p: p.stdout + p.stderr)(lab.run("scontrol", "show", "topology"))  # noqa: E731
+        wait_for("slurmctld's topology is the lab's again", shown, 60, until=lambda text: "SwitchName=all" in text)
 
 
 @pytest.fixture(scope="module")
