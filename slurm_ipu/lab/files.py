@@ -229,7 +229,7 @@ def _write_bin(spec: LabSpec) -> None:
     address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
                f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")
     path, python = users_python(spec)
-    cli = f"{address} PYTHONPATH={path} exec {python} -m slurm_ipu.emulator.vipucli \"$@\"\n"
+    cli = f"{address} {_module_command(path, python, 'slurm_ipu.emulator.vipucli')}"
     _script(spec.path("bin", "vipu-py"), f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n{cli}")
     # The lab's `vipu`: create, remove, list and reset in C, as cheap as a native vipu; the rest in
     # Python. Its `vipu-admin` (allocations: the allocation model's prolog and epilog) and `vipu-cli`
@@ -242,9 +242,11 @@ def _write_bin(spec: LabSpec) -> None:
         else:
             _script(spec.path("bin", name), f"#!/bin/sh\n# The lab's {name}: the emulator's CLI (docs/vipu.md).\n"
                                             f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n")
-    # The product's own commands on the lab's PATH, run by the interpreter that has the package.
+    # The product's own commands on the lab's PATH: the install's interpreter (--prefix), else the
+    # users' copy, which every user of the lab can run (issue 39, item 5).
     for name, module in LAB_COMMANDS.items():
-        _script(spec.path("bin", name), f"#!/bin/sh\nexec {py} -m {module} \"$@\"\n")
+        command = f"exec {py} -m {module} \"$@\"\n" if spec.prefix else _module_command(path, python, module)
+        _script(spec.path("bin", name), f"#!/bin/sh\n{command}")
 
 
 VIPU_NAMES = ("vipu", "vipu-admin", "vipu-cli")
@@ -281,6 +283,14 @@ def users_python(spec: LabSpec) -> tuple[str, str]:
     if python.is_relative_to("/root") and system.exists():
         python = system
     return str(where), str(python)
+
+
+def _module_command(path: str, python: str, module: str) -> str:
+    """A shell line running `python -m module "$@"` with the users' copy first on its path and no
+    PYTHONPATH set: what it starts (ipurun's tasks, a user's own Python) inherits nothing of ours."""
+    boot = (f"import sys; sys.path.insert(0, {path!r}); import runpy; "
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
+    return f"exec {python} -P -c \"{boot}\" \"$@\"\n"
 
 
 def _copy_module(name: str, where: Path) -> None:

@@ -48,6 +48,9 @@ def _expand_one(word: str, expr: str) -> list[str]:
     if start < 0 or end < 0:
         return [word]
     head, body, tail = word[:start], word[start + 1:end], word[end + 1:]
+    if tail and "[" not in tail:  # as Slurm's hostlist.c: text after a range only before another range
+        raise ConfigError(f"hostlist {expr!r}: {tail!r} after the range [{body}]; Slurm reads text after a range "
+                          "only when another range follows (rack[1-2]-n[1-4]): rename or list those hosts")
     numbers, rests = _range(body, expr), _expand_one(tail, expr)
     if len(numbers) * len(rests) > MAX_HOSTS:  # checked before the product is built
         raise ConfigError(f"hostlist {expr!r} names more than {MAX_HOSTS} hosts; check the ranges")

@@ -26,7 +26,7 @@ from slurm_ipu.slurm import slurmconf
 
 from .conftest import SLURM_VERSION, _free_block
 
-LAYOUTS = 12
+LAYOUTS = 6
 NODES = 4
 IPUS = 16
 

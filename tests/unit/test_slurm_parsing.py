@@ -88,3 +88,16 @@ def test_a_configless_node_gets_plugstack_conf_and_only_plain_named_includes_fro
     conf.write_text(f"optional /lib/site.so\ninclude {tmp_path}/d/*.conf\ninclude ipu.conf\n")
     assert sent_plugstack_lines(str(conf), "22.05.8") == ["optional /lib/site.so"]
     assert sent_plugstack_lines(str(conf), "24.11.5") == ["optional /lib/site.so", "required /lib/spank_ipu.so plain"]
+
+
+def test_text_after_a_range_is_read_only_before_another_range_as_slurm_does():
+    """scontrol show hostnames: node[1-3]x is "Invalid hostlist", rack[1-2]-n[01-02] four names
+    (tests/slurm/test_hostlist_fuzz.py holds the reader to scontrol on every release)."""
+    import pytest
+
+    from slurm_ipu.errors import ConfigError
+    from slurm_ipu.slurm.hostlist import expand
+
+    assert expand("rack[1-2]-n[01-02]") == ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]
+    with pytest.raises(ConfigError, match=r"'x' after the range \[1-3\]; Slurm reads text after a range only"):
+        expand("node[1-3]x")

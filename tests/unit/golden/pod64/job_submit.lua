@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "9184328d7b14914d"
+local CODE_ID = "ad15e22c949d3110"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -502,7 +502,8 @@ end
 --   function slurm_job_submit(j, p, u) local rc = slurm_ipu.job_submit(j, p, u) if rc ~= slurm.SUCCESS then return rc end ... end
 --   function slurm_job_modify(j, r, p, u) local rc = slurm_ipu.job_modify(j, r, p, u) if rc ~= slurm.SUCCESS then return rc end ... end
 -- Slurm's own entry points are set only where the site has not set them already.
-slurm_ipu = { job_submit = job_submit, job_modify = job_modify }
+-- (expand: what tests/slurm/test_hostlist_fuzz.py holds to scontrol's own reading of hostlists)
+slurm_ipu = { job_submit = job_submit, job_modify = job_modify, expand = expand }
 if slurm_job_submit == nil then slurm_job_submit = job_submit end
 if slurm_job_modify == nil then slurm_job_modify = job_modify end
 
