@@ -58,6 +58,7 @@ class Facts:
     declared: list | None = None  # the settings slurm.conf and its includes declare (slurmconf.Setting)
     canary: str | None = None  # the hooks' own create and remove of a 1-IPU partition: "ok" or why not
     probe: dict | None = None  # job_submit.lua as slurmctld runs it, tried on a held job (root only): probe_submit
+    stuck: list[int] | None = None  # IPU jobs pending for BadConstraints (never to start as configured)
     test_submit: str | None = None  # `sbatch --test-only --gres=ipu:1` through job_submit.lua: "ok" or why not
     snapshot: dict | None = None  # the site's own Slurm before adoption (slurm-ipu snapshot), None: none taken
     kept: dict | None = None  # the same read now
@@ -92,6 +93,7 @@ def gather(site: Site, runner=None) -> Facts:
     text = slurm("jobs", "squeue", "--json")
     try:
         facts.jobs = job_states(text) if text is not None else None
+        facts.stuck = _stuck(text) if text is not None else None
     except SlurmIpuError as exc:
         facts.errors["jobs"] = str(exc)
     if site.pods:
@@ -181,6 +183,15 @@ def _gather_kept(site: Site, cli, facts: Facts) -> None:
             facts.kept = snapshot.record(cli, [shape.split() for shape in facts.snapshot["shapes"]])
     except SlurmIpuError as exc:
         facts.errors["kept"] = str(exc)
+
+
+def _stuck(text: str) -> list[int]:
+    """IPU jobs Slurm will never start as it is configured now: pending for BadConstraints (no node
+    has the IPUs they ask for; after an un-merge, every one)."""
+    from ..slurm.commands import parse_squeue
+
+    return sorted(j.job_id for j in parse_squeue(text).values()
+                  if j.state == "PENDING" and j.reason == "BadConstraints" and "ipu" in j.tres)
 
 
 def job_states(text: str) -> dict[int, str]:
@@ -673,6 +684,17 @@ def check_canary(site: Site, facts: Facts) -> Finding:
                    f"remove {what} as {site['slurm.user']}")
 
 
+def check_queue(site: Site, facts: Facts) -> Finding:
+    if facts.stuck is None:
+        return Finding("queue", False, f"cannot list jobs ({facts.errors.get('jobs')})", "check that slurmctld answers")
+    if facts.stuck:
+        jobs = " ".join(str(j) for j in facts.stuck[:10]) + (" ..." if len(facts.stuck) > 10 else "")
+        return Finding("queue", False, f"IPU job(s) {jobs} pending for BadConstraints: no node has the IPUs they ask "
+                       "for (an un-merge, or a node's GRES gone)", f"scancel {jobs.removesuffix(' ...')}, or give the "
+                       "Pod's hosts their ipu GRES again (docs/admin.md, Uninstall step 0)")
+    return Finding("queue", True, "no IPU job waits for IPUs no node has")
+
+
 def check_grants(site: Site, facts: Facts) -> Finding:
     """V-IPU only through Slurm: a job's user cannot make partitions in the allocation Slurm
     schedules (docs/admin.md)."""
@@ -909,8 +931,8 @@ def check_steps(site: Site, steps: dict[str, str] | None) -> Finding:
 
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
-          check_plugstack, check_vipu, check_canary, check_merged, check_kept, check_grants, check_state_dir,
-          check_journal, check_orphans, check_service, check_accounting, check_pods)
+          check_plugstack, check_vipu, check_canary, check_merged, check_kept, check_queue, check_grants,
+          check_state_dir, check_journal, check_orphans, check_service, check_accounting, check_pods)
 
 
 def diagnose(site: Site, facts: Facts) -> list[Finding]:

@@ -36,6 +36,8 @@ class SqueueJob:
     user: str | None
     nodes: str | None
     start: int | None    # epoch seconds, None when unset
+    reason: str | None = None  # why it waits (state_reason): BadConstraints, Resources, ...
+    tres: str = ""       # tres_per_node as Slurm writes it: gres:ipu:4 (gres/ipu:4 from 23.11)
 
 
 def _number(value):
@@ -64,7 +66,8 @@ def parse_squeue(text: str) -> dict[int, SqueueJob]:
             state, flags = _state(job.get("job_state"))
             start = _number(job.get("start_time"))
             out[job_id] = SqueueJob(job_id, state, flags, job.get("user_name") or None, job.get("nodes") or None,
-                                    int(start) if start else None)
+                                    int(start) if start else None, job.get("state_reason") or None,
+                                    job.get("tres_per_node") or "")
         return out
     except (ValueError, KeyError, TypeError):
         raise SlurmError(f"`squeue --json` printed something unexpected: {text[:120]!r}") from None

@@ -64,7 +64,7 @@ install: {{prefix: {prefix}, site: {conf}/site.yaml}}
                 "JobSubmitPlugins": "lua", "Licenses": "ipu:64", "GresTypes": "gpu,ipu",
                 "PlugStackConfig": str(conf / "plugstack.conf"), "SLURM_CONF": str(conf / "slurm.conf")},
         nodes={f"node{i}": {"NodeName": f"node{i}", "Gres": "ipu:16"} for i in range(1, 5)},
-        jobs={7: "RUNNING"}, partitions=[Partition("slurm_7", 8)], canary="ok", test_submit="ok",
+        jobs={7: "RUNNING"}, stuck=[], partitions=[Partition("slurm_7", 8)], canary="ok", test_submit="ok",
         declared=slurmconf.read(str(conf / "slurm.conf")).settings)
     return desc, facts
 
@@ -483,3 +483,25 @@ def test_doctor_jobs_names_a_node_whose_tasks_miss_their_partition(here, steps, 
     desc, _ = here
     finding = doctor.check_steps(desc, steps)
     assert finding.ok is ok and words in finding.line(), finding.line()
+
+
+def test_ipu_jobs_that_can_never_start_are_named_with_what_to_do(here):
+    """Issue 37, item 9: after an un-merge (or a node's GRES gone), IPU jobs stay PENDING
+    (BadConstraints) for ever; doctor names them. Read from squeue --json as 22.05 and 24.11 print it."""
+    import json
+
+    from slurm_ipu.deploy.doctor import _stuck
+
+    fixtures = Path(__file__).with_name("fixtures") / "squeue"
+    for name in ("slurm-22.05.json", "slurm-24.11-v0.0.42.json"):
+        doc = json.loads((fixtures / name).read_text())
+        job = next(j for j in doc["jobs"] if "ipu" in j.get("tres_per_node", ""))
+        job["state_reason"] = "BadConstraints"
+        job["job_state"] = ["PENDING"] if isinstance(job["job_state"], list) else "PENDING"
+        ident = job["job_id"]["number"] if isinstance(job["job_id"], dict) else job["job_id"]
+        assert _stuck(json.dumps(doc)) == [ident], name
+    desc, facts = here
+    facts.stuck = [12, 13]
+    line = items(doctor.diagnose(desc, facts))["queue"].line()
+    assert line.startswith("PROBLEM  queue        IPU job(s) 12 13 pending for BadConstraints"), line
+    assert "scancel 12 13" in line
