@@ -491,8 +491,8 @@ def _job_submit_runs(facts: Facts, path: Path, ours: str) -> Finding:
         loaded = running or "from before this release"
         return Finding("job_submit", False, f"slurmctld runs job_submit.lua code {loaded}, the site renders {want}",
                        f"put the rendered job_submit.lua in place, then `touch {path}` "
-                       "(slurmctld reloads job_submit.lua when its time changes, not what it dofile()s) or restart "
-                       "slurmctld")
+                       "(slurmctld reloads job_submit.lua, not what it dofile()s, at a submit after its time) or "
+                       "restart slurmctld")
     return Finding("job_submit", True, f"slurmctld runs ours (code {want}): a held --gres=ipu:1 job got "
                    f"Licenses={probe['licenses']}, a GRES update of it was refused")
 

@@ -323,10 +323,13 @@ class Site:
 
 
 def _touch_later(path: Path) -> None:
-    """A modification time slurmctld sees as new (it compares whole seconds) for the next submit."""
-    before = int(path.stat().st_mtime)
-    wait_for(f"a second after {path}'s time", lambda: int(time.time()) > before, 5)
-    os.utime(path)
+    """`touch`, as slurmctld must see it: job_submit/lua reloads when the file's time is later than
+    its last load (whole seconds), and that load may have been this very second (CI found it so).
+    So the time set is the next second, and the clock passes it before anything submits: the one
+    reload then stamps a later time, and no submit after it reloads again."""
+    target = int(time.time()) + 1
+    os.utime(path, (target, target))
+    wait_for(f"the clock past {path}'s new time", lambda: time.time() >= target + 1, 5)
 
 
 def _nodes(site: Site) -> dict[str, dict[str, str]]:
