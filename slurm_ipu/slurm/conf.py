@@ -26,8 +26,9 @@ def parse_show_config(text: str) -> dict[str, str]:
     return out
 
 
-def plugstack_lines(path: str, depth: int = 0) -> list[str]:
-    """Non-comment lines of plugstack.conf, with its `include` globs followed (as Slurm does)."""
+def _plugstack_text(path: str) -> list[tuple[str, str]]:
+    """plugstack.conf's lines without comments and blanks, each with what it includes ('' for a
+    plugin line); [] when the file cannot be read."""
     try:
         text = Path(path).read_text()
     except OSError:
@@ -35,10 +36,20 @@ def plugstack_lines(path: str, depth: int = 0) -> list[str]:
     out = []
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
+        if line:
+            words = line.split(None, 1)
+            out.append((line, words[1].strip() if words[0] == "include" and len(words) > 1 else ""))
+    return out
+
+
+def plugstack_lines(path: str, depth: int = 0) -> list[str]:
+    """Non-comment lines of plugstack.conf, with its `include` globs followed (as Slurm does)."""
+    out = []
+    for line, included in _plugstack_text(path):
         if line.startswith("include") and depth < 4:
-            for inc in sorted(glob.glob(line.split(None, 1)[1].strip())):
+            for inc in sorted(glob.glob(included)) if included else ():
                 out += plugstack_lines(inc, depth + 1)
-        elif line:
+        else:
             out.append(line)
     return out
 
@@ -48,17 +59,10 @@ def sent_plugstack_lines(path: str, version: str) -> list[str]:
     includes by a plain name beside it (slurmctld sends no absolute path and no glob)."""
     from .releases import at_least
 
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return []
     out = []
-    for line in text.splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line.startswith("include"):
-            name = line.split(None, 1)[1].strip() if len(line.split()) > 1 else ""
-            if at_least(version, "23.11") and name and "/" not in name and "*" not in name:
-                out += plugstack_lines(str(Path(path).parent / name), 1)
-        elif line:
+    for line, included in _plugstack_text(path):
+        if not line.startswith("include"):
             out.append(line)
+        elif at_least(version, "23.11") and included and "/" not in included and "*" not in included:
+            out += plugstack_lines(str(Path(path).parent / included), 1)
     return out
