@@ -15,9 +15,13 @@ INSTALL_PKGS := gcc musl-tools make python3 python3-venv patch
 # The real-Slurm tier's lab also runs accounting as sites do (`slurm-ipu lab up --accounting`):
 # slurmdbd on a MariaDB of the lab's own. The server and client cores only: no service is set up.
 ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
+# What `make deb` builds the Debian packages with: Debian's packaging tools and lintian, and the
+# headers of the Slurm they are for (a build machine's, never a node's concern).
+DEB_PKGS := debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools python3-yaml python3-jinja2 \
+  libslurm-dev gcc musl-tools make dpkg-dev lintian
 PYTEST_ARGS ?=
 
-.PHONY: test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated
+.PHONY: deb deb-check apt-deb test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -45,9 +49,9 @@ spank: apt
 	@$(MAKE) -s -C spank
 
 # Installs only what is missing; a machine that has everything makes no apt call at all.
-apt apt-accounting install-tools: PKGS = $(if $(filter apt-accounting,$@),$(ACCOUNTING_PKGS),$(if $(filter \
-  install-tools,$@),$(INSTALL_PKGS),$(SYSTEM_PKGS)))
-apt apt-accounting install-tools:
+apt apt-accounting install-tools apt-deb: PKGS = $(if $(filter apt-accounting,$@),$(ACCOUNTING_PKGS),$(if $(filter \
+  install-tools,$@),$(INSTALL_PKGS),$(if $(filter apt-deb,$@),$(DEB_PKGS),$(SYSTEM_PKGS))))
+apt apt-accounting install-tools apt-deb:
 	@missing=$$(for p in $(PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$(echo $$missing)"; \
@@ -73,6 +77,16 @@ test: deps apt-accounting lint
 test-long: deps apt-accounting
 	$(PY) -m pytest -q tests/slurm -m long $(PYTEST_ARGS)
 
+# The Debian packages for this machine's Debian and Slurm (docs/admin.md, "Packages"): slurm-ipu,
+# slurm-ipu-spank, slurm-ipu-lab in build/deb (DEB_OUT=), lintian-checked. DEB_REVISION=N numbers rebuilds.
+deb: apt-deb
+	@templates/debian/build.sh
+
+# The packages as a site uses them, on this machine's Slurm: built, installed with apt, a lab on them,
+# an upgrade under a running IPU job, remove and purge (tests/install/deb_check.sh).
+deb-check: apt apt-deb
+	@tests/install/deb_check.sh
+
 # make install into a scratch root, the lab on the installed files, make uninstall (issue 9).
 install-check: apt spank
 	@tests/install/check.sh
@@ -80,16 +94,16 @@ install-check: apt spank
 # The same at the default paths in a bare Debian 12 chroot (debootstrap; its base is cached in
 # /var/tmp/slurm-ipu-cleanroom-cache): make install must bring everything it needs itself.
 clean-room:
-	@tests/install/clean_room.sh
+	@CLEAN_ROOM_TARGET='install-check deb-check' tests/install/clean_room.sh
 
 # The release-sensitive real-Slurm tests against Debian 13's Slurm 24.11 and Debian unstable's
 # 26.05, each in a bare chroot built the same way (bases cached beside bookworm's); the host keeps
 # Debian 12's 22.05 for `make slurm`. Times: docs/performance.md.
 slurm-24.11:
-	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET=slurm SLURM_MARKS='release and not long' tests/install/clean_room.sh
+	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET='deb-check slurm' SLURM_MARKS='release and not long' tests/install/clean_room.sh
 
 slurm-26.05:
-	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET=slurm SLURM_MARKS='release and not long' tests/install/clean_room.sh
+	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET='deb-check slurm' SLURM_MARKS='release and not long' tests/install/clean_room.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

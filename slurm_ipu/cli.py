@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     sn.add_argument("--shape", action="append", default=[], metavar="'SBATCH OPTIONS'",
                     help="a job shape of the site's own to keep accepting, e.g. '-p gpu --gres=gpu:2 -N2' (repeat; "
                          "kept with the snapshot)")
+    su = sub.add_parser("setup", help="on a node installed from the Debian packages: write what the site description "
+                        "decides (slurm-ipu-hook's settings, the state directory, the hook service's drop-in); run "
+                        "after each edit of it")
+    su.add_argument("--site", help=site_help)
     st = sub.add_parser("status", help="the IPU view of the cluster: capacity, partitions and their jobs")
     st.add_argument("--site", help=site_help)
     st.add_argument("--json", action="store_true", help="one JSON document instead of the table")
@@ -213,6 +217,15 @@ def cmd_snapshot(args) -> int:
     return snapshot.main(load(_site_path(args)), args.shape)
 
 
+def cmd_setup(args) -> int:
+    from .config import load, refuse_repeated_keys
+    from .deploy import setup
+
+    site = load(_site_path(args), twins=False)  # what the hooks read, as they read it
+    refuse_repeated_keys(site)
+    return setup.main(site)
+
+
 def cmd_status(args) -> int:
     from .deploy import status
 
@@ -260,11 +273,24 @@ def cmd_unmerge(args) -> int:
 UNMERGE_DIFF = "slurm.conf.unmerge.diff"  # `patch -d / -p1 < DIR/slurm.conf.unmerge.diff` applies it
 
 
+def _lab():
+    """The lab (and the emulator it runs), which the Debian packages ship apart: slurm-ipu-lab."""
+    try:
+        from . import lab
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith(("slurm_ipu.lab", "slurm_ipu.emulator")):
+            raise
+        from .errors import ConfigError
+
+        raise ConfigError("slurm-ipu lab: the lab and the V-IPU emulator are not installed here; on Debian "
+                          "`apt install slurm-ipu-lab` (production nodes need neither)") from None
+    return lab
+
+
 def cmd_lab(args) -> int:
     from pathlib import Path
 
-    from . import lab
-
+    lab = _lab()
     spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.trust.default_dir(), nodes=args.nodes,
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
@@ -288,12 +314,13 @@ def main(argv: list[str] | None = None) -> int:
 
     def dispatch() -> int:
         if args.cmd == "demo":
+            _lab()
             from .lab.demo import main as demo_main
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
                  "reap": cmd_reap, "render": cmd_render, "doctor": cmd_doctor, "snapshot": cmd_snapshot,
-                 "unmerge": cmd_unmerge,
+                 "unmerge": cmd_unmerge, "setup": cmd_setup,
                  "status": cmd_status, "lab": cmd_lab}
         return table[args.cmd](args)
 

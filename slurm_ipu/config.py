@@ -27,6 +27,13 @@ from .slurm import releases
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
 SITE_ENV = "SLURM_IPU_SITE"
 MANIFEST = "share/slurm-ipu/manifest.json"  # under the install's PREFIX (deploy/install.py writes it)
+# install.prefix of the Debian packages (`make deb`, docs/admin.md): Debian's python3 and its
+# dist-packages, no venv; slurm-ipu-hook in /usr/libexec/slurm-ipu, reading its settings from
+# /etc/slurm-ipu (a link in the package points there; `slurm-ipu setup` writes them).
+PACKAGED = "/usr"
+PACKAGED_PATHS = {"python": "/usr/bin/python3", "hook": "/usr/libexec/slurm-ipu/slurm-ipu-hook",
+                  "hook_conf": "/etc/slurm-ipu/slurm-ipu-hook.conf", "plugstack": "/etc/slurm-ipu/plugstack.conf",
+                  "unit_dropin": "/etc/systemd/system/slurm-ipu-reaper.service.d/site.conf"}
 SUPPORTED_SLURM = releases.SUPPORTED
 UPGRADING = "docs/admin.md, Upgrading"
 
@@ -225,7 +232,8 @@ FIELDS = (
     Field("install.unit_dir", str, "/etc/systemd/system", "where `make install` puts the hook service's unit",
           _abs),
     Field("install.prefix", str, "/opt/slurm-ipu", "where `make install` puts slurm-ipu (its venv, the hook "
-          "controller hooks); `make install PREFIX=` must name the same", _abs),
+          "controller hooks); `make install PREFIX=` must name the same; /usr: installed from the Debian packages "
+          "(`make deb`; then `slurm-ipu setup` after each edit of this file)", _abs),
 )
 BY_KEY = {f.key: f for f in FIELDS}
 
@@ -305,11 +313,18 @@ class Site:
         return ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
 
     @property
+    def packaged(self) -> bool:
+        """Installed from the Debian packages rather than by `make install`."""
+        return self["install.prefix"] == PACKAGED
+
+    @property
     def python(self) -> str:
-        return f"{self['install.prefix']}/venv/bin/python"
+        return PACKAGED_PATHS["python"] if self.packaged else f"{self['install.prefix']}/venv/bin/python"
 
     def path(self, what: str) -> str:
         """Where an installed file lives (the fragments name installed paths, never the checkout)."""
+        if self.packaged and what in PACKAGED_PATHS:
+            return PACKAGED_PATHS[what]
         roots = {"hook": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
                  "hook_conf": f"{self['install.prefix']}/libexec/slurm-ipu-hook.conf",  # hook.c reads it
                  "site": self["install.site"],

@@ -46,8 +46,26 @@ def _block(leaf: str, value, indent: str) -> list[str]:
     return [f"{indent}{leaf}: {_scalar(value)}"]
 
 
-def example_yaml() -> str:
-    lines, section = [HEAD.rstrip("\n")], None
+PACKAGED_HEAD = """\
+# slurm-ipu site description, as the Debian packages install it: describe your site here (the
+# example is an IPU-POD128: two POD64s, each with its own 4 host servers of 16 IPUs), then run
+# `slurm-ipu setup` and merge what `slurm-ipu render` writes (docs/admin.md, "Packages"). This is
+# slurm-ipu's one configuration file: the hooks, ipurun, doctor and status read it here.
+# docs/options.md (in the source) describes each option; install.prefix /usr is the packages' layout.
+version: 1
+"""
+
+
+def packaged_yaml() -> str:
+    """The site description the Debian packages install at /etc/slurm-ipu/site.yaml (a conffile)."""
+    from ..config import PACKAGED
+
+    return example_yaml(PACKAGED_HEAD, {"install.prefix": PACKAGED})
+
+
+def example_yaml(head: str = HEAD, values: dict | None = None) -> str:
+    values = values or {}
+    lines, section = [head.rstrip("\n")], None
     for f in FIELDS:
         head, _, leaf = f.key.rpartition(".")
         if head != section:
@@ -58,7 +76,7 @@ def example_yaml() -> str:
         indent = "  " if head else ""
         lines.extend(textwrap.wrap(f.help, 100, initial_indent=f"{indent}# ", subsequent_indent=f"{indent}# ",
                                    break_on_hyphens=False))
-        lines.extend(_block(leaf or f.key, _value(f), indent))
+        lines.extend(_block(leaf or f.key, values.get(f.key, _value(f)), indent))
     return "\n".join(lines) + "\n"
 
 

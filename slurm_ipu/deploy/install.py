@@ -24,7 +24,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..config import MANIFEST
+from ..config import MANIFEST, PACKAGED
 from ..errors import ConfigError
 from ..fsutil import atomic_write
 
@@ -36,6 +36,9 @@ class Installer:
         if not prefix.startswith("/"):
             raise ConfigError(f"install: PREFIX={prefix!r} is not an absolute path; use e.g. PREFIX=/opt/slurm-ipu")
         self.prefix = prefix.rstrip("/") or "/"
+        if self.prefix == PACKAGED:
+            raise ConfigError(f"install: PREFIX={PACKAGED} is the Debian packages' layout (`make deb`, docs/admin.md); "
+                              "install those, or give make install another PREFIX, e.g. /opt/slurm-ipu")
         self.destdir = destdir.rstrip("/")
         self.dry_run = dry_run
         self.entries: list[dict] = []
@@ -325,16 +328,19 @@ def uninstall(args) -> int:
 
 def _refuse_if_slurm_uses(doc: dict) -> None:
     """Uninstalling what the running Slurm still names is an outage: every submission fails on a
-    missing SPANK plugin, every job start on a missing PrologSlurmctld. The running slurmctld's
-    configuration (`scontrol show config`) and the plugstack files it names are read; a slurmctld
-    that does not answer names nothing (the lab, down)."""
+    missing SPANK plugin, every job start on a missing PrologSlurmctld."""
+    ours = [e["path"] for e in doc["entries"] if e["kind"] == "file" and
+            e["path"].endswith(("/slurm-ipu-hook", "/spank_ipu.so"))]
+    refuse_if_slurm_uses(ours, _site_of(doc), "make uninstall FORCE=1")
+
+
+def refuse_if_slurm_uses(ours: list[str], site, force: str) -> None:
+    """The running slurmctld's configuration (`scontrol show config`) and the plugstack files it
+    names are read for `ours`; a slurmctld that does not answer names nothing (the lab, down)."""
     from ..errors import SlurmIpuError
     from ..slurm.commands import SlurmCli
     from ..slurm.conf import plugstack_lines
 
-    ours = [e["path"] for e in doc["entries"] if e["kind"] == "file" and
-            e["path"].endswith(("/slurm-ipu-hook", "/spank_ipu.so"))]
-    site = _site_of(doc)
     cli = SlurmCli.of_site(site) if site is not None else SlurmCli(None, timeout=15.0)
     try:
         config = cli.show_config()
@@ -344,13 +350,13 @@ def _refuse_if_slurm_uses(doc: dict) -> None:
         named = [p for p in ours if p in (config.get(key) or "").split(",")]
         if named:
             raise ConfigError(f"uninstall: the running slurmctld has {key}={named[0]}: un-merge slurm-ipu.conf and "
-                              "restart slurmctld first (docs/admin.md, Uninstall), or FORCE=1")
+                              f"restart slurmctld first (docs/admin.md, Uninstall), or {force}")
     plugstack = config.get("PlugStackConfig") or ""
     plugins = [p for p in ours if p.endswith("/spank_ipu.so")]
     for line in plugstack_lines(plugstack) if plugstack else []:
         if any(p in line.split() for p in plugins):
             raise ConfigError(f"uninstall: {plugstack} (with its includes) loads the SPANK plugin: `{line}`; remove "
-                              "that line on every node first (docs/admin.md, Uninstall), or FORCE=1")
+                              f"that line on every node first (docs/admin.md, Uninstall), or {force}")
 
 
 def _forget_snapshot(doc: dict) -> None:
@@ -458,6 +464,10 @@ def parser() -> argparse.ArgumentParser:
                    "its running daemons, else PATH)")
     i.add_argument("--plugin-dir", default="/usr/lib/x86_64-linux-gnu/slurm-wlm")
     i.add_argument("--dry-run", action="store_true")
+    # The Debian packages' prerm: removing what the running slurmctld names fails every job start.
+    r = sub.add_parser("in-use", help="exit 2 with one line if the running slurmctld names these files")
+    r.add_argument("paths", nargs="+")
+    r.add_argument("--force-hint", default="SLURM_IPU_FORCE_REMOVE=1")
     u = sub.add_parser("uninstall")
     u.add_argument("--prefix", required=True)
     u.add_argument("--destdir", default="")
@@ -469,8 +479,19 @@ def main(argv: list[str] | None = None) -> int:
     from ..cli_common import run_main
 
     args = parser().parse_args(argv)
-    return run_main(lambda: (install if args.action == "install" else uninstall)(args),
-                    debug=False, program="slurm-ipu")
+    actions = {"install": install, "uninstall": uninstall, "in-use": in_use}
+    return run_main(lambda: actions[args.action](args), debug=False, program="slurm-ipu")
+
+
+def in_use(args) -> int:
+    from ..config import load
+
+    try:
+        site = load(twins=False)
+    except ConfigError:
+        site = None  # no description yet: Slurm's own default configuration is asked
+    refuse_if_slurm_uses(args.paths, site, args.force_hint)
+    return 0
 
 
 if __name__ == "__main__":

@@ -31,7 +31,10 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     top = argparse.ArgumentParser(prog="vipu-emu", description="V-IPU controller emulator")
+    top.add_argument("--version", action="version", version=f"vipu-emu (slurm-ipu {__version__})")
     top.add_argument("--debug", action="store_true", help="show tracebacks")
     sub = top.add_subparsers(dest="cmd", required=True)
 

@@ -29,6 +29,17 @@ def check_trusted(spec: LabSpec) -> None:
     trust.check_files(spec.dir, _used_files(spec))
 
 
+def hook_files(spec: LabSpec) -> list[Path]:
+    """slurm-ipu-hook and its settings: the lab's own, make install's under its prefix, or the
+    Debian packages' (config.PACKAGED_PATHS)."""
+    from ..config import PACKAGED, PACKAGED_PATHS
+
+    if spec.prefix == PACKAGED:
+        return [Path(PACKAGED_PATHS["hook"]), Path(PACKAGED_PATHS["hook_conf"])]
+    prefix = Path(spec.prefix) if spec.prefix else spec.path("install")
+    return [prefix / "libexec" / "slurm-ipu-hook", prefix / "libexec" / "slurm-ipu-hook.conf"]
+
+
 def _used_files(spec: LabSpec) -> list[Path]:
     """pids.json and the pid files the lab reads (the pids it records, then signals; MariaDB's it
     never reads: the lab records the pid it started); bin/ (first on the PATH of every command the
@@ -36,9 +47,7 @@ def _used_files(spec: LabSpec) -> list[Path]:
     which names what they run), whatever is in them; slurm-ipu-hook, which slurmctld runs for every
     job, and its settings (under the installed prefix in installed mode)."""
     daemons = ["slurmctld", "munged", "slurmdbd", *(f"slurmd-{n}" for n in spec.node_names)]
-    prefix = Path(spec.prefix) if spec.prefix else spec.path("install")
-    files = [spec.path("pids.json"), *(spec.path("run", f"{d}.pid") for d in daemons),
-             prefix / "libexec" / "slurm-ipu-hook", prefix / "libexec" / "slurm-ipu-hook.conf"]
+    files = [spec.path("pids.json"), *(spec.path("run", f"{d}.pid") for d in daemons), *hook_files(spec)]
     for sub in ("bin", "lib", "etc"):
         files.append(spec.path(sub))
         try:

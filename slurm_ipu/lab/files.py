@@ -82,7 +82,7 @@ def site_description(spec: LabSpec) -> str:
         "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "state_dir": str(spec.path("state")),
         "slurm": {"version": _slurm_release(), "user": "root", "conf_dir": str(spec.path("etc")),
-                  "bin_dir": "/usr/bin", "plugin_dir": str(spec.path("lib"))},
+                  "bin_dir": "/usr/bin", "plugin_dir": _plugin_dir(spec)},
         "install": {"prefix": spec.prefix or str(spec.path("install")),
                     "site": str(spec.path("etc", "site.yaml")), "unit_dir": str(spec.path("systemd"))},
     }
@@ -98,6 +98,12 @@ def site_description(spec: LabSpec) -> str:
     import yaml
 
     return "# The lab's site description (written by `slurm-ipu lab up`).\n" + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _plugin_dir(spec: LabSpec) -> str:
+    """Where the lab's jobs load the SPANK plugin from: the lab's copy, or where the Debian package
+    put it (Slurm's plugin directory: the packages' place is not the lab's to choose)."""
+    return config.BY_KEY["slurm.plugin_dir"].default if spec.prefix == config.PACKAGED else str(spec.path("lib"))
 
 
 def _pod_section(spec: LabSpec) -> dict:
@@ -181,7 +187,9 @@ def install_site(spec: LabSpec):
 def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
     """Installed mode: what make install put in place must be what this lab's site renders."""
     fix = (f"run `make install PREFIX={spec.prefix} SITE=<(slurm-ipu lab site --dir {spec.dir} "
-           f"--prefix {spec.prefix})` first")
+           f"--prefix {spec.prefix})` first" if spec.prefix != config.PACKAGED else
+           f"put `slurm-ipu lab site --dir {spec.dir} --prefix {spec.prefix}` at /etc/slurm-ipu/site.yaml and run "
+           "`slurm-ipu setup` first")
     path = desc.path("hook_conf")
     try:
         same = Path(path).read_text() == texts["slurm-ipu-hook.conf"] and os.access(desc.path("hook"), os.X_OK)
@@ -191,7 +199,11 @@ def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
         raise LabError(f"{path} is missing or not rendered from this lab's site; {fix}")
     if not Path(desc.path("plugin")).is_file():
         raise LabError(f"{desc.path('plugin')} is missing; {fix}")
-    if Path(sys.prefix).resolve() != Path(spec.prefix, "venv").resolve():
+    if spec.prefix == config.PACKAGED:
+        if not Path(__file__).resolve().is_relative_to("/usr/lib/python3"):
+            raise LabError(f"this slurm-ipu runs from {Path(__file__).parents[2]}, not the Debian packages' "
+                           "install; run /usr/bin/slurm-ipu")
+    elif Path(sys.prefix).resolve() != Path(spec.prefix, "venv").resolve():
         raise LabError(f"this slurm-ipu runs from {sys.prefix}, not the install in {spec.prefix}; "
                        f"run {spec.prefix}/venv/bin/slurm-ipu")
 
@@ -261,7 +273,7 @@ def _copy_exe(source: Path, target: Path) -> None:
 
 # What the package imports when a user runs it (doctor, status, the emulator's CLI): copied beside
 # it for users, since the checkout and root's Python may be closed to them.
-USER_MODULES = ("slurm_ipu", "yaml", "_yaml", "jinja2", "markupsafe", "psutil")
+USER_MODULES = ("slurm_ipu", "yaml", "_yaml", "jinja2", "markupsafe")
 
 
 def users_python(spec: LabSpec) -> tuple[str, str]:

@@ -2,8 +2,9 @@
 # Clean-room acceptance: slurm-ipu's install on a BARE Debian 12 (bookworm), not on this host.
 #
 # CLEAN_ROOM_SUITE=trixie|sid builds that Debian instead (Slurm 24.11, 26.05), and
-# CLEAN_ROOM_TARGET=<make target> runs that target in it instead of install-check (e.g. `slurm`:
-# the real-Slurm tier against that Slurm; PYTEST_ARGS and SLURM_MARKS pass through).
+# CLEAN_ROOM_TARGET=<make targets> runs those targets in it, in turn, instead of install-check (e.g.
+# "deb-check slurm": the Debian packages, then the real-Slurm tier against that Slurm; PYTEST_ARGS,
+# SLURM_MARKS and SLURM_IPU_TEST_PORTS pass through).
 #
 #   sudo tests/install/clean_room.sh            (root; Debian/Ubuntu host with apt; network)
 #
@@ -33,6 +34,36 @@ fail() { say "FAILED: $*"; exit 1; }
 # ---------------------------------------------------------------------------------------------
 # Mode 3: inside the chroot (root, empty environment).
 # ---------------------------------------------------------------------------------------------
+# One make target in the chroot, its log kept, its time said.
+make_target() {
+  local target=$1 t=$SECONDS log=$LOGS/$1.log
+  say "[chroot] make $target ${PYTEST_ARGS:+PYTEST_ARGS='$PYTEST_ARGS' }on bare Debian $(cat /etc/debian_version)"
+  if ! timeout 3000 make "$target" PYTEST_ARGS="${PYTEST_ARGS:-}" ${SLURM_MARKS:+SLURM_MARKS="$SLURM_MARKS"} \
+      >"$log" 2>&1; then
+    tail -n 40 "$log" | sed 's/^/    | /' >&2
+    fail "make $target: $(grep -v '^\s*$' "$log" | tail -n 1)"
+  fi
+  grep -E "^(deb-check|deb):" "$log" | sed 's/^/  /' >&2 || tail -n 3 "$log" | sed 's/^/  /' >&2
+  say "[chroot] slurm $(dpkg-query -W -f='${Version}' slurm-wlm): make $target passed in $((SECONDS - t)) s"
+}
+
+# The product's own acceptance, at the default paths (/opt/slurm-ipu, /usr/local/bin, Slurm's
+# plugin directory), from bare Debian: its make targets must install everything they need.
+install_check() {
+  local t=$SECONDS log=$LOGS/install-check.log missing
+  say "[chroot] make install-check PREFIX=/opt/slurm-ipu BINDIR=/usr/local/bin, on bare Debian"
+  if ! INSTALL_CHECK_PREFIX=/opt/slurm-ipu INSTALL_CHECK_BINDIR=/usr/local/bin timeout 1200 make install-check \
+      >"$log" 2>&1; then
+    tail -n 25 "$log" | sed 's/^/    | /' >&2
+    fail "make install-check: $(grep -v '^\s*$' "$log" | tail -n 1)"
+  fi
+  grep '^install-check:' "$log" | sed 's/^/  /' >&2
+  missing=$(for p in slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lua5.1 python3 python3-venv; do
+    dpkg-query -W -f='${db:Status-Status}\n' "$p" 2>/dev/null | grep -qx installed || echo "$p"; done)
+  [ -z "$missing" ] || fail "make install left packages uninstalled: $missing"
+  say "[chroot] make install-check passed in $((SECONDS - t)) s"
+}
+
 in_chroot() {
   export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
   local LOGS=/root/logs t0=$SECONDS log missing left
@@ -51,32 +82,14 @@ in_chroot() {
   cd /src
   missing=$(for p in slurm-wlm munge libslurm-dev gcc python3 python3-venv; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
   [ -n "$missing" ] || fail "the chroot is not bare: slurm-wlm, munge, ... already installed"
-  if [ "$TARGET" != install-check ]; then
-    say "[chroot] make $TARGET ${PYTEST_ARGS:+PYTEST_ARGS='$PYTEST_ARGS' }on bare Debian $(cat /etc/debian_version)"
-    log=$LOGS/$TARGET.log
-    if ! timeout 3000 make "$TARGET" PYTEST_ARGS="${PYTEST_ARGS:-}" ${SLURM_MARKS:+SLURM_MARKS="$SLURM_MARKS"} >"$log" 2>&1; then
-      tail -n 40 "$log" | sed 's/^/    | /' >&2
-      fail "make $TARGET: $(grep -v '^\s*$' "$log" | tail -n 1)"
-    fi
-    tail -n 3 "$log" | sed 's/^/  /' >&2
-    say "[chroot] slurm $(dpkg-query -W -f='${Version}' slurm-wlm): make $TARGET passed in $((SECONDS - t0)) s"
-    return 0
-  fi
-  # The product's own acceptance, at the default paths (/opt/slurm-ipu, /usr/local/bin, Slurm's
-  # plugin directory), from bare Debian: its make targets must install everything they need.
-  say "[chroot] make install-check PREFIX=/opt/slurm-ipu BINDIR=/usr/local/bin, on bare Debian"
-  log=$LOGS/install-check.log
-  if ! INSTALL_CHECK_PREFIX=/opt/slurm-ipu INSTALL_CHECK_BINDIR=/usr/local/bin timeout 1200 make install-check \
-      >"$log" 2>&1; then
-    tail -n 25 "$log" | sed 's/^/    | /' >&2
-    fail "make install-check: $(grep -v '^\s*$' "$log" | tail -n 1)"
-  fi
-  grep '^install-check:' "$log" | sed 's/^/  /' >&2
-  missing=$(for p in slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lua5.1 python3 python3-venv; do
-    dpkg-query -W -f='${db:Status-Status}\n' "$p" 2>/dev/null | grep -qx installed || echo "$p"; done)
-  [ -z "$missing" ] || fail "make install left packages uninstalled: $missing"
-  left=$(others)
-  [ -z "$left" ] || fail "processes left after make install-check: $left"
+  local target
+  for target in $TARGET; do  # e.g. "install-check deb-check", "deb-check slurm": each in turn, each timed
+    if [ "$target" = install-check ]; then install_check; else make_target "$target"; fi
+    case $target in install-check|deb-check)  # they stop what they start (a test tier's leftovers die with the namespace)
+      left=$(others)
+      [ -z "$left" ] || fail "processes left after make $target: $left" ;;
+    esac
+  done
   say "[chroot] all passed in $((SECONDS - t0)) s"
 }
 
@@ -109,7 +122,7 @@ in_namespace() {
   mount --bind /dev/pts "$C/dev/pts"
   mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$C/dev/shm"
   local env=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root LOGNAME=root "TARGET=$TARGET" "PYTEST_ARGS=${PYTEST_ARGS:-}"
-             "SLURM_MARKS=${SLURM_MARKS:-}")
+             "SLURM_MARKS=${SLURM_MARKS:-}" "SLURM_IPU_TEST_PORTS=${SLURM_IPU_TEST_PORTS:-}")
   local v
   for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     [ -n "${!v:-}" ] && env+=("$v=${!v}")

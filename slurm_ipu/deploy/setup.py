@@ -1,0 +1,100 @@
+"""`slurm-ipu setup`: a node installed from the Debian packages, made to follow its site description.
+
+The packages (`make deb`, docs/admin.md) ship what is the same on every site: the program
+(`/usr/libexec/slurm-ipu/slurm-ipu-hook`), the hook service's unit with defaults, and the site
+description as a conffile. What the site description decides is written here, from it, each time
+it changes (and by the package's postinst on every install and upgrade):
+
+- /etc/slurm-ipu/slurm-ipu-hook.conf, the hook's settings (the package links it beside the hook);
+- /etc/slurm-ipu/plugstack.conf, the SPANK plugin's line with the site's values (the admin links
+  it into Slurm's plugstack.conf.d once);
+- the state directory, owned by slurm.user (mode 0700);
+- a drop-in for the unit with the site's SlurmUser, site description and stop timeout.
+
+Nothing of Slurm's is written, nothing is started or restarted (the hook reads its settings at
+every run; a changed drop-in is loaded by `systemctl daemon-reload`, which this runs, and takes
+effect at the service's next restart, which the admin chooses).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from ..config import PACKAGED, Site
+from ..errors import ConfigError
+from ..fsutil import atomic_write
+
+# The unit's lines a site's description decides (templates/site/slurm-ipu-reaper.service.j2).
+SITE_KEYS = ("User=", "Environment=", "TimeoutStopSec=")
+
+
+def dropin(unit_text: str) -> str:
+    """The drop-in for the packaged unit: the site's lines of the unit rendered for this site."""
+    lines = [line for line in unit_text.splitlines() if line.startswith(SITE_KEYS)]
+    return ("# Written by `slurm-ipu setup` from the site description: what it decides of the hook service.\n"
+            "[Service]\n" + "\n".join(lines) + "\n")
+
+
+def setup(site: Site) -> list[str]:
+    """Write what the site decides; returns the paths changed."""
+    from . import fragments
+
+    if not site.packaged:
+        raise ConfigError(f"setup: {site.source} has install.prefix={site['install.prefix']}: setup is for nodes "
+                          f"installed from the Debian packages (install.prefix: {PACKAGED}); a `make install` takes "
+                          "the site description as `make install SITE=...`")
+    texts = fragments.texts(site)
+    changed = [path for path, text in ((site.path("hook_conf"), texts["slurm-ipu-hook.conf"]),
+                                       (site.path("plugstack"), texts["plugstack-ipu.conf"]),
+                                       (site.path("unit_dropin"), dropin(texts["slurm-ipu-reaper.service"])))
+               if _write(Path(path), text)]
+    if _state_dir(site["state_dir"], site["slurm.user"]):
+        changed.append(site["state_dir"])
+    if site.path("unit_dropin") in changed and Path("/run/systemd/system").is_dir() and shutil.which("systemctl"):
+        import subprocess
+
+        subprocess.run(["systemctl", "daemon-reload"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    return changed
+
+
+def _write(path: Path, text: str) -> bool:
+    try:
+        if path.read_text() == text:
+            return False
+    except OSError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, text, 0o644)
+    return True
+
+
+def _state_dir(path: str, user: str) -> bool:
+    """The hooks' state directory, 0700 and SlurmUser's (root's when that user does not exist yet:
+    Slurm's packages create it; run setup again after)."""
+    import pwd
+
+    target = Path(path)
+    made = not target.is_dir()
+    target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target.chmod(0o700)
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        print(f"setup: user {user} (slurm.user) does not exist yet: {path} stays root's; run `slurm-ipu setup` "
+              "again once Slurm is installed")
+        return made
+    if (target.stat().st_uid, target.stat().st_gid) != (entry.pw_uid, entry.pw_gid):
+        os.chown(target, entry.pw_uid, entry.pw_gid)
+        made = True
+    return made
+
+
+def main(site: Site) -> int:
+    changed = setup(site)
+    for path in changed:
+        print(f"setup: wrote {path}")
+    print(f"setup: {site.source} is what slurm-ipu-hook and the hook service use"
+          + ("" if changed else " (nothing changed)"))
+    return 0
