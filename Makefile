@@ -15,10 +15,10 @@ INSTALL_PKGS := gcc musl-tools make python3 python3-venv patch
 # The real-Slurm tier's lab also runs accounting as sites do (`slurm-ipu lab up --accounting`):
 # slurmdbd on a MariaDB of the lab's own. The server and client cores only: no service is set up.
 ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
-# What `make deb` builds the Debian packages with: Debian's packaging tools and lintian, and the
-# headers of the Slurm they are for (a build machine's, never a node's concern).
-DEB_PKGS := debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools python3-yaml python3-jinja2 \
-  libslurm-dev gcc musl-tools make dpkg-dev lintian
+# What `make deb` runs: dpkg-buildpackage and lintian; the build dependencies (debhelper, pybuild, the
+# headers of the Slurm the packages are for) are debian/control's, which it installs itself
+# (apt-get build-dep): a build machine's concern, never a node's.
+DEB_PKGS := dpkg-dev lintian
 PYTEST_ARGS ?=
 
 .PHONY: deb deb-check apt-deb test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated

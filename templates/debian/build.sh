@@ -18,7 +18,6 @@ UPSTREAM=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 . /etc/os-release
 if [ -n "${VERSION_ID:-}" ]; then TAG=deb$VERSION_ID DIST=$VERSION_CODENAME; else TAG=sid DIST=unstable; fi
 DEBVER=$UPSTREAM+$TAG.$REV
-SLURM=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null) || fail "libslurm-dev is not installed (make deb installs it)"
 WORK=$(mktemp -d /tmp/slurm-ipu-deb-XXXXXX)
 [ -n "${DEB_KEEP:-}" ] || trap 'rm -rf "$WORK"' EXIT  # DEB_KEEP=1: keep the build tree (debugging)
 T=$WORK/slurm-ipu-$UPSTREAM
@@ -27,6 +26,7 @@ tar -C "$SRC" --exclude=./.venv --exclude=./.git --exclude=./build --exclude='*.
   --exclude='*.so' --exclude=__pycache__ --exclude=./.pytest_cache -cf - . | tar -C "$T" -xf -
 cp -r templates/debian "$T/debian"
 rm "$T/debian/build.sh"
+SLURM=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null || echo "?")
 cat >"$T/debian/changelog" <<CHANGES
 slurm-ipu ($DEBVER) $DIST; urgency=medium
 
@@ -34,6 +34,12 @@ slurm-ipu ($DEBVER) $DIST; urgency=medium
 
  -- slurm-ipu developers <slurm-ipu@lists.example.org>  $(date -R)
 CHANGES
+# the build dependencies debian/control names (the one list of them), installed when missing
+if ! (cd "$T" && dpkg-checkbuilddeps) >/dev/null 2>&1; then
+  say "installing the build dependencies (apt-get build-dep)"
+  { apt-get build-dep -y -qq "$T" || { apt-get update -qq && apt-get build-dep -y -qq "$T"; }; } >"$WORK/deps.log" 2>&1 \
+    || { tail -n 5 "$WORK/deps.log" >&2; fail "apt-get build-dep: $(tail -n 1 "$WORK/deps.log")"; }
+fi
 say "building slurm-ipu $DEBVER for $DIST (Slurm $SLURM)"
 # Debian's own interpreter and tools only (root's PATH can start with a pyenv build)
 (cd "$T" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b) >"$WORK/build.log" 2>&1 \
