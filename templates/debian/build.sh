@@ -26,7 +26,13 @@ tar -C "$SRC" --exclude=./.venv --exclude=./.git --exclude=./build --exclude='*.
   --exclude='*.so' --exclude=__pycache__ --exclude=./.pytest_cache -cf - . | tar -C "$T" -xf -
 cp -r templates/debian "$T/debian"
 rm "$T/debian/build.sh"
-SLURM=$(dpkg-query -W -f='${Version}' libslurm-dev 2>/dev/null || echo "?")
+# the build dependencies debian/control names (the one list of them), installed when missing
+if ! (cd "$T" && dpkg-checkbuilddeps) >/dev/null 2>&1; then
+  say "installing the build dependencies (apt-get build-dep)"
+  { apt-get build-dep -y -qq "$T" || { apt-get update -qq && apt-get build-dep -y -qq "$T"; }; } >"$WORK/deps.log" 2>&1 \
+    || { tail -n 5 "$WORK/deps.log" >&2; fail "apt-get build-dep: $(tail -n 1 "$WORK/deps.log")"; }
+fi
+SLURM=$(dpkg-query -W -f='${Version}' libslurm-dev)
 cat >"$T/debian/changelog" <<CHANGES
 slurm-ipu ($DEBVER) $DIST; urgency=medium
 
@@ -34,12 +40,6 @@ slurm-ipu ($DEBVER) $DIST; urgency=medium
 
  -- slurm-ipu developers <slurm-ipu@lists.example.org>  $(date -R)
 CHANGES
-# the build dependencies debian/control names (the one list of them), installed when missing
-if ! (cd "$T" && dpkg-checkbuilddeps) >/dev/null 2>&1; then
-  say "installing the build dependencies (apt-get build-dep)"
-  { apt-get build-dep -y -qq "$T" || { apt-get update -qq && apt-get build-dep -y -qq "$T"; }; } >"$WORK/deps.log" 2>&1 \
-    || { tail -n 5 "$WORK/deps.log" >&2; fail "apt-get build-dep: $(tail -n 1 "$WORK/deps.log")"; }
-fi
 say "building slurm-ipu $DEBVER for $DIST (Slurm $SLURM)"
 # Debian's own interpreter and tools only (root's PATH can start with a pyenv build)
 (cd "$T" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin dpkg-buildpackage -us -uc -b) >"$WORK/build.log" 2>&1 \

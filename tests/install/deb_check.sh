@@ -71,12 +71,16 @@ say "make deb (builds 1 and 2)"
 make -s -C "$CHECKOUT" deb DEB_OUT="$ROOT/deb1" DEB_REVISION=1 >"$ROOT/deb1.log" 2>&1 \
   || { cat "$ROOT/deb1.log" >&2; fail "make deb: $(tail -n 1 "$ROOT/deb1.log")"; }
 grep '^deb:' "$ROOT/deb1.log" | sed 's/^/  /' >&2
+grep -hE '^(E|W):' "$ROOT"/deb1/lintian-*.txt | sed 's/^/  lintian /' >&2 || true
 make -s -C "$CHECKOUT" deb DEB_OUT="$ROOT/deb2" DEB_REVISION=2 DEB_LINTIAN=0 >"$ROOT/deb2.log" 2>&1 \
   || { cat "$ROOT/deb2.log" >&2; fail "make deb (build 2): $(tail -n 1 "$ROOT/deb2.log")"; }
-debs() { ls "$1"/slurm-ipu_*.deb "$1"/slurm-ipu-spank_*.deb "$1"/slurm-ipu-lab_*.deb; }
+# each build's packages, in this order: slurm-ipu, slurm-ipu-spank, slurm-ipu-lab
+debs() { local name; for name in slurm-ipu slurm-ipu-spank slurm-ipu-lab; do
+  compgen -G "$1/${name}_*.deb" || fail "make deb built no $name in $1"; done; }
 mapfile -t BUILD1 < <(debs "$ROOT/deb1")
 mapfile -t BUILD2 < <(debs "$ROOT/deb2")
 [ ${#BUILD1[@]} = 3 ] && [ ${#BUILD2[@]} = 3 ] || fail "make deb did not build the three packages: ${BUILD1[*]}"
+HOOKS=${BUILD1[0]} SPANK=${BUILD1[1]}
 
 # 2. what the packages say of themselves
 for deb in "${BUILD1[@]}"; do
@@ -85,11 +89,11 @@ for deb in "${BUILD1[@]}"; do
   bad=$(grep -Ex 'slurm-wlm|slurmctld|slurmd|munge|slurm-client' <<<"$rel" || true)
   [ -z "$bad" ] || fail "$(basename "$deb") depends on $bad: packages never bring a node's Slurm"
 done
-! dpkg-deb -c "${BUILD1[0]}" | grep -Eq 'slurm_ipu/(emulator|lab)/' || fail "slurm-ipu carries the emulator or the lab"
-dpkg-deb -c "${BUILD1[0]}" | grep -q 'usr/libexec/slurm-ipu/slurm-ipu-hook$' || fail "slurm-ipu lacks slurm-ipu-hook"
+! dpkg-deb -c "$HOOKS" | grep -Eq 'slurm_ipu/(emulator|lab)/|bin/vipu' || fail "slurm-ipu carries the emulator or the lab"
+dpkg-deb -c "$HOOKS" | grep -q 'usr/libexec/slurm-ipu/slurm-ipu-hook$' || fail "slurm-ipu lacks slurm-ipu-hook"
 LIBSLURM=$(dpkg-query -W -f='${Depends}' libslurm-dev | grep -o '^libslurm[0-9]*')
-dpkg-deb -f "${BUILD1[1]}" Depends | grep -q "$LIBSLURM (>= " \
-  || fail "slurm-ipu-spank does not depend on $LIBSLURM: $(dpkg-deb -f "${BUILD1[1]}" Depends)"
+dpkg-deb -f "$SPANK" Depends | grep -q "$LIBSLURM (>= " \
+  || fail "slurm-ipu-spank does not depend on $LIBSLURM: $(dpkg-deb -f "$SPANK" Depends)"
 
 # 3. install build 1 as a site does, describe the site, run IPU jobs on the installed files
 say "apt install build 1 (${BUILD1[*]##*/})"
