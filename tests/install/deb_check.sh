@@ -118,7 +118,7 @@ out=$(timeout 120 srun -N2 --gres=ipu:8 printenv IPUOF_VIPU_API_PARTITION_ID) ||
 job=$(timeout 60 sbatch --parsable -N2 --gres=ipu:4 -o /dev/null --wrap 'sleep 300') || fail "sbatch failed"
 poll 60 shows "^RUNNING$" timeout 30 squeue -h -j "$job" -o %T || fail "job $job never ran; last saw: $seen"
 timeout 120 slurm-ipu doctor >&2 || fail "doctor found a problem on the installed packages"
-seen=$(shows "^slurm_$job " timeout 60 vipu list partitions) || fail "no partition slurm_$job: $seen"
+seen=$(shows "\bslurm_$job\b" timeout 60 vipu list partitions) || fail "no partition slurm_$job: $seen"
 
 # 4. the upgrade under the running job
 say "apt upgrade to build 2 while job $job runs"
