@@ -89,8 +89,10 @@ for deb in "${BUILD1[@]}"; do
   bad=$(grep -Ex 'slurm-wlm|slurmctld|slurmd|munge|slurm-client' <<<"$rel" || true)
   [ -z "$bad" ] || fail "$(basename "$deb") depends on $bad: packages never bring a node's Slurm"
 done
-! dpkg-deb -c "$HOOKS" | grep -Eq 'slurm_ipu/(emulator|lab)/|bin/vipu' || fail "slurm-ipu carries the emulator or the lab"
-dpkg-deb -c "$HOOKS" | grep -q 'usr/libexec/slurm-ipu/slurm-ipu-hook$' || fail "slurm-ipu lacks slurm-ipu-hook"
+# (a listing read whole: `dpkg-deb -c | grep -q` under pipefail fails when grep leaves early)
+listing=$(dpkg-deb -c "$HOOKS")
+! grep -Eq 'slurm_ipu/(emulator|lab)/|bin/vipu' <<<"$listing" || fail "slurm-ipu carries the emulator or the lab"
+grep -q 'usr/libexec/slurm-ipu/slurm-ipu-hook$' <<<"$listing" || fail "slurm-ipu lacks slurm-ipu-hook"
 LIBSLURM=$(dpkg-query -W -f='${Depends}' libslurm-dev | grep -o '^libslurm[0-9]*')
 dpkg-deb -f "$SPANK" Depends | grep -q "$LIBSLURM (>= " \
   || fail "slurm-ipu-spank does not depend on $LIBSLURM: $(dpkg-deb -f "$SPANK" Depends)"
