@@ -21,8 +21,8 @@ CHECKOUT=$PWD
 say() { echo "deb-check: $*" >&2; }
 fail() { say "FAILED: $*"; exit 1; }
 [ "$(id -u)" = 0 ] || fail "run as root (it installs packages)"
-if dpkg-query -W -f='${db:Status-Status}\n' slurm-ipu slurm-ipu-spank slurm-ipu-lab 2>/dev/null | grep -qvx not-installed
-then
+if grep -Eqv '^(not-installed|)$' <<<"$(dpkg-query -W -f='${db:Status-Status}\n' slurm-ipu slurm-ipu-spank \
+  slurm-ipu-lab 2>/dev/null || true)"; then
   fail "slurm-ipu packages are installed here already: deb-check installs and purges its own; run it in a chroot" \
     "(tests/install/clean_room.sh)"
 fi
@@ -64,7 +64,7 @@ slurm_packages() { dpkg-query -W -f='${Package} ${Version} ${db:Status-Status}\n
   'libmunge*' 2>/dev/null | grep -v '^slurm-ipu' | sort || true; }
 PACKAGES=$(slurm_packages)
 # every path a package holds (directories shared with others, like /usr/bin, are not its to remove)
-owned() { dpkg-query -L "$@" 2>/dev/null | while read -r f; do [ -d "$f" ] && [ ! -L "$f" ] || echo "$f"; done; }
+owned() { dpkg-query -L "$@" 2>/dev/null | while read -r f; do [ -d "$f" ] || echo "$f"; done; }
 
 # 1. build 1 and build 2 of this tree
 say "make deb (builds 1 and 2)"
@@ -94,7 +94,7 @@ listing=$(dpkg-deb -c "$HOOKS")
 ! grep -Eq 'slurm_ipu/(emulator|lab)/|bin/vipu' <<<"$listing" || fail "slurm-ipu carries the emulator or the lab"
 grep -q 'usr/libexec/slurm-ipu/slurm-ipu-hook$' <<<"$listing" || fail "slurm-ipu lacks slurm-ipu-hook"
 LIBSLURM=$(dpkg-query -W -f='${Depends}' libslurm-dev | grep -o '^libslurm[0-9]*')
-dpkg-deb -f "$SPANK" Depends | grep -q "$LIBSLURM (>= " \
+grep -q "$LIBSLURM (>= " <<<"$(dpkg-deb -f "$SPANK" Depends)" \
   || fail "slurm-ipu-spank does not depend on $LIBSLURM: $(dpkg-deb -f "$SPANK" Depends)"
 
 # 3. install build 1 as a site does, describe the site, run IPU jobs on the installed files
@@ -163,7 +163,8 @@ rm "$STATE/created/slurm_999999.json"
 say "install again; dpkg --purge with nothing recorded"
 apt_install "${BUILD2[@]}"
 dpkg --purge slurm-ipu slurm-ipu-spank slurm-ipu-lab >"$ROOT/purge.log" 2>&1 || fail "purge: $(tail -n 1 "$ROOT/purge.log")"
-left=$(for f in $FILES /etc/slurm-ipu /etc/systemd/system/slurm-ipu-reaper.service.d "$STATE"; do
+left=$(for f in $FILES /etc/slurm-ipu /etc/systemd/system/slurm-ipu-reaper.service.d "$STATE" /usr/libexec/slurm-ipu \
+    /usr/lib/python3/dist-packages/slurm_ipu; do
   { [ -e "$f" ] || [ -L "$f" ]; } && echo "$f"; done || true)
 [ -z "$left" ] || fail "purge left: $left"
 [ "$(slurm_packages)" = "$PACKAGES" ] || fail "the packages changed the node's Slurm packages: $(diff <(echo \
