@@ -21,7 +21,7 @@ ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
 DEB_PKGS := dpkg-dev lintian
 PYTEST_ARGS ?=
 
-.PHONY: deb deb-check apt-deb test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated
+.PHONY: deb deb-check slurm-installed apt-deb test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -87,6 +87,11 @@ deb: apt-deb
 deb-check: apt apt-deb
 	@tests/install/deb_check.sh
 
+# The real-Slurm tier (SLURM_MARKS) against the Debian packages, installed here for the run and
+# purged after, instead of the checkout: the trixie and sid chroots run it (tests/install/installed_tier.sh).
+slurm-installed: apt apt-accounting apt-deb
+	@SLURM_MARKS='$(SLURM_MARKS)' PYTEST_ARGS='$(PYTEST_ARGS)' tests/install/installed_tier.sh
+
 # make install into a scratch root, the lab on the installed files, make uninstall (issue 9).
 install-check: apt spank
 	@tests/install/check.sh
@@ -100,10 +105,10 @@ clean-room:
 # 26.05, each in a bare chroot built the same way (bases cached beside bookworm's); the host keeps
 # Debian 12's 22.05 for `make slurm`. Times: docs/performance.md.
 slurm-24.11:
-	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET='deb-check slurm' SLURM_MARKS='release and not long' tests/install/clean_room.sh
+	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET='deb-check slurm-installed' SLURM_MARKS='release and not long' tests/install/clean_room.sh
 
 slurm-26.05:
-	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET='deb-check slurm' SLURM_MARKS='release and not long' tests/install/clean_room.sh
+	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET='deb-check slurm-installed' SLURM_MARKS='release and not long' tests/install/clean_room.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

@@ -9,8 +9,9 @@ from pathlib import Path
 from .. import lab
 from ..errors import LabError, SlurmIpuError
 from ..fsutil import poll
+from .spec import EXAMPLES
 
-EXAMPLE = lab.REPO / "examples" / "hello-ipu.sbatch"
+EXAMPLE = EXAMPLES / "hello-ipu.sbatch"
 
 
 def _show(shown: str, run) -> str:

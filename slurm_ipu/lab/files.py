@@ -20,7 +20,7 @@ from ..fsutil import atomic_write
 from ..hooks.transport import HOOK_SOURCE, build_hook
 from ..slurm import releases
 from .procs import say
-from .spec import CLUSTER, MODEL_PARTITIONS, PREFIX, REPO, SBIN, LabSpec
+from .spec import CLUSTER, FROM_PACKAGES, MODEL_PARTITIONS, PREFIX, REPO, SBIN, LabSpec
 
 
 def context(spec: LabSpec) -> dict:
@@ -179,9 +179,18 @@ def install_site(spec: LabSpec):
     _link(spec.path("install", "venv"), sys.prefix)
     atomic_write(desc.path("hook_conf"), texts["slurm-ipu-hook.conf"])
     hook = Path(desc.path("hook"))
-    if not hook.exists() or hook.stat().st_mtime < HOOK_SOURCE.stat().st_mtime:  # like bin/vipu-fast: once
+    if FROM_PACKAGES:
+        _copy_exe(_packaged(config.PACKAGED_PATHS["hook"]), hook)
+    elif not hook.exists() or hook.stat().st_mtime < HOOK_SOURCE.stat().st_mtime:  # like bin/vipu-fast: once
         build_hook(hook)
     return desc
+
+
+def _packaged(path: str) -> Path:
+    if not Path(path).is_file():
+        raise LabError(f"{path} is missing: the lab runs from the Debian packages, which put it there; "
+                       "apt install slurm-ipu slurm-ipu-spank")
+    return Path(path)
 
 
 def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
@@ -362,9 +371,13 @@ def ensure_spank(spec: LabSpec) -> None:
 
 def install_spank(spec: LabSpec) -> None:
     """A copy in the lab, as an install puts it in Slurm's plugin directory: every user's sbatch
-    and srun load it, and the checkout may sit where they cannot read."""
-
-    ensure_spank(spec)
+    and srun load it, and the checkout may sit where they cannot read. Running from the Debian
+    packages, the copy is slurm-ipu-spank's."""
+    if FROM_PACKAGES:
+        source = _packaged(f"{config.BY_KEY['slurm.plugin_dir'].default}/spank_ipu.so")
+    else:
+        ensure_spank(spec)
+        source = REPO / "spank" / "spank_ipu.so"
     lib = spec.path("lib")
     lib.mkdir(parents=True, exist_ok=True)
-    atomic_write(lib / "spank_ipu.so", (REPO / "spank" / "spank_ipu.so").read_bytes(), 0o755)
+    atomic_write(lib / "spank_ipu.so", source.read_bytes(), 0o755)

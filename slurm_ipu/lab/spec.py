@@ -11,6 +11,10 @@ from ..errors import LabError
 from . import trust
 
 REPO = Path(__file__).resolve().parents[2]
+# This slurm_ipu is the Debian packages' (slurm-ipu-lab beside slurm-ipu): the lab then takes
+# slurm-ipu-hook and the SPANK plugin from those packages instead of building them from a checkout.
+FROM_PACKAGES = REPO == Path("/usr/lib/python3/dist-packages")
+EXAMPLES = Path("/usr/share/slurm-ipu-lab/examples") if FROM_PACKAGES else REPO / "examples"
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"

@@ -28,6 +28,11 @@ from ..waiting import wait_for
 
 pytestmark = pytest.mark.slurm
 
+# tests/install/installed_tier.sh: this tier runs against the Debian packages, never the checkout.
+if os.environ.get("SLURM_IPU_TEST_PACKAGES") and not labmod.FROM_PACKAGES:
+    raise pytest.UsageError(f"SLURM_IPU_TEST_PACKAGES is set but slurm_ipu is {labmod.REPO}/slurm_ipu, not the "
+                            "Debian packages' (/usr/lib/python3/dist-packages)")
+
 
 # The Slurm under test, and how it spells a GRES in TRES strings (slurm_ipu/slurm/releases.py).
 SLURM_VERSION = releases.installed(labmod.SBIN) or "0.0"
