@@ -68,8 +68,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check slurm_ipu tests
 
 # Every tier, each timed (tests/tiers.sh prints the times at the end): unit, emulator, the
-# real-Slurm tier on the host's 22.05 (all but the long ones), the install checks, then the
-# release-sensitive real-Slurm tests on 24.11 and 26.05 (tests/slurm/conftest.py: RELEASE, LONG).
+# real-Slurm tier on the host's 22.05 (all but the long ones), the bookworm clean-room (make
+# install, the Debian packages), then side by side the trixie and sid chroots: the Debian packages,
+# and the release-sensitive real-Slurm tests on 24.11 and 26.05 against them (tests/slurm/conftest.py:
+# RELEASE, LONG).
 test: deps apt-accounting lint
 	@PY=$(PY) PYTEST_ARGS='$(PYTEST_ARGS)' tests/tiers.sh
 
@@ -97,13 +99,15 @@ install-check: apt spank
 	@tests/install/check.sh
 
 # The same at the default paths in a bare Debian 12 chroot (debootstrap; its base is cached in
-# /var/tmp/slurm-ipu-cleanroom-cache): make install must bring everything it needs itself.
+# /var/tmp/slurm-ipu-cleanroom-cache): make install must bring everything it needs itself; then the
+# Debian packages there (deb-check).
 clean-room:
 	@CLEAN_ROOM_TARGET='install-check deb-check' tests/install/clean_room.sh
 
-# The release-sensitive real-Slurm tests against Debian 13's Slurm 24.11 and Debian unstable's
-# 26.05, each in a bare chroot built the same way (bases cached beside bookworm's); the host keeps
-# Debian 12's 22.05 for `make slurm`. Times: docs/performance.md.
+# The Debian packages (deb-check), then the release-sensitive real-Slurm tests against them
+# (slurm-installed), on Debian 13's Slurm 24.11 and Debian unstable's 26.05, each in a bare chroot
+# built the same way (bases cached beside bookworm's); the host keeps Debian 12's 22.05 for `make
+# slurm` (the checkout). Times: docs/performance.md.
 slurm-24.11:
 	@CLEAN_ROOM_SUITE=trixie CLEAN_ROOM_TARGET='deb-check slurm-installed' SLURM_MARKS='release and not long' tests/install/clean_room.sh
 

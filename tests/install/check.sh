@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make install-check` (run by `make test`): issue 9's acceptance on this machine, outside the
+# `make install-check` (run by `make test` in the bookworm clean-room): issue 9's acceptance, outside the
 # checkout's venv. Install into a scratch root, render the lab's site from the installed
 # product, install that site, bring the lab up on the installed files, run an IPU job end to
 # end, `doctor` all ok, `status` shows the job's partition, then `make uninstall` leaves none of
@@ -15,11 +15,13 @@ P=${INSTALL_CHECK_PREFIX:-$ROOT/opt/slurm-ipu}
 B=${INSTALL_CHECK_BINDIR:-$ROOT/bin}
 LAB=$ROOT/lab
 # Below Linux's ephemeral range (32768 up): a port there can be taken by any outgoing connection
-# between this check and the lab binding it. Above the pytest labs' range (20000-29999).
+# between this check and the lab binding it. Above the pytest labs' range (20000-29999), unless
+# SLURM_IPU_TEST_PORTS gives this run a range of its own (tests/tiers.sh).
 BASE=$(/usr/bin/python3 -c '
-import random, socket
+import os, random, socket
 for _ in range(50):
-    base = random.randrange(30000, 32768 - 8)
+    low, high = map(int, (os.environ.get("SLURM_IPU_TEST_PORTS") or "30000-32760").split("-"))
+    base = random.randrange(low, high - 8)
     try:
         socks = [socket.create_server(("127.0.0.1", p)) for p in range(base, base + 8)]
     except OSError:

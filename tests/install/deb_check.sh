@@ -32,9 +32,10 @@ ROOT=$(mktemp -d /tmp/slurm-ipu-deb-check-XXXXXX)
 chmod 755 "$ROOT"
 LAB=$ROOT/lab
 BASE=$(python3 -c '
-import random, socket
+import os, random, socket
 for _ in range(50):
-    base = random.randrange(30000, 32768 - 8)
+    low, high = map(int, (os.environ.get("SLURM_IPU_TEST_PORTS") or "30000-32760").split("-"))
+    base = random.randrange(low, high - 8)
     try:
         socks = [socket.create_server(("127.0.0.1", p)) for p in range(base, base + 8)]
     except OSError:

@@ -77,9 +77,18 @@ _HANDED_OUT: list[range] = []
 _RNG = random.Random()  # seeded from the OS: concurrent sessions (CI, another engineer's) differ
 
 
+def _port_range() -> tuple[int, int]:
+    """Where this run's labs take their ports: SLURM_IPU_TEST_PORTS=LOW-HIGH when two runs share the
+    loopback (tests/tiers.sh runs the two release chroots side by side, each in a range of its own)."""
+    text = os.environ.get("SLURM_IPU_TEST_PORTS") or "20000-30000"
+    low, _, high = text.partition("-")
+    return int(low), int(high)
+
+
 def _free_block(count: int, tries: int = 50) -> int:
+    low, high = _port_range()
     for _ in range(tries):
-        base = _RNG.randrange(20000, 30000 - count)
+        base = _RNG.randrange(low, high - count)
         block = range(base, base + count)
         if any(block.start < old.stop and old.start < block.stop for old in _HANDED_OUT):
             continue
