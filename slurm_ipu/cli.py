@@ -111,6 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     lab.add_argument("--configless", action="store_true",
                      help="a configless cluster: slurmd fetches its configuration from slurmctld (--conf-server) "
                           "and sees no slurm.conf of its own")
+    lab.add_argument("--poprun", action="store_true",
+                     help="install.poprun in the lab's site: `poprun` on the lab's PATH is ipurun")
     lab.add_argument("--own-conf", action="store_true",
                      help="start Slurm from the slurm.conf and vipu-emu.yaml already in DIR/etc (a site's own "
                           "files): the lab writes no configuration, installs nothing, starts no hook service")
@@ -295,7 +297,7 @@ def cmd_lab(args) -> int:
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
                        dbd_port=args.dbd_port, db_port=args.db_port, pods=args.pods, own_conf=args.own_conf,
-                       configless=args.configless,
+                       configless=args.configless, poprun=args.poprun,
                        model=args.model)
     if args.action == "site":
         print(lab.site_description(spec), end="")

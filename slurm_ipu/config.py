@@ -33,7 +33,8 @@ MANIFEST = "share/slurm-ipu/manifest.json"  # under the install's PREFIX (deploy
 PACKAGED = "/usr"
 PACKAGED_PATHS = {"python": "/usr/bin/python3", "hook": "/usr/libexec/slurm-ipu/slurm-ipu-hook",
                   "hook_conf": "/etc/slurm-ipu/slurm-ipu-hook.conf", "plugstack": "/etc/slurm-ipu/plugstack.conf",
-                  "unit_dropin": "/etc/systemd/system/slurm-ipu-reaper.service.d/site.conf"}
+                  "unit_dropin": "/etc/systemd/system/slurm-ipu-reaper.service.d/site.conf",
+                  "ipurun": "/usr/bin/ipurun", "poprun": "/usr/local/bin/poprun"}
 SUPPORTED_SLURM = releases.SUPPORTED
 UPGRADING = "docs/admin.md, Upgrading"
 
@@ -231,6 +232,9 @@ FIELDS = (
           "it there", _abs),
     Field("install.unit_dir", str, "/etc/systemd/system", "where `make install` puts the hook service's unit",
           _abs),
+    Field("install.poprun", bool, False, "also install ipurun as `poprun` (make install: in BINDIR; the Debian "
+          "packages: /usr/local/bin, by `slurm-ipu setup`), so scripts written for PopRun run unchanged; off by "
+          "default: a Poplar SDK's own poprun on a user's PATH would then depend on PATH order (docs/admin.md)"),
     Field("install.prefix", str, "/opt/slurm-ipu", "where `make install` puts slurm-ipu (its venv, the hook "
           "controller hooks); `make install PREFIX=` must name the same; /usr: installed from the Debian packages "
           "(`make deb`; then `slurm-ipu setup` after each edit of this file)", _abs),

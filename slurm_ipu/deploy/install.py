@@ -243,6 +243,8 @@ def install(args) -> int:
     inst = Installer(args.prefix, args.destdir, args.dry_run)
     site = _check(args, inst.prefix)
     links = {f"{args.bindir}/{name}": f"{inst.prefix}/venv/bin/{name}" for name in COMMANDS}
+    if site is not None and site["install.poprun"]:  # PopRun's name for ipurun, when the site asks
+        links[f"{args.bindir}/poprun"] = f"{inst.prefix}/venv/bin/ipurun"
     for path in links:
         inst.check_link(path)
     for path, to in links.items():

@@ -9,7 +9,8 @@ it changes (and by the package's postinst on every install and upgrade):
 - /etc/slurm-ipu/plugstack.conf, the SPANK plugin's line with the site's values (the admin links
   it into Slurm's plugstack.conf.d once);
 - the state directory, owned by slurm.user (mode 0700);
-- a drop-in for the unit with the site's SlurmUser, site description and stop timeout.
+- a drop-in for the unit with the site's SlurmUser, site description and stop timeout;
+- with install.poprun, /usr/local/bin/poprun, a link to ipurun (removed again when it is off).
 
 Nothing of Slurm's is written, nothing is started or restarted (the hook reads its settings at
 every run; a changed drop-in is loaded by `systemctl daemon-reload`, which this runs, and takes
@@ -52,6 +53,8 @@ def setup(site: Site) -> list[str]:
                if _write(Path(path), text)]
     if _state_dir(site["state_dir"], site["slurm.user"]):
         changed.append(site["state_dir"])
+    if _poprun(site["install.poprun"], site.path("poprun"), site.path("ipurun")):
+        changed.append(site.path("poprun"))
     if site.path("unit_dropin") in changed and Path("/run/systemd/system").is_dir() and shutil.which("systemctl"):
         import subprocess
 
@@ -68,6 +71,24 @@ def _write(path: Path, text: str) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, text, 0o644)
     return True
+
+
+def _poprun(wanted: bool, path: str, ipurun: str) -> bool:
+    """install.poprun: PopRun's name for ipurun, a link made or removed here. A `poprun` there that
+    is not ours (a Poplar SDK's) is never replaced: refused in one line."""
+    link = Path(path)
+    ours = link.is_symlink() and os.readlink(link) == ipurun
+    if wanted and not ours:
+        if link.exists() or link.is_symlink():
+            raise ConfigError(f"setup: install.poprun is on, but {path} exists and is not slurm-ipu's (a Poplar SDK's "
+                              "poprun?); remove it, or set install.poprun: false")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(ipurun)
+        return True
+    if not wanted and ours:
+        link.unlink()
+        return True
+    return False
 
 
 def _state_dir(path: str, user: str) -> bool:

@@ -83,7 +83,7 @@ def site_description(spec: LabSpec) -> str:
         "state_dir": str(spec.path("state")),
         "slurm": {"version": _slurm_release(), "user": "root", "conf_dir": str(spec.path("etc")),
                   "bin_dir": "/usr/bin", "plugin_dir": _plugin_dir(spec)},
-        "install": {"prefix": spec.prefix or str(spec.path("install")),
+        "install": {"prefix": spec.prefix or str(spec.path("install")), "poprun": spec.poprun,
                     "site": str(spec.path("etc", "site.yaml")), "unit_dir": str(spec.path("systemd"))},
     }
     if spec.pods > 1:
@@ -268,6 +268,10 @@ def _write_bin(spec: LabSpec) -> None:
     for name, module in LAB_COMMANDS.items():
         command = f"exec {py} -m {module} \"$@\"\n" if spec.prefix else _module_command(path, python, module)
         _script(spec.path("bin", name), f"#!/bin/sh\n{command}")
+    if spec.poprun:  # install.poprun: PopRun's name for ipurun, as an install puts it
+        _link(spec.path("bin", "poprun"), "ipurun")
+    else:
+        spec.path("bin", "poprun").unlink(missing_ok=True)
 
 
 VIPU_NAMES = ("vipu", "vipu-admin", "vipu-cli")

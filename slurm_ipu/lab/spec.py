@@ -58,6 +58,8 @@ class LabSpec:
     # sees neither the lab's etc nor the host's /run (a mount namespace of its own), so it runs
     # only what slurmctld sends it, as a node without /etc/slurm does (docs/admin.md, Configless)
     configless: bool = False
+    # install.poprun of the lab's site: `poprun` on the lab's PATH is ipurun (scripts written for PopRun)
+    poprun: bool = False
 
     @property
     def pod_ipus(self) -> int:

@@ -60,6 +60,8 @@ def check_options(opts: Options, srun_extra: list[str]) -> None:
     if opts.process_placement != "disabled" and any(a.startswith("--cpu-bind") for a in srun_extra):
         raise ConfigError("--cpu-bind: ipurun binds instances itself; add --process-placement=disabled to bind "
                           "with srun's --cpu-bind instead")
+    if opts.hostfile and opts.host:
+        raise ConfigError(f"--host {opts.host} and --hostfile {opts.hostfile} both name the hosts; give one of them")
     if opts.offline_target and not opts.offline_mode:
         raise ConfigError(f"--offline-target {opts.offline_target} is for offline compiles; add --offline-mode=yes")
 
@@ -77,7 +79,7 @@ def hosts_for(opts: Options, env: dict) -> tuple[list[str], bool, bool]:
     from ..slurm.hostlist import expand
 
     inside = bool(env.get("SLURM_JOB_ID") and env.get("SLURM_JOB_NODELIST"))
-    wanted = expand(opts.host) if opts.host else []
+    wanted = expand(opts.host) if opts.host else read_hostfile(opts.hostfile) if opts.hostfile else []
     if inside:
         alloc = expand(env["SLURM_JOB_NODELIST"])
         outside = [h for h in wanted if h not in alloc]
@@ -92,6 +94,20 @@ def hosts_for(opts: Options, env: dict) -> tuple[list[str], bool, bool]:
     return [os.uname().nodename if opts.offline_mode else "[0]"], False, False
 
 
+def read_hostfile(path: str) -> list[str]:
+    """PopRun's --hostfile: one host per line; blank lines and `#` comments skipped, and a line's
+    words after its first (an MPI hostfile's `slots=N`) left to the plan, which places instances
+    itself. Each line may be a hostlist (node[1-4]), as --host takes."""
+    from ..adminfile import read_text
+    from ..slurm.hostlist import expand
+
+    text = read_text(path, "ipurun --hostfile", "; give a file of hosts, one per line")
+    hosts = [h for line in text.splitlines() if (word := line.split("#", 1)[0].split()) for h in expand(word[0])]
+    if not hosts:
+        raise ConfigError(f"--hostfile {path} names no host; put one per line, or use --host")
+    return list(dict.fromkeys(hosts))
+
+
 def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, client_factory=None) -> Launch:
     """Plan the run and check every option against it and the partition's real shape (one
     V-IPU read when there is a partition to drive). Nothing starts or changes here."""
@@ -99,7 +115,7 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     mpi = mpi_args(opts)
     check_autoreport(opts, env, mpi)
     hosts, inside, subset = hosts_for(opts, env)
-    local = not inside and not opts.host and opts.offline_mode
+    local = not inside and not (opts.host or opts.hostfile) and opts.offline_mode
     cpus = cpus_per_host(env, inside, local)
     target = partition.locate(opts, env, inside)
     factory = client_factory or partition.make_client_factory(opts, target)
@@ -110,7 +126,7 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
                      partition=(vipu.name, vipu.shape.size) if vipu.name else None,
                      distribution=mpi.distribution if mpi else "block")
     cache, own_cache = cache_for(opts, plan, local)
-    task_env = instance_constants(opts, plan, cache, mpi)
+    task_env = instance_constants(opts, plan, cache, mpi, vipu.name)
     host_pods, gcd_map = pod_placement(plan, vipu, factory, env, inside, opts.print_topology)
     if gcd_map is not None:
         task_env["IPURUN_GCD_MAP"] = ",".join(map(str, gcd_map))
@@ -166,8 +182,11 @@ def cache_for(opts: Options, plan: Plan, local: bool) -> tuple[str | None, str |
     return cache, None
 
 
-def instance_constants(opts: Options, plan: Plan, cache: str | None, mpi) -> dict:
-    """What every instance's wrapper reads (IPURUN_*), and what every instance gets as is."""
+def instance_constants(opts: Options, plan: Plan, cache: str | None, mpi, partition: str | None = None) -> dict:
+    """What every instance's wrapper reads (IPURUN_*), and what every instance gets as is.
+    partition: the one this run drives (--vipu-partition, else the IPUOF_VIPU_API_PARTITION_ID
+    the caller exported, as Graphcore's scripts export p$SLURM_JOB_ID): the instances attach to
+    it, not to the job's own, which the SPANK plugin names in every task."""
     own = opts.executable_cache_path is None and cache != ""
     env = {
         "IPURUN_NUM_INSTANCES": str(plan.num_instances), "IPURUN_NUM_REPLICAS": str(plan.num_replicas),
@@ -181,7 +200,7 @@ def instance_constants(opts: Options, plan: Plan, cache: str | None, mpi) -> dic
         "IPURUN_CACHE_DIR": cache or "", "IPURUN_OWN_CACHE": "1" if own else "0",
         "IPURUN_AUTOREPORT_DIR": opts.autoreport_dir or "",
         "IPURUN_VIPU_HOST": opts.vipu_server_host or "", "IPURUN_VIPU_PORT": str(opts.vipu_server_port or ""),
-        "IPURUN_VIPU_PARTITION_ID": opts.vipu_partition or "",
+        "IPURUN_VIPU_PARTITION_ID": opts.vipu_partition or partition or "",
     }
     if opts.offline_target:
         from .offline import target_options
@@ -210,7 +229,7 @@ def srun_line(opts: Options, plan: Plan, inside: bool, subset: bool, env: dict, 
             "--kill-on-bad-exit=1", "--label"]
     if opts.process_placement != "disabled":
         argv.append("--cpu-bind=none")  # ipurun binds each instance itself, inside the step's CPUs
-    if opts.host or subset:
+    if opts.host or opts.hostfile or subset:
         argv.append(f"--nodelist={','.join(plan.hosts)}")
     if inside and env.get("SLURM_STEP_ID") is not None:
         argv.append("--overlap")  # already inside a step: share its resources instead of waiting for them

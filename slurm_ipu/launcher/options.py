@@ -65,6 +65,8 @@ OPTIONS: tuple[tuple[str, object, object, bool, str], ...] = (
     ("--reset-partition", boolean, None, True,
      "reset the partition first; unset: reset a non-reconfigurable one between runs of a job"),
     ("--host", str, None, True, "hosts, PopRun syntax: host0,host1 or host[0-2,4]"),
+    ("--hostfile", str, None, True, "a file of hosts, one per line (# comments; a line's first word), instead "
+     "of --host"),
     ("--import-config", str, None, False, "read options from this JSON file; the command line wins"),
     ("--export-config", str, None, False, "write the effective options to this JSON file"),
     ("--overwrite-config", boolean, False, False,
@@ -242,6 +244,8 @@ def srun_option(arg: str, name: str, has_value: bool) -> str:
         raise ConfigError(f"srun option {name} needs its value as {name}=VALUE when passed through ipurun")
     if bare is not None and srunopts.known(bare):
         return arg
+    if said := srunopts.short_form(name):
+        raise ConfigError(said)
     import difflib
 
     names = [row[0] for row in OPTIONS] + [f"--{o}" for o in srunopts.FLAGS | srunopts.VALUED]

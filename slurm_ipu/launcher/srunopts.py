@@ -37,5 +37,26 @@ OWNED = {
 }
 
 
+# srun's one-letter forms (srun(1)): ipurun takes srun's options in their long form only (a short
+# one's value, `-n 2`, cannot be told from the command), so each is named with its long form.
+SHORT = {"-A": "account", "-B": "extra-node-info", "-C": "constraint", "-D": "chdir", "-G": "gpus", "-I": "immediate",
+         "-J": "job-name", "-K": "kill-on-bad-exit", "-L": "licenses", "-M": "clusters", "-N": "nodes",
+         "-O": "overcommit", "-Q": "quiet", "-S": "core-spec", "-T": "threads", "-W": "wait", "-X": "disable-status",
+         "-Z": "no-allocate", "-b": "begin", "-c": "cpus-per-task", "-d": "dependency", "-e": "error", "-i": "input",
+         "-k": "no-kill", "-l": "label", "-m": "distribution", "-n": "ntasks", "-o": "output", "-p": "partition",
+         "-q": "qos", "-s": "oversubscribe", "-t": "time", "-u": "unbuffered", "-w": "nodelist", "-x": "exclude"}
+
+
+def short_form(name: str) -> str | None:
+    """What to say of srun's short option `name` (None: not one of srun's)."""
+    long = SHORT.get(name[:2]) if name.startswith("-") and not name.startswith("--") else None
+    if long is None:
+        return None
+    if long in OWNED:
+        return f"{name[:2]} is srun's --{long}, which ipurun sets itself: {OWNED[long]}"
+    form = f"--{long}=VALUE" if long in VALUED else f"--{long}"
+    return f"{name[:2]} is srun's --{long}: give it to ipurun as {form} (srun's options go through in their long form)"
+
+
 def known(name: str) -> bool:
     return name in FLAGS or name in VALUED

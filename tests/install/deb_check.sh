@@ -97,6 +97,9 @@ grep -q 'usr/libexec/slurm-ipu/slurm-ipu-hook$' <<<"$listing" || fail "slurm-ipu
 LIBSLURM=$(dpkg-query -W -f='${Depends}' libslurm-dev | grep -o '^libslurm[0-9]*')
 grep -q "$LIBSLURM (>= " <<<"$(dpkg-deb -f "$SPANK" Depends)" \
   || fail "slurm-ipu-spank does not depend on $LIBSLURM: $(dpkg-deb -f "$SPANK" Depends)"
+RELEASE=$(dpkg-query -W -f='${Version}' libslurm-dev | cut -d. -f1-2)
+grep -q "slurm-wlm-basic-plugins (<< $RELEASE~)" <<<"$(dpkg-deb -f "$SPANK" Breaks)" \
+  || fail "slurm-ipu-spank does not break Slurm's plugins of releases before $RELEASE: $(dpkg-deb -f "$SPANK" Breaks)"
 
 # 3. install build 1 as a site does, describe the site, run IPU jobs on the installed files
 say "apt install build 1 (${BUILD1[*]##*/})"

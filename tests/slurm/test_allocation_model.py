@@ -24,7 +24,7 @@ vipu list partitions
 
 @pytest.fixture(scope="module")
 def alab():
-    with started_lab(nodes=4, model="allocation") as handle:
+    with started_lab(nodes=4, model="allocation", poprun=True) as handle:  # install.poprun: Graphcore's scripts
         yield handle
 
 
@@ -83,6 +83,31 @@ def test_ipurun_with_vipu_allocation_places_an_instance_on_each_host(clean):
     runs = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("RUN "))
     assert sorted(r[1:] for r in runs) == [[f"p{job}", "0"], [f"p{job}", "1"],
                                            [f"slurm_{job}", "0"], [f"slurm_{job}", "1"]], out
+    assert len({r[0] for r in runs}) == 2, out  # one instance on each host
+    nothing_left(lab, job)
+
+
+# graphcore-cloud-tools examples_utils/benchmarks/slurm_utils.py (configure_ipu_partition), the
+# multi-host form, verbatim but for the site's subnet and a command that reports each instance.
+EXAMPLES_UTILS = """#!/bin/bash
+export IPUOF_VIPU_API_PARTITION_ID=p${SLURM_JOB_ID}
+export ALLOCATION=c${SLURM_JOB_ID}
+export RNIC_SUBNET_MASK=127.0.0.0/8
+poprun --host=$SLURM_JOB_NODELIST --num-ilds 1 --num-instances=2 --vipu-allocation=$ALLOCATION \\
+       --mpi-global-args="--mca oob_tcp_if_include $RNIC_SUBNET_MASK --mca btl_tcp_if_include $RNIC_SUBNET_MASK" \\
+       --num-replicas=8 --ipus-per-replica=4 --update-partition=yes \\
+       bash -c 'echo RUN $SLURMD_NODENAME $IPUOF_VIPU_API_PARTITION_ID $POPDIST_INSTANCE_INDEX'
+"""
+
+
+def test_graphcore_s_poprun_line_runs_unchanged_where_the_site_names_ipurun_poprun(clean):
+    """install.poprun (issue 39, item 3): `poprun` is ipurun, so the script runs as written."""
+    lab = clean
+    job = lab.sbatch("-N2", "--gres=ipu:16", "-o", "poprun-%j.out", script=EXAMPLES_UTILS)
+    wait_gone(lab, job, 120)
+    out = lab.spec.path(f"poprun-{job}.out").read_text()
+    runs = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("RUN "))
+    assert [r[1:] for r in runs] in ([[f"p{job}", "0"], [f"p{job}", "1"]], [[f"p{job}", "1"], [f"p{job}", "0"]]), out
     assert len({r[0] for r in runs}) == 2, out  # one instance on each host
     nothing_left(lab, job)
 

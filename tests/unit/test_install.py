@@ -202,3 +202,14 @@ def test_uninstall_refuses_while_the_running_slurm_names_what_it_removes(tmp_pat
 def test_uninstall_goes_on_when_slurmctld_does_not_answer(mocker):
     mocker.patch("subprocess.run", return_value=mocker.Mock(returncode=1, stdout="", stderr="down"))
     install._refuse_if_slurm_uses({"prefix": PREFIX, "entries": []})  # nothing live to break
+
+
+def test_install_poprun_links_poprun_to_ipurun_and_uninstall_removes_it(stage, tmp_path):
+    """install.poprun: PopRun's name for ipurun in BINDIR (issue 39, item 3); off by default."""
+    dest, plugin = stage
+    site = tmp_path / "site.yaml"
+    site.write_text((GOLDEN / "site-pod64.yaml").read_text() + "install:\n  poprun: true\n")
+    assert run_install(dest, plugin, "--site", str(site)) == 0
+    link = dest / "usr/local/bin/poprun"
+    assert os.readlink(link) == f"{PREFIX}/venv/bin/ipurun"
+    assert run_uninstall(dest) == 0 and not link.is_symlink()

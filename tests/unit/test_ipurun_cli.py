@@ -403,3 +403,49 @@ def test_in_an_allocation_shell_with_nothing_configured_ipurun_says_what_to_set(
     with pytest.raises(ConfigError, match=f"no V-IPU controller known here: {tmp_path}/absent.yaml does not exist and "
                                           "IPUOF_VIPU_API_HOST is unset"):
         cli.build(ns, extra, cmd, env)
+
+
+def test_a_hostfile_names_the_hosts_as_poprun_reads_it(tmp_path):
+    """PopRun's --hostfile: one host per line; comments, blank lines and an MPI hostfile's slots=N
+    are read past, a line may be a hostlist, and the step runs on exactly those hosts."""
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("# the job's last two nodes\nnode3 slots=1\n\n  node4  # second\n")
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_JOB_CPUS_PER_NODE": "4(x4)",
+           "IPUOF_VIPU_API_PARTITION_ID": "slurm_7"}
+    ns, extra, cmd = cli.parse(["--hostfile", str(hosts), "--num-instances", "2", "--num-replicas", "2", "x"])
+    launch = cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(2, 1))[1])
+    assert "--nodelist=node3,node4" in launch.srun and "--nodes=2" in launch.srun
+    hosts.write_text("node[1-2]\n")
+    ns, extra, cmd = cli.parse(["--hostfile", str(hosts), "--num-instances", "2", "--num-replicas", "2", "x"])
+    assert "--nodelist=node1,node2" in cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(2, 1))[1]).srun
+
+
+@pytest.mark.parametrize("content,argv,message", [
+    ("# nothing\n\n", [], "--hostfile {f} names no host; put one per line, or use --host"),
+    ("node1\n", ["--host", "node2"], "--host node2 and --hostfile {f} both name the hosts; give one of them"),
+    ("node9\n", [], "--host node9 is not in this job's nodes (node[1-4])"),
+])
+def test_a_hostfile_that_cannot_be_followed_is_one_line(tmp_path, content, argv, message):
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text(content)
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-4]", "SLURM_JOB_CPUS_PER_NODE": "4(x4)",
+           "IPUOF_VIPU_API_PARTITION_ID": "slurm_7"}
+    ns, extra, cmd = cli.parse(["--hostfile", str(hosts), *argv, "--num-instances", "1", "x"])
+    with pytest.raises(ConfigError) as err:
+        cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_7=(1, 1))[1])
+    assert str(err.value) == message.format(f=hosts)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["-n", "2"], "-n is srun's --ntasks, which ipurun sets itself: use --num-instances"),
+    (["-N2"], "-N is srun's --nodes, which ipurun sets itself: ipurun sets it from the hosts; use --host"),
+    (["-p", "gpu"], "-p is srun's --partition: give it to ipurun as --partition=VALUE (srun's options go through "
+                    "in their long form)"),
+    (["-u"], "-u is srun's --unbuffered: give it to ipurun as --unbuffered (srun's options go through in their "
+             "long form)"),
+])
+def test_srun_s_short_options_get_their_long_form_named(argv, message):
+    """`ipurun ... -n 2` used to say '-n' was neither ipurun's nor srun's (issue 39, item 4)."""
+    with pytest.raises(ConfigError) as err:
+        cli.parse([*argv, "--num-instances", "2", "x"])
+    assert str(err.value) == message

@@ -140,3 +140,16 @@ def test_the_packages_install_lists_cover_the_package_and_split_it():
     owners = {sub: [n for n, text in lists.items() if f"/slurm_ipu/{sub}\n" in text] for sub in subpackages}
     assert all(len(o) == 1 for o in owners.values()), owners
     assert owners["lab"] == owners["emulator"] == ["slurm-ipu-lab"]
+
+
+def test_setup_names_ipurun_poprun_only_when_the_site_asks_and_never_over_another(tmp_path, etc):
+    poprun = Path(etc["poprun"])
+    setup.setup(packaged_site(tmp_path, user="root"))
+    assert not poprun.is_symlink()  # off by default: a Poplar SDK's poprun may be on PATH
+    site = packaged_site(tmp_path, user="root", poprun="true")
+    assert setup.setup(site) == [etc["poprun"]] and os.readlink(poprun) == etc["ipurun"]
+    assert setup.setup(packaged_site(tmp_path, user="root")) == [etc["poprun"]] and not poprun.is_symlink()
+    poprun.write_text("#!/bin/sh\n# the Poplar SDK's\n")
+    with pytest.raises(config.ConfigError, match="exists and is not slurm-ipu's"):
+        setup.setup(site)
+    assert "Poplar SDK" in poprun.read_text()
