@@ -1,5 +1,6 @@
-"""Every `poprun` command line of PopRun's user guide (overview and launching chapters), with
-`poprun` replaced by `ipurun`, verbatim, run inside one lab allocation (issue 8, acceptance).
+"""Every `poprun` command line of PopRun's user guide (overview and launching chapters), verbatim,
+`poprun` included (ipurun under PopRun's name, as install.poprun names it: issue 39, item 3), run
+inside one lab allocation (issue 8, acceptance).
 
 The lab has one ILD, no host called pod1-pod4 and no V-IPU server at vipu.my_domain: those
 lines must be refused with a line that says why (and the emulator never contacts an address off
@@ -19,51 +20,51 @@ import pytest
 from .conftest import wait_gone
 
 GUIDE = [
-    'ipurun --num-instances 2 --num-replicas 2 --offline-mode=1 echo "Hello world!"',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --num-instances 2 --num-replicas 2 --offline-mode=1 echo "Hello world!"',
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=1 python3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=1 \\\n--executable-cache-path=/tmp/poplar-executable-cache \\\npython3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=8 --num-instances=2 python3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=8 --num-instances=2 \\\n--executable-cache-path="" \\\npython3 train.py',
-    'ipurun --host, \\\n--vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --host, \\\n--vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=8 --num-instances=2 python3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=1 \\\n--executable-cache-path=/tmp/poplar-executable-cache \\\npython3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=1 \\\n--executable-cache-path="" \\\npython3 train.py',
-    'ipurun --num-instances=4 --num-replicas=8 --ipus-per-replica=2 \\\n'
+    'poprun --num-instances=4 --num-replicas=8 --ipus-per-replica=2 \\\n'
     '--offline-mode=yes --offline-target=pod16 --executable-cache-path=my_cache \\\npython3 compile.py',
-    'ipurun --num-instances=4 --num-replicas=8 --ipus-per-replica=2 \\\n'
+    'poprun --num-instances=4 --num-replicas=8 --ipus-per-replica=2 \\\n'
     '--vipu-partition=my_partition --executable-cache-path=my_cache \\\npython3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=4 \\\n--autoreport-dir /tmp/training-profile-directory \\\npython3 train.py',
     'POPLAR_ENGINE_OPTIONS=\'{"allowOutOfMemory":"true"}\' \\\n'
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=4 \\\n--autoreport-dir /tmp/training-profile-directory \\\npython3 train.py',
     'POPLAR_ENGINE_OPTIONS=\'{"autoReport.all":"false"}\' \\\n'
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=4 \\\n--autoreport-dir /tmp/training-profile-directory \\\npython3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=4 \\\n--autoreport-dir /tmp/training-profile-directory \\\n'
     '--mpi-local-args \'-x POPLAR_ENGINE_OPTIONS=\'{"autoReport.directory":"/tmp/training/profile-directory"}\'\' \\\n'
     'python3 train.py',
-    'ipurun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
+    'poprun --vipu-partition=my_partition --mpi-global-args="--tag-output" \\\n'
     '--num-replicas=4 --num-instances=4 \\\n--autoreport-dir /tmp/training-profile-directory \\\n'
     '--instance-mpi-local-args \'0:-x POPLAR_ENGINE_OPTIONS=\'{"autoReport.directory":"/tmp/training-profile-directory/0"}\'\''  # noqa: E501 (verbatim)
     ' \\\npython3 train.py',
-    'ipurun --vipu-partition=my_partition \\\n--vipu-server-host=vipu.my_domain --vipu-server-port=34521 \\\n'
+    'poprun --vipu-partition=my_partition \\\n--vipu-server-host=vipu.my_domain --vipu-server-port=34521 \\\n'
     '--num-replicas=32 --num-instances=2 --num-ilds=2 python3 train.py',
-    'ipurun --vipu-partition=my_partition --vipu-allocation=allocation1 \\\n'
+    'poprun --vipu-partition=my_partition --vipu-allocation=allocation1 \\\n'
     '--vipu-server-host=vipu.my_domain --vipu-server-port=34521 \\\n--update-partition=yes --remove-partition=no \\\n'
     '--num-replicas=32 --num-instances=2 --num-ilds=2 python3 train.py',
-    'ipurun --export-config training.conf --vipu-partition=my_partition \\\n--vipu-allocation=allocation1 \\\n'
+    'poprun --export-config training.conf --vipu-partition=my_partition \\\n--vipu-allocation=allocation1 \\\n'
     '--vipu-server-host=vipu.my_domain --vipu-server-port=34521 \\\n--update-partition=yes --remove-partition=no \\\n'
     '--num-replicas=32 --num-instances=2 --num-ilds=2 \\\n--host pod[1-4] \\\npython3 train.py',
-    'ipurun --import-config training.conf',
-    'ipurun --import-config training.conf --num-instances=4 \\\npython3 train.py --hyper-param=1',
+    'poprun --import-config training.conf',
+    'poprun --import-config training.conf --num-instances=4 \\\npython3 train.py --hyper-param=1',
 ]
 
 NOT_HERE = "the emulator serves loopback only"  # vipu.my_domain: the lab has no such server
@@ -135,6 +136,7 @@ def guide_dir(clean_lab, tmp_path):
     ipurun = tmp_path / "bin" / "ipurun"
     ipurun.write_text(f"#!/bin/sh\nexec {sys.executable} -m slurm_ipu.launcher.cli \"$@\"\n")
     ipurun.chmod(0o755)
+    (tmp_path / "bin" / "poprun").symlink_to("ipurun")  # install.poprun's link
     clean_lab.run("vipu", "create", "partition", "my_partition", "--size", "16", check=True)
     fixed_cache = Path("/tmp/poplar-executable-cache")  # the guide's own path: leave no trace of ours
     had_cache = fixed_cache.exists()
