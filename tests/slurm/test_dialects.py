@@ -66,9 +66,24 @@ def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
     wait_no_partitions(lab, 30, "its partition removed")
 
 
+@pytest.mark.parametrize("refused,advice,followed", [
+    (["--ipus=8", "-N3"], "for 8 IPUs use -N 1, 2, 4", ["--ipus=8", "-N2"]),
+    (["--ipus=7", "-N2"], "on 2 node(s) ask for one of 2, 4, 8, 16, 32 IPUs", ["--ipus=8", "-N2"]),
+    (["--gres=ipu:4", "-N3"], "no partition size spreads evenly over 3 nodes: use -N 1, 2, 4", ["--gres=ipu:4", "-N4"]),
+])
+def test_a_refusal_s_advice_when_followed_is_accepted(clean_lab, refused, advice, followed):
+    """Issue 39, item 4: `-N3 --ipus=8` used to say 'use a multiple of 3 IPUs', which no size is."""
+    lab = clean_lab
+    proc = lab.run_as(USER, "sbatch", "--test-only", *refused, "--wrap", "true")
+    assert proc.returncode != 0 and advice in proc.stderr, proc.stderr
+    proc = lab.run_as(USER, "sbatch", "--test-only", *followed, "--wrap", "true")
+    assert proc.returncode == 0, proc.stderr
+
+
 @pytest.mark.parametrize("args,line", [
     (["--ipus=3"], "slurm-ipu: --ipus=3 on 1 node(s) asks for 3 IPUs, not a valid partition size"),
-    (["--ipus=8", "-N3"], "slurm-ipu: --ipus=8 does not spread evenly over 3 node(s)"),
+    (["--ipus=8", "-N3"], "slurm-ipu: --ipus=8 does not spread evenly over 3 node(s); no partition size spreads "
+                          "evenly over 3 nodes: for 8 IPUs use -N 1, 2, 4"),
     (["--ipus=8", "-N2", "--gres=ipu:2"], "slurm-ipu: --ipus=8 and --gres=ipu:2 on 2 node(s) (4 IPUs) disagree"),
     (["--ipus=32"], "slurm-ipu: --ipus=32 on 1 node(s) asks for 32 IPUs per node; a node has 16: use -N 2 or more"),
     (["--ipus=0"], "spank_ipu: --ipus=0: not a number of IPUs from 1 to 65536"),

@@ -403,8 +403,15 @@ def test_ipus_is_the_job_s_total_spread_over_its_nodes(lua_16, job, licence, tre
 @pytest.mark.parametrize("job,line", [
     (ipus(3), "slurm-ipu: --ipus=3 on 1 node(s) asks for 3 IPUs, not a valid partition size; valid totals: 1, 2, 4, "
               "8, 16, 32, 64"),
-    (ipus(8, min_nodes=3), "slurm-ipu: --ipus=8 does not spread evenly over 3 node(s); use a multiple of 3 IPUs, or "
-                           "another -N"),
+    (ipus(8, min_nodes=3), "slurm-ipu: --ipus=8 does not spread evenly over 3 node(s); no partition size spreads "
+                           "evenly over 3 nodes: for 8 IPUs use -N 1, 2, 4"),
+    (ipus(6, min_nodes=2), "slurm-ipu: --ipus=6 on 2 node(s) asks for 6 IPUs, not a valid partition size; valid "
+                           "totals: 1, 2, 4, 8, 16, 32, 64"),  # spreads (3 each), but no such size; 2 nodes take others
+    (ipus(7, min_nodes=2), "slurm-ipu: --ipus=7 does not spread evenly over 2 node(s); on 2 node(s) ask for one of 2, "
+                           "4, 8, 16, 32 IPUs, or another -N"),
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 3}, "slurm-ipu: --gres=ipu:4 on 3 node(s) asks for 12 IPUs, not a "
+     "valid partition size; valid totals: 1, 2, 4, 8, 16, 32, 64; no partition size spreads evenly over 3 nodes: use "
+     "-N 1, 2, 4"),
     (ipus(8, min_nodes=2, tres_per_node="gres/ipu:2"), "slurm-ipu: --ipus=8 and --gres=ipu:2 on 2 node(s) (4 IPUs) "
                                                        "disagree; give one of them"),
     (ipus(32), "slurm-ipu: --ipus=32 on 1 node(s) asks for 32 IPUs per node; a node has 16: use -N 2 or more"),

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "49c841febede2776"
+local CODE_ID = "67542e5ee9de08c4"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 128
@@ -346,6 +346,34 @@ local function whole_hosts(job_desc, per)
   return IPUS_PER_HOST
 end
 
+-- The valid totals that spread evenly over `nodes` nodes of this Pod, smallest first.
+local function totals_on(nodes)
+  local out = {}
+  for size, _ in pairs(VALID) do
+    if size % nodes == 0 and size / nodes <= IPUS_PER_HOST and size <= POD_IPUS then table.insert(out, size) end
+  end
+  table.sort(out)
+  return out
+end
+
+-- What to do when `total` IPUs cannot go on `nodes` nodes: the totals that can, or, when no
+-- partition size spreads over that many nodes, the node counts that can take this total (a valid
+-- one), else the node counts some valid total spreads over.
+local function advice(total, nodes)
+  local fits = totals_on(nodes)
+  if #fits > 0 then
+    return string.format("on %d node(s) ask for one of %s IPUs, or another -N", nodes, table.concat(fits, ", "))
+  end
+  local counts = {}
+  for k = 1, math.floor(POD_IPUS / IPUS_PER_HOST) do  -- a Pod's hosts
+    local takes = VALID[total] and total % k == 0 and total / k <= IPUS_PER_HOST
+    if takes or (not VALID[total] and #totals_on(k) > 0) then table.insert(counts, k) end
+  end
+  local what = VALID[total] and string.format(" for %d IPUs", total) or ""
+  return string.format("no partition size spreads evenly over %d nodes:%s use -N %s", nodes, what,
+                       table.concat(counts, ", "))
+end
+
 local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list)
   refuse = refuse or reject
   if per < 1 then
@@ -361,8 +389,9 @@ local function apply(job_desc, per, nodes, others, refuse, total_option, partiti
                   asked(per, nodes, total_option), total, POD_IPUS, VALID_TEXT)
   end
   if not VALID[total] then
-    return refuse("%s asks for %d IPUs, not a valid partition size; valid totals: %s",
-                  asked(per, nodes, total_option), total, VALID_TEXT)
+    local hint = #totals_on(nodes) == 0 and ("; " .. advice(total, nodes)) or ""
+    return refuse("%s asks for %d IPUs, not a valid partition size; valid totals: %s%s",
+                  asked(per, nodes, total_option), total, VALID_TEXT, hint)
   end
   if per > IPUS_PER_HOST then
     return refuse("%s asks for %d IPUs per node; a node has %d: use -N %d or more",
@@ -408,8 +437,7 @@ local function spread(job_desc, total, per, nodes)
     return per, nil
   end
   if total % nodes ~= 0 then
-    return nil, reject("--ipus=%d does not spread evenly over %d node(s); use a multiple of %d IPUs, or another -N",
-                       total, nodes, nodes)
+    return nil, reject("--ipus=%d does not spread evenly over %d node(s); %s", total, nodes, advice(total, nodes))
   end
   per = total / nodes
   local tres = job_desc.tres_per_node
