@@ -232,7 +232,7 @@ def run_allocation(ctx: JobContext, cfg, client, slurm=None, clock=time.monotoni
             raise
     except SlurmIpuError as exc:
         return _fail(ctx, cfg, slurm, name, exc, "allocation")
-    report(cfg["state_dir"], f"job {ctx.job_id}: allocation {name} of {','.join(agents)} ({ctx.ipus} IPUs) "
+    report(cfg["state_dir"], f"job {ctx.job_id}: allocation {name} of {','.join(agents)} ({_ipus(ctx.ipus)}) "
                              f"for uid {ctx.uid}, hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
     if ctx.restart_count > 0 and slurm is not None:
         _tell(cfg, slurm.admin_comment, ctx.job_id, "")
@@ -302,8 +302,12 @@ def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:
     Ledger(cfg["state_dir"]).drop(name)
 
 
+def _ipus(n: int) -> str:
+    return "1 IPU" if n == 1 else f"{n} IPUs"
+
+
 def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str = "partition") -> int:
-    why = f"job {ctx.job_id}: V-IPU {what} {name} ({ctx.ipus} IPUs) not created: {exc}"
+    why = f"job {ctx.job_id}: V-IPU {what} {name} ({_ipus(ctx.ipus)}) not created: {exc}"
     attempts, limit = ctx.restart_count + 1, cfg["prolog.max_attempts"]
     if isinstance(exc, Abandoned):
         report(cfg["state_dir"], why + "; nothing left behind")
@@ -326,7 +330,7 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
         act = "admin_comment"
     report(cfg["state_dir"], why)  # first: a slow or failing scontrol never hides the cause
     if slurm is not None:
-        _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU {what} {name} ({ctx.ipus} IPUs) not "
+        _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU {what} {name} ({_ipus(ctx.ipus)}) not "
                                    f"created: {exc} (the reason stays in `scontrol show job {ctx.job_id}`)")
         told = _tell(cfg, getattr(slurm, act), ctx.job_id, f"slurm-ipu: {why}")
         if act == "cancel" and told:

@@ -149,6 +149,13 @@ def test_prolog_failure_leaves_nothing_and_says_why(fake, cfg):
     assert "not created" in hooks_log(cfg)
 
 
+def test_a_one_ipu_job_s_failure_says_1_ipu(fake, cfg):
+    fake.end_state = "ERROR"
+    slurm = FakeSlurm()
+    assert prolog.run(env(SLURM_JOB_LICENSES="ipu:1", SLURM_JOB_NODELIST="node1"), cfg, cfg.vipu_client(), slurm) == 1
+    assert "V-IPU partition slurm_42 (1 IPU) not created" in slurm.comments[42]
+
+
 def test_prolog_holds_a_job_that_keeps_failing(fake, cfg):
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2  # every retry of this attempt
     slurm = FakeSlurm()
