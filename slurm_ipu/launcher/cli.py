@@ -32,6 +32,7 @@ class Launch:
         self.vipu, self.client_factory = vipu, client_factory
         self.mpi = mpi               # what the --mpi-* options asked (None without them)
         self.host_pods = host_pods or {}  # multi-Pod sites: host -> Pod, for --print-topology
+        self.inside = False               # inside an allocation: srun uses its nodes (else it asks for some)
 
 
 AUTOREPORT_CONFLICT = ("autoreport-dir command line argument cannot be specified when POPLAR_ENGINE_OPTIONS "
@@ -139,7 +140,9 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     if opts.verbose >= 3:  # PopRun's -vvv: the launcher's own messages too
         srun_extra = [*srun_extra, "--verbose"]
     srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
-    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods)
+    launch = Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods)
+    launch.inside = inside
+    return launch
 
 
 def pod_placement(plan: Plan, vipu, factory, env: dict, inside: bool, show: bool):
@@ -249,7 +252,10 @@ def run(launch: Launch) -> int:
         env = dict(os.environ, **launch.env)
         out = output.Output(launch.opts.tag_output or (launch.mpi is not None and launch.mpi.tag_output))
         if launch.srun is not None:
-            return output.run_srun(launch.srun + launch.command, env, out)
+            rc = output.run_srun(launch.srun + launch.command, env, out)
+            if rc != 0 and not out.tails and out.first_failure is None:  # Slurm's refusal, before any instance
+                print(not_started(launch, rc), file=sys.stderr, flush=True)
+            return rc
         argv = [sys.executable, "-S", "-I", TASK, "--", *launch.command]
         envs = [dict(env, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)) for i in range(launch.plan.num_instances)]
         return output.run_instances([argv] * len(envs), envs, out)
@@ -259,6 +265,19 @@ def run(launch: Launch) -> int:
 
             shutil.rmtree(launch.cache_dir, ignore_errors=True)
         partition.remove_created(launch.vipu, launch.opts, launch.client_factory)
+
+
+def not_started(launch: Launch, rc: int) -> str:
+    """ipurun's own line when srun started no instance (srun's reason is above it)."""
+    plan = launch.plan
+    said = f"ipurun: srun started no instance (exit {rc}; Slurm's reason is above)"
+    if launch.inside:
+        return said
+    per = plan.total_ipus // len(plan.hosts)
+    ipus = "" if launch.opts.offline_mode else f" and {per} IPUs"
+    return (f"{said}: outside an allocation it asks Slurm itself for {len(plan.hosts)} node(s) with "
+            f"{plan.instances_per_host} instance(s){ipus} each; get the nodes first (salloc or sbatch with -N and "
+            "--gres=ipu:N) and run ipurun inside that job: it spreads the instances over the job's nodes")
 
 
 def main(argv: list[str] | None = None) -> int:

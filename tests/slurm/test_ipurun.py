@@ -119,3 +119,21 @@ def test_export_import_and_mpi_exports_in_a_job(clean_lab, tmp_path):
     assert "rc1=0" in text and "rc2=0" in text, text
     rows = sorted(line for line in text.splitlines() if line.startswith("ROUND "))
     assert rows == ["ROUND 0 yes unset"] * 2 + ["ROUND 1 yes one"] * 2, text  # the same run, twice
+
+
+def test_the_readme_line_outside_an_allocation_gets_ipurun_s_own_line_and_its_advice_works(clean_lab):
+    """Issue 39, item 4: outside an allocation srun asks Slurm for the run's one node itself, and
+    Slurm refuses 8 instances on a node of fewer CPUs: srun's reason is followed by ipurun's line;
+    doing what it says (the nodes first, ipurun inside) runs the README's line."""
+    lab = clean_lab
+    line = [sys.executable, "-m", "slurm_ipu.launcher.cli", "--num-instances", "8", "--num-replicas", "16"]
+    proc = lab.run(*line, "true")
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ipurun: srun started no instance (exit 1; Slurm's reason is above): outside an "
+                           "allocation it asks Slurm itself for 1 node(s) with 8 instance(s) and 16 IPUs each; get "
+                           "the nodes first (salloc or sbatch with -N and --gres=ipu:N)"), proc.stderr
+    wait_for("no job left", lambda: lab.run("squeue", "-h").stdout.strip() == "", 30)
+    proc = lab.run("salloc", "-N2", "--gres=ipu:8", *line, "bash", "-c", "echo RAN $POPDIST_INSTANCE_INDEX")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(int(w.split()[1]) for w in proc.stdout.splitlines() if w.startswith("RAN ")) == list(range(8))

@@ -449,3 +449,28 @@ def test_srun_s_short_options_get_their_long_form_named(argv, message):
     with pytest.raises(ConfigError) as err:
         cli.parse([*argv, "--num-instances", "2", "x"])
     assert str(err.value) == message
+
+
+def test_outside_an_allocation_a_refused_srun_gets_ipurun_s_own_line(capsys):
+    """Issue 39, item 4: the README's line run outside an allocation ended with srun's bare 'CPU
+    count per node can not be satisfied'; ipurun now says what it asked for and what to do."""
+    ns, extra, cmd = cli.parse(["--host", "node1", "--num-instances", "8", "--num-replicas", "8", "--offline-mode=1",
+                                "true"])
+    launch = cli.build(ns, extra, cmd, {})
+    assert not launch.inside and launch.srun is not None
+    launch.srun = ["/bin/sh", "-c", "echo 'srun: error: CPU count per node can not be satisfied' >&2; exit 1", "sh"]
+    assert cli.run(launch) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "srun: error: CPU count per node can not be satisfied"
+    assert err[1] == ("ipurun: srun started no instance (exit 1; Slurm's reason is above): outside an allocation it "
+                      "asks Slurm itself for 1 node(s) with 8 instance(s) each; get the nodes first (salloc or sbatch "
+                      "with -N and --gres=ipu:N) and run ipurun inside that job: it spreads the instances over the "
+                      "job's nodes")
+
+
+def test_an_instance_that_fails_gets_no_not_started_line(capsys):
+    ns, extra, cmd = cli.parse(["--host", "node1", "--num-instances", "1", "--offline-mode=1", "true"])
+    launch = cli.build(ns, extra, cmd, {})
+    launch.srun = ["/bin/sh", "-c", "echo '0: boom'; exit 3", "sh"]
+    assert cli.run(launch) == 3
+    assert "started no instance" not in capsys.readouterr().err
