@@ -121,9 +121,11 @@ def usage() -> str:
     short = {v: k for k, v in ALIASES.items()}
     for name, kind, default, _, text in OPTIONS:
         form = f"{short[name]}, {name}" if name in short else name
-        if kind not in (flag, boolean):
+        if kind is boolean:
+            form += " [yes|no]"  # alone: yes
+        elif kind not in (flag, count):
             form += " VALUE"
-        shown = "" if default in (None, False) else f" (default {default})"
+        shown = "" if default in (None, False) else " (default yes)" if default is True else f" (default {default})"
         lines.append(f"  {form:<34} {text}{shown}")
     return "\n".join(lines)
 
