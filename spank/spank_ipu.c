@@ -55,6 +55,23 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     return 0;
 }
 
+/* srun inside a job: its steps run on the job's partition, so --ipus there asks for what no
+ * step can get. srun re-reads the job's own --ipus from the environment the job gave it
+ * (SLURM_SPANK__..._ipus, as sbatch or salloc passed it), which asks for nothing new: only
+ * another value is refused, in one line, before the step starts (issue 35, item 9). */
+static int step_asks_ipus(void)
+{
+    const char *job = getenv("SLURM_JOB_ID");
+    const char *own = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_spank_ipu_ipus");
+
+    if (!job || !job[0] || !ipu_opts.ipus[0] || (own && !strcmp(own, ipu_opts.ipus)))
+        return 0;
+    slurm_error("spank_ipu: --ipus=%s inside job %s: a step runs on its job's partition (%s%s) and cannot "
+                "have IPUs of its own; leave --ipus out of srun inside a job, or run the work as a job of its own "
+                "(sbatch or salloc --ipus=%s)", ipu_opts.ipus, job, ipu_conf.prefix, job, ipu_opts.ipus);
+    return 1;
+}
+
 /* Hand the options to PrologSlurmctld. They shape the partition; they never size, name or
  * authorise it (SPANK_* comes from the user's side). */
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
@@ -64,6 +81,8 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR)
         return 0;
+    if (ctx == S_CTX_LOCAL && step_asks_ipus())
+        return -1;
     if (ipu_opts.ipus[0] && spank_job_control_setenv(sp, "IPU_IPUS", ipu_opts.ipus, 1) != ESPANK_SUCCESS)
         slurm_error("spank_ipu: could not pass --ipus to the job");
     if (ipu_opts.gcds[0] && spank_job_control_setenv(sp, "IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS)

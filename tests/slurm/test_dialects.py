@@ -55,6 +55,22 @@ def test_sbatch_ipus_1_with_an_output_file(clean_lab):
     wait_no_partitions(lab, 30, "its partition removed")
 
 
+def test_srun_ipus_inside_a_job_is_refused_unless_it_is_the_job_s_own(clean_lab):
+    """Issue 35, item 9 (and issue 39, item 1): a step runs on its job's partition, so `srun --ipus=4`
+    inside a 16-IPU allocation used to be accepted and ignored; now it is refused in one line.
+    srun's own re-reading of the job's --ipus (every srun in an `sbatch --ipus` job) still runs."""
+    lab = clean_lab
+    inner = ("srun --ipus=4 true; echo rc=$?; srun --ipus=16 printenv IPUOF_VIPU_API_PARTITION_ID; "
+             "srun printenv IPUOF_VIPU_API_PARTITION_ID")
+    proc = lab.run_as(USER, "salloc", "--ipus=16", "-N1", "bash", "-c", inner)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stderr.split("Granted job allocation ")[1].split()[0]
+    assert f"srun: error: spank_ipu: --ipus=4 inside job {job}: a step runs on its job's partition " \
+           f"(slurm_{job}) and cannot have IPUs of its own; leave --ipus out of srun inside a job" in proc.stderr
+    assert proc.stdout.split() == ["rc=1", f"slurm_{job}", f"slurm_{job}"], proc.stdout
+    wait_no_partitions(lab, 30, "its partition removed")
+
+
 def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
     lab = clean_lab
     proc = lab.run_as(USER, "salloc", "--ipus=8", "-N2", "srun", "bash", "-c", PROBE)
