@@ -209,7 +209,7 @@ def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
     if not Path(desc.path("plugin")).is_file():
         raise LabError(f"{desc.path('plugin')} is missing; {fix}")
     if spec.prefix == config.PACKAGED:
-        if not Path(__file__).resolve().is_relative_to("/usr/lib/python3"):
+        if not FROM_PACKAGES:
             raise LabError(f"this slurm-ipu runs from {Path(__file__).parents[2]}, not the Debian packages' "
                            "install; run /usr/bin/slurm-ipu")
     elif Path(sys.prefix).resolve() != Path(spec.prefix, "venv").resolve():
