@@ -354,8 +354,20 @@ def check_slurm(site: Site, facts: Facts) -> Finding:
                        "run a supported release")
     if release != site["slurm.version"]:
         return Finding("slurm", False, f"Slurm {v} runs, the site says slurm.version={site['slurm.version']}",
-                       f"set slurm.version: \"{release}\" and re-run make install SITE=...")
+                       f"set slurm.version: \"{release}\" and re-run {_apply(site)}")
     return Finding("slurm", True, f"Slurm {v}")
+
+
+def _apply(site: Site) -> str:
+    """How this install takes an edited site description."""
+    return "`slurm-ipu setup`" if site.packaged else "make install SITE=<site description>"
+
+
+def _build(site: Site, what: str) -> str:
+    """How this install gets a SPANK plugin for the running Slurm."""
+    if site.packaged:
+        return f"`make deb` on a machine with this Slurm, then apt install its slurm-ipu-spank ({what})"
+    return f"make install ({what})"
 
 
 def check_hooks(site: Site, facts: Facts) -> Finding:
@@ -368,7 +380,7 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
             names = ", ".join(f"slurm.site_{k.lower().replace('slurmctld', '_slurmctld')}: {v}"
                               for k, v in theirs.items())
             return Finding("hooks", False, f"{', '.join(wrong)}, expected {want} (Slurm runs one of each)",
-                           f"name the site's own script in the site description ({names}), make install SITE=..., "
+                           f"name the site's own script in the site description ({names}), {_apply(site)}, "
                            f"and set the key to {want}: slurm-ipu-hook runs the site's script for every job")
         return Finding("hooks", False, f"{', '.join(wrong)}, expected {want}",
                        "Include slurm-ipu.conf in slurm.conf (render's diff), then restart slurmctld")
@@ -380,8 +392,8 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
                                "description")
     broken = _hook_broken(site, want)
     if broken:
-        return Finding("hooks", False, broken, "make install SITE=<site description> (builds slurm-ipu-hook and "
-                                               "renders its settings)")
+        return Finding("hooks", False, broken, f"{_apply(site)} (renders slurm-ipu-hook's settings"
+                       + (")" if site.packaged else " and builds it)"))
     own = [s for k in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld") for s in site.scripts(k)]
     return Finding("hooks", True, f"PrologSlurmctld and EpilogSlurmctld run {want}"
                    + (f", which runs the site's own {' and '.join(own)}" if own else ""))
@@ -564,7 +576,7 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
     if wrong:
         return Finding("plugstack", False, "spank_ipu.so has " + ", ".join(wrong), fix)
     if not Path(plugin).is_file():
-        return Finding("plugstack", False, f"{plugin} does not exist", "make install (builds and installs it)")
+        return Finding("plugstack", False, f"{plugin} does not exist", _build(site, "installs it"))
     from ..slurm.releases import release
 
     built = built_for(Path(plugin))
@@ -572,7 +584,7 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
     # Slurm loads a SPANK plugin of its own major and minor release (src/common/plugin.c masks the micro)
     if running and (built is None or release(built) != release(running)):
         return Finding("plugstack", False, f"{plugin} was built for Slurm {built or 'an unknown release'}, "
-                       f"Slurm {running} runs", "rebuild it against this Slurm: make install")
+                       f"Slurm {running} runs", _build(site, "builds it against this Slurm"))
     return Finding("plugstack", True, f"{plugin} (built for Slurm {built}) with the site's controller and prefix")
 
 
@@ -721,7 +733,7 @@ def check_state_dir(site: Site, facts: Facts) -> Finding:
     try:
         st = path.stat()
     except OSError as exc:
-        return Finding("state_dir", False, f"{path}: {exc.strerror}", "make install SITE=... creates it")
+        return Finding("state_dir", False, f"{path}: {exc.strerror}", f"{_apply(site)} creates it")
     try:
         user = pwd.getpwnam(site["slurm.user"])
     except KeyError:

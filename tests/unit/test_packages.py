@@ -153,3 +153,10 @@ def test_setup_names_ipurun_poprun_only_when_the_site_asks_and_never_over_anothe
     with pytest.raises(config.ConfigError, match="exists and is not slurm-ipu's"):
         setup.setup(site)
     assert "Poplar SDK" in poprun.read_text()
+
+
+def test_doctor_tells_a_packaged_node_to_run_setup_not_make_install(tmp_path):
+    from slurm_ipu.deploy import doctor
+
+    found = doctor.check_state_dir(packaged_site(tmp_path), None)  # state_dir under tmp_path: not made yet
+    assert not found.ok and found.fix == "`slurm-ipu setup` creates it", found.line()
