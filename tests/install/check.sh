@@ -9,53 +9,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CHECKOUT=$PWD
+NAME=install-check
+# shellcheck source=tests/install/lib.sh
+. tests/install/lib.sh
 ROOT=$(mktemp -d /tmp/slurm-ipu-install-check-XXXXXX)
 chmod 755 "$ROOT"
 P=${INSTALL_CHECK_PREFIX:-$ROOT/opt/slurm-ipu}
 B=${INSTALL_CHECK_BINDIR:-$ROOT/bin}
 LAB=$ROOT/lab
-# Below Linux's ephemeral range (32768 up): a port there can be taken by any outgoing connection
-# between this check and the lab binding it. Above the pytest labs' range (20000-29999), unless
-# SLURM_IPU_TEST_PORTS gives this run a range of its own (tests/tiers.sh).
-BASE=$(/usr/bin/python3 -c '
-import os, random, socket
-for _ in range(50):
-    low, high = map(int, (os.environ.get("SLURM_IPU_TEST_PORTS") or "30000-32760").split("-"))
-    base = random.randrange(low, high - 8)
-    try:
-        socks = [socket.create_server(("127.0.0.1", p)) for p in range(base, base + 8)]
-    except OSError:
-        continue
-    [s.close() for s in socks]
-    print(base)
-    break
-')
-[ -n "$BASE" ] || { echo "install-check: FAILED: no free block of 8 loopback ports" >&2; exit 1; }
+BASE=$(free_ports)
 LABARGS=(--dir "$LAB" --ctld-port "$BASE" --node-port $((BASE + 1)) --vipu-port $((BASE + 7)) --prefix "$P")
 
-say() { echo "install-check: $*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
 cleanup() {
   if [ -x "$P/venv/bin/slurm-ipu" ]; then "$P/venv/bin/slurm-ipu" lab down "${LABARGS[@]}" >/dev/null 2>&1 || true; fi
   rm -rf "$ROOT"
 }
 trap cleanup EXIT
-# poll LIMIT CMD...: CMD until it succeeds, at most LIMIT seconds; its last output (stdout and
-# stderr) stays in $seen for the failure message.
-seen=
-poll() { local limit=$1; shift; local end=$((SECONDS + limit)); until seen=$("$@" 2>&1); do
-  [ $SECONDS -lt $end ] || return 1; sleep 0.2; done; }
-# shows PATTERN CMD...: CMD succeeds and a line of its output matches PATTERN (grep -E); the output
-# goes to stdout either way (no pipe into grep -q, whose early exit can SIGPIPE CMD under pipefail)
-shows() { local pattern=$1 out rc=0; shift; out=$("$@" 2>&1) || rc=$?; printf '%s\n' "$out"
-  [ $rc -eq 0 ] || { echo "(exit $rc)"; return 1; }; grep -Eq -- "$pattern" <<<"$out"; }
-# lacks PATTERN CMD...: CMD succeeds and no line of its output matches PATTERN
-lacks() { local pattern=$1 out rc=0; shift; out=$("$@" 2>&1) || rc=$?; printf '%s\n' "$out"
-  [ $rc -eq 0 ] || { echo "(exit $rc)"; return 1; }; ! grep -Eq -- "$pattern" <<<"$out"; }
-
 # make install never touches the node's Slurm (issue 37, item 5): its packages, after, are as before.
-slurm_packages() { dpkg-query -W -f='${Package} ${Version} ${db:Status-Status}\n' 'slurm*' 'libslurm*' munge \
-  'libmunge*' 2>/dev/null | sort || true; }
 PACKAGES=$(slurm_packages)
 # A Slurm under its own prefix, as sites build theirs (no package): this node's headers at micro
 # release 99 (Slurm loads a SPANK plugin of its major.minor, src/common/plugin.c), and a slurmd

@@ -18,8 +18,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CHECKOUT=$PWD
-say() { echo "deb-check: $*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
+NAME=deb-check
+# shellcheck source=tests/install/lib.sh
+. tests/install/lib.sh
 [ "$(id -u)" = 0 ] || fail "run as root (it installs packages)"
 if grep -Eqv '^(not-installed|)$' <<<"$(dpkg-query -W -f='${db:Status-Status}\n' slurm-ipu slurm-ipu-spank \
   slurm-ipu-lab 2>/dev/null || true)"; then
@@ -31,38 +32,16 @@ export PATH=/usr/sbin:/usr/bin:/sbin:/bin  # what an admin's root shell has: Deb
 ROOT=$(mktemp -d /tmp/slurm-ipu-deb-check-XXXXXX)
 chmod 755 "$ROOT"
 LAB=$ROOT/lab
-BASE=$(python3 -c '
-import os, random, socket
-for _ in range(50):
-    low, high = map(int, (os.environ.get("SLURM_IPU_TEST_PORTS") or "30000-32760").split("-"))
-    base = random.randrange(low, high - 8)
-    try:
-        socks = [socket.create_server(("127.0.0.1", p)) for p in range(base, base + 8)]
-    except OSError:
-        continue
-    [s.close() for s in socks]
-    print(base)
-    break
-')
-[ -n "$BASE" ] || fail "no free block of 8 loopback ports"
+BASE=$(free_ports)
 LABARGS=(--dir "$LAB" --ctld-port "$BASE" --node-port $((BASE + 1)) --vipu-port $((BASE + 7)) --prefix /usr)
 cleanup() {
   [ -x /usr/bin/slurm-ipu ] && [ -f "$LAB/pids.json" ] && /usr/bin/slurm-ipu lab down "${LABARGS[@]}" >/dev/null 2>&1
   rm -rf "$ROOT"
 }
 trap cleanup EXIT
-seen=
-poll() { local limit=$1; shift; local end=$((SECONDS + limit)); until seen=$("$@" 2>&1); do
-  [ $SECONDS -lt $end ] || return 1; sleep 0.2; done; }
-shows() { local pattern=$1 out rc=0; shift; out=$("$@" 2>&1) || rc=$?; printf '%s\n' "$out"
-  [ $rc -eq 0 ] || { echo "(exit $rc)"; return 1; }; grep -Eq -- "$pattern" <<<"$out"; }
-lacks() { local pattern=$1 out rc=0; shift; out=$("$@" 2>&1) || rc=$?; printf '%s\n' "$out"
-  [ $rc -eq 0 ] || { echo "(exit $rc)"; return 1; }; ! grep -Eq -- "$pattern" <<<"$out"; }
 apt_install() { DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q \
   -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@" >"$ROOT/apt.log" 2>&1 \
   || { tail -n 20 "$ROOT/apt.log" >&2; fail "apt-get install $*: $(tail -n 1 "$ROOT/apt.log")"; }; }
-slurm_packages() { dpkg-query -W -f='${Package} ${Version} ${db:Status-Status}\n' 'slurm*' 'libslurm*' munge \
-  'libmunge*' 2>/dev/null | grep -v '^slurm-ipu' | sort || true; }
 PACKAGES=$(slurm_packages)
 # every path a package holds (directories shared with others, like /usr/bin, are not its to remove)
 owned() { dpkg-query -L "$@" 2>/dev/null | while read -r f; do [ -d "$f" ] || echo "$f"; done; }

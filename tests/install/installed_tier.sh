@@ -10,8 +10,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CHECKOUT=$PWD
-say() { echo "slurm-installed: $*" >&2; }
-fail() { say "FAILED: $*"; exit 1; }
+NAME=slurm-installed
+# shellcheck source=tests/install/lib.sh
+. tests/install/lib.sh
 [ "$(id -u)" = 0 ] || fail "run as root (it installs packages)"
 [ ! -e /usr/lib/python3/dist-packages/slurm_ipu ] || fail "slurm_ipu is installed here already; run it in a chroot" \
   "(tests/install/clean_room.sh)"
