@@ -20,7 +20,7 @@ from ..fsutil import atomic_write
 from ..hooks.transport import HOOK_SOURCE, build_hook
 from ..slurm import releases
 from .procs import say
-from .spec import CLUSTER, FROM_PACKAGES, MODEL_PARTITIONS, PREFIX, REPO, SBIN, LabSpec
+from .spec import CLUSTER, FROM_PACKAGES, MODEL_PARTITIONS, PACKAGES_PLUGIN_DIR, PREFIX, REPO, SBIN, LabSpec
 
 
 def context(spec: LabSpec) -> dict:
@@ -103,7 +103,7 @@ def site_description(spec: LabSpec) -> str:
 def _plugin_dir(spec: LabSpec) -> str:
     """Where the lab's jobs load the SPANK plugin from: the lab's copy, or where the Debian package
     put it (Slurm's plugin directory: the packages' place is not the lab's to choose)."""
-    return config.BY_KEY["slurm.plugin_dir"].default if spec.prefix == config.PACKAGED else str(spec.path("lib"))
+    return PACKAGES_PLUGIN_DIR if spec.prefix == config.PACKAGED else str(spec.path("lib"))
 
 
 def _pod_section(spec: LabSpec) -> dict:
@@ -378,7 +378,7 @@ def install_spank(spec: LabSpec) -> None:
     and srun load it, and the checkout may sit where they cannot read. Running from the Debian
     packages, the copy is slurm-ipu-spank's."""
     if FROM_PACKAGES:
-        source = _packaged(f"{config.BY_KEY['slurm.plugin_dir'].default}/spank_ipu.so")
+        source = _packaged(f"{PACKAGES_PLUGIN_DIR}/spank_ipu.so")
     else:
         ensure_spank(spec)
         source = REPO / "spank" / "spank_ipu.so"

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 # slurm-ipu-hook and the SPANK plugin from those packages instead of building them from a checkout.
 FROM_PACKAGES = REPO == Path("/usr/lib/python3/dist-packages")
 EXAMPLES = Path("/usr/share/slurm-ipu-lab/examples") if FROM_PACKAGES else REPO / "examples"
+PACKAGES_PLUGIN_DIR = config.BY_KEY["slurm.plugin_dir"].default  # where slurm-ipu-spank puts spank_ipu.so
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"

@@ -26,13 +26,14 @@ class Launch:
     """Everything decided before anything starts."""
 
     def __init__(self, opts: Options, plan: Plan, env: dict, srun: list[str] | None, command: list[str],
-                 cache_dir: str | None, vipu: partition.PartitionPlan, client_factory, mpi=None, host_pods=None):
+                 cache_dir: str | None, vipu: partition.PartitionPlan, client_factory, mpi=None, host_pods=None,
+                 inside: bool = False):
         self.opts, self.plan, self.env, self.srun, self.command = opts, plan, env, srun, command
         self.cache_dir = cache_dir   # a cache ipurun itself must remove (local backend only)
         self.vipu, self.client_factory = vipu, client_factory
         self.mpi = mpi               # what the --mpi-* options asked (None without them)
         self.host_pods = host_pods or {}  # multi-Pod sites: host -> Pod, for --print-topology
-        self.inside = False               # inside an allocation: srun uses its nodes (else it asks for some)
+        self.inside = inside              # inside an allocation: srun uses its nodes (else it asks for some)
 
 
 AUTOREPORT_CONFLICT = ("autoreport-dir command line argument cannot be specified when POPLAR_ENGINE_OPTIONS "
@@ -140,9 +141,7 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     if opts.verbose >= 3:  # PopRun's -vvv: the launcher's own messages too
         srun_extra = [*srun_extra, "--verbose"]
     srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
-    launch = Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods)
-    launch.inside = inside
-    return launch
+    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods, inside)
 
 
 def pod_placement(plan: Plan, vipu, factory, env: dict, inside: bool, show: bool):
@@ -185,7 +184,7 @@ def cache_for(opts: Options, plan: Plan, local: bool) -> tuple[str | None, str |
     return cache, None
 
 
-def instance_constants(opts: Options, plan: Plan, cache: str | None, mpi, partition: str | None = None) -> dict:
+def instance_constants(opts: Options, plan: Plan, cache: str | None, mpi, partition: str | None) -> dict:
     """What every instance's wrapper reads (IPURUN_*), and what every instance gets as is.
     partition: the one this run drives (--vipu-partition, else the IPUOF_VIPU_API_PARTITION_ID
     the caller exported, as Graphcore's scripts export p$SLURM_JOB_ID): the instances attach to
