@@ -312,6 +312,11 @@ def cmd_lab(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["step"]:  # the SPANK plugin's, once per step in srun: no parser, no other import
+        from .launcher.steps import main as step_main
+
+        return step_main(argv[1:])
     args = build_parser().parse_args(argv)
 
     def dispatch() -> int:

@@ -34,7 +34,7 @@ PACKAGED = "/usr"
 PACKAGED_PATHS = {"python": "/usr/bin/python3", "hook": "/usr/libexec/slurm-ipu/slurm-ipu-hook",
                   "hook_conf": "/etc/slurm-ipu/slurm-ipu-hook.conf", "plugstack": "/etc/slurm-ipu/plugstack.conf",
                   "unit_dropin": "/etc/systemd/system/slurm-ipu-reaper.service.d/site.conf",
-                  "ipurun": "/usr/bin/ipurun", "poprun": "/usr/local/bin/poprun"}
+                  "ipurun": "/usr/bin/ipurun", "poprun": "/usr/local/bin/poprun", "helper": "/usr/bin/slurm-ipu"}
 SUPPORTED_SLURM = releases.SUPPORTED
 UPGRADING = "docs/admin.md, Upgrading"
 
@@ -334,7 +334,9 @@ class Site:
                  "site": self["install.site"],
                  "snapshot": f"{os.path.dirname(self['install.site'])}/snapshot.json",  # slurm-ipu snapshot's
                  "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",
-                 "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so"}
+                 "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so",
+                 # what the SPANK plugin runs as the user in srun (`slurm-ipu step`: spank/step.c)
+                 "helper": f"{self['install.prefix']}/venv/bin/slurm-ipu"}
         return roots[what]
 
     def vipu_client(self):

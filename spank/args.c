@@ -33,6 +33,7 @@ int ipu_valid_count(const char *text, long max)
 /* Characters each plugstack value may hold: the message lists exactly these. */
 #define HOST_CHARS ".-_:"   /* names, IPv4, IPv6 */
 #define PREFIX_CHARS "-_"   /* the start of a V-IPU partition name */
+#define PATH_CHARS "/._-+"  /* a command's absolute path */
 
 static int copy_value(char *dst, size_t size, const char *key, const char *value, const char *extra)
 {
@@ -94,7 +95,17 @@ static int parse_one(const char *arg)
         return copy_value(ipu_conf.prefix, sizeof(ipu_conf.prefix), "prefix", value, PREFIX_CHARS);
     if (klen == 5 && !strncmp(arg, "debug", 5))
         return parse_bool("debug", value, &ipu_conf.debug);
-    slurm_error("spank_ipu: unknown plugstack argument '%s'; valid: vipu_host=, vipu_port=, prefix=, debug=", arg);
+    if (klen == 6 && !strncmp(arg, "helper", 6)) {
+        if (value[0] != '/') {
+            slurm_error("spank_ipu: plugstack argument helper='%s' is not an absolute path", value);
+            return -1;
+        }
+        return copy_value(ipu_conf.helper, sizeof(ipu_conf.helper), "helper", value, PATH_CHARS);
+    }
+    if (klen == 16 && !strncmp(arg, "allocation_model", 16))
+        return parse_bool("allocation_model", value, &ipu_conf.allocation_model);
+    slurm_error("spank_ipu: unknown plugstack argument '%s'; valid: vipu_host=, vipu_port=, prefix=, helper=, "
+                "allocation_model=, debug=", arg);
     return -1;
 }
 

@@ -4,9 +4,11 @@
  *   allocator (sbatch/salloc), local (srun): options are parsed and validated; given ones are
  *     passed to job_submit.lua and PrologSlurmctld as job-control environment (IPU_IPUS,
  *     IPU_GCDS, ...; job_submit.lua turns --ipus into the job's per-node GRES).
- *   remote (slurmstepd): every task gets IPUOF_VIPU_API_HOST/PORT/PARTITION_ID naming its own
- *     job's partition (prefix + job id), replacing whatever the user exported, and loses
- *     IPUOF_CONFIG_PATH. Why every task: Slurm 22.05 tells the task side nothing about a
+ *   local (srun), once the step exists: a step with IPUs may get a partition of its own, made
+ *     before its tasks start and removed when srun exits (step.c).
+ *   remote (slurmstepd): every task gets IPUOF_VIPU_API_HOST/PORT/PARTITION_ID naming its
+ *     step's partition when srun chose one (step.c), else its own job's (prefix + job id),
+ *     replacing whatever the user exported, and loses IPUOF_CONFIG_PATH. Why every task: Slurm 22.05 tells the task side nothing about a
  *     plugin-less GRES (measured: no variable, no SPANK item), and asking slurmctld or V-IPU
  *     would cost a call per node per step. A job without IPUs names a partition that does
  *     not exist, so an attach fails with "not found"; no task ever names another job's.
@@ -55,10 +57,11 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     return 0;
 }
 
-/* srun inside a job: its steps run on the job's partition, so --ipus there asks for what no
- * step can get. srun re-reads the job's own --ipus from the environment the job gave it
- * (SLURM_SPANK__..._ipus, as sbatch or salloc passed it), which asks for nothing new: only
- * another value is refused, in one line, before the step starts (issue 35, item 9). */
+/* srun inside a job: --ipus is a job's total, which Slurm never turns into a step's GRES
+ * (job_submit.lua sees jobs only), so a step cannot get IPUs by it. srun re-reads the job's own
+ * --ipus from the environment the job gave it (SLURM_SPANK__..._ipus, as sbatch or salloc passed
+ * it), which asks for nothing new: only another value is refused, in one line, before the step
+ * starts (issue 35, item 9); a step's own IPUs are asked as Slurm's steps ask for GRES. */
 static int step_asks_ipus(void)
 {
     const char *job = getenv("SLURM_JOB_ID");
@@ -66,9 +69,13 @@ static int step_asks_ipus(void)
 
     if (!job || !job[0] || !ipu_opts.ipus[0] || (own && !strcmp(own, ipu_opts.ipus)))
         return 0;
-    slurm_error("spank_ipu: --ipus=%s inside job %s: a step runs on its job's partition (%s%s) and cannot "
-                "have IPUs of its own; leave --ipus out of srun inside a job, or run the work as a job of its own "
-                "(sbatch or salloc --ipus=%s)", ipu_opts.ipus, job, ipu_conf.prefix, job, ipu_opts.ipus);
+    if (ipu_conf.allocation_model)
+        slurm_error("spank_ipu: --ipus=%s inside job %s: --ipus sizes a job, not a step; ask for the step's IPUs "
+                    "per node as with GPUs (srun --gres=ipu:N), or leave --ipus out", ipu_opts.ipus, job);
+    else
+        slurm_error("spank_ipu: --ipus=%s inside job %s: --ipus sizes a job, not a step, and a step runs on its "
+                    "job's partition; leave --ipus out, or run the work as a job of its own (sbatch --ipus=%s)",
+                    ipu_opts.ipus, job, ipu_opts.ipus);
     return 1;
 }
 
@@ -94,17 +101,49 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     return 0;
 }
 
+/* srun, after slurmctld created the step and before any task: its own partition, if it gets one. */
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac; (void)av;
+    return ipu_step_start(sp);
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+    (void)sp; (void)ac; (void)av;
+    if (spank_context() == S_CTX_LOCAL)
+        ipu_step_end();
+    return 0;
+}
+
+/* The partition srun chose for the step (step.c), if it is a name V-IPU could hold. Not a trust
+ * boundary: a task can set any IPUoF variable itself; V-IPU decides who attaches. */
+static int step_partition(spank_t sp, char *out, size_t size)
+{
+    if (spank_getenv(sp, IPU_STEP_VAR, out, (int)size) != ESPANK_SUCCESS)
+        return 0;
+    spank_unsetenv(sp, IPU_STEP_VAR);  /* a nested srun decides afresh */
+    if (!out[0] || strspn(out, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") != strlen(out))
+        return 0;
+    return 1;
+}
+
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
     uint32_t job_id = 0;
-    char partition[IPU_PREFIX_MAX + 16];
+    char partition[IPU_NAME_MAX];
     (void)ac; (void)av;
 
     if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS) {
         slurm_error("spank_ipu: cannot read the job id; IPUOF variables not set");
         return -1;
     }
-    snprintf(partition, sizeof(partition), "%s%u", ipu_conf.prefix, job_id);
+    if (spank_getenv(sp, IPU_REFUSED_VAR, partition, sizeof(partition)) == ESPANK_SUCCESS) {
+        slurm_error("spank_ipu: step of job %u refused by srun (its message says why); no task starts", job_id);
+        return -1;
+    }
+    if (!step_partition(sp, partition, sizeof(partition)))
+        snprintf(partition, sizeof(partition), "%s%u", ipu_conf.prefix, job_id);
     if (spank_setenv(sp, "IPUOF_VIPU_API_HOST", ipu_conf.vipu_host, 1) != ESPANK_SUCCESS ||
         spank_setenv(sp, "IPUOF_VIPU_API_PORT", ipu_conf.vipu_port, 1) != ESPANK_SUCCESS ||
         spank_setenv(sp, "IPUOF_VIPU_API_PARTITION_ID", partition, 1) != ESPANK_SUCCESS) {

@@ -6,11 +6,16 @@
 
 #define IPU_PREFIX_MAX 32
 #define IPU_HOST_MAX 256
+#define IPU_NAME_MAX 65         /* a V-IPU partition name and its NUL (rules.NAME_MAX) */
+#define IPU_STEP_VAR "SLURM_IPU_STEP_PARTITION" /* srun -> the step's tasks: the partition they name */
+#define IPU_REFUSED_VAR "SLURM_IPU_STEP_REFUSED" /* srun -> the step's tasks: do not start (step.c) */
 
 struct ipu_conf {
     char vipu_host[IPU_HOST_MAX];   /* IPUOF_VIPU_API_HOST for tasks */
     char vipu_port[8];              /* IPUOF_VIPU_API_PORT for tasks */
     char prefix[IPU_PREFIX_MAX];    /* partition name = prefix + job id */
+    char helper[512];               /* the install's slurm-ipu, run as `slurm-ipu step` ("": none) */
+    int allocation_model;           /* some of the site's Pods use the allocation model */
     int debug;
 };
 
@@ -36,5 +41,8 @@ int ipu_opt_count(const char *name, const char *optarg, char *slot, long max);
 int ipu_opt_total(const char *optarg, char *slot);
 int ipu_job_epilog_cleanup(spank_t sp);
 int ipu_instance_task(spank_t sp);
+int ipu_step_start(spank_t sp);
+void ipu_step_end(void);
+long ipu_gres_count(const char *tres);
 
 #endif

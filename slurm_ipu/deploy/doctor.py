@@ -571,7 +571,8 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
     plugin = words[1] if len(words) > 1 else ""
     args = dict(w.split("=", 1) for w in words[2:] if "=" in w)
     want = {"vipu_host": site.ipuof_host, "vipu_port": str(site.ipuof_port),
-            "prefix": site["partition.prefix"]}
+            "prefix": site["partition.prefix"], "helper": site.path("helper"),
+            "allocation_model": "yes" if "allocation" in site.models else "no"}
     wrong = [f"{k}={args.get(k, '(unset)')} (site: {v})" for k, v in want.items() if args.get(k) != v]
     if wrong:
         return Finding("plugstack", False, "spank_ipu.so has " + ", ".join(wrong), fix)

@@ -91,6 +91,7 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),
         "ipus_per_host": site["pod.ipus_per_host"], "gres_prefix": releases.tres_prefix(site["slurm.version"]),
         "whole_hosts": site.models == {"allocation"}, "mixed": len(site.models) > 1,
+        "allocation_model": "allocation" in site.models, "helper": site.path("helper"),  # spank/step.c
         "host_models": site.host_models() if len(site.models) > 1 else {},
         "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
         "top_members": top_switches(site), "job_prefixes": site.job_prefixes,

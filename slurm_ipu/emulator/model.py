@@ -56,6 +56,16 @@ class Cluster:
         """The reserved prefix `name` is a job's name under (a prefix then a digit), else None."""
         return next((p for p in self.reserved if name.startswith(p) and name[len(p):len(p) + 1].isdigit()), None)
 
+    def job_step_name(self, name: str, allocation: str) -> bool:
+        """Whether `name` is a step's partition of the job whose allocation is `allocation`
+        (prefix + job + "_" + step, in allocation prefix + job): the SPANK plugin makes those as the
+        job's user (issue 39), so the job's names stay the job's, never another user's."""
+        prefix, owner = self.reserved_name(name), self.reserved_name(allocation)
+        if prefix is None or owner is None:
+            return False
+        job, _, step = name[len(prefix):].partition("_")
+        return job.isdigit() and step.isdigit() and allocation[len(owner):] == job
+
     def grants_over(self, allocation: str) -> list[frozenset[int]]:
         """The grant lists that apply to `allocation`: the nearest one around it (its own, else
         that of the smallest allocation holding it: an admin's grant of a Pod's allocation inside

@@ -363,7 +363,7 @@ class Service:
 
     def _may_create(self, allocation: str, caller_uid: int, owner: int, name: str) -> None:
         prefix = self.cluster.reserved_name(name)
-        if prefix and not self._admin(caller_uid):
+        if prefix and not self._admin(caller_uid) and not self.cluster.job_step_name(name, allocation):
             raise PermissionDenied(f"partition name {name} is reserved: {prefix}<job id> names a Slurm job's partition "
                                    "(made by the hooks); choose another name")
         granted = caller_uid == 0 or self.cluster.granted(allocation, caller_uid)

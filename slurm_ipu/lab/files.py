@@ -148,7 +148,7 @@ def _link(path: Path, to: str) -> None:
 
 def install_site(spec: LabSpec):
     """Render the lab's site description and put each fragment where its header says, as an admin
-    merges them; the lab's 'install' is its interpreter's environment, linked as PREFIX/venv."""
+    merges them; the lab's 'install' is PREFIX/venv (_install_venv)."""
     from ..deploy import fragments, merge
 
     etc = spec.path("etc")
@@ -176,7 +176,7 @@ def install_site(spec: LabSpec):
         return desc
     libexec = spec.path("install", "libexec")
     libexec.mkdir(parents=True, exist_ok=True)
-    _link(spec.path("install", "venv"), sys.prefix)
+    _install_venv(spec)
     atomic_write(desc.path("hook_conf"), texts["slurm-ipu-hook.conf"])
     hook = Path(desc.path("hook"))
     if FROM_PACKAGES:
@@ -184,6 +184,19 @@ def install_site(spec: LabSpec):
     elif not hook.exists() or hook.stat().st_mtime < HOOK_SOURCE.stat().st_mtime:  # like bin/vipu-fast: once
         build_hook(hook)
     return desc
+
+
+def _install_venv(spec: LabSpec) -> None:
+    """PREFIX/venv as the rendered files name it: its python is this interpreter's environment (the
+    hooks, as root); its slurm-ipu is the users' copy, since the SPANK plugin runs `slurm-ipu step`
+    as the job's user in srun (spank/step.c) and root's environment can be closed to them."""
+    venv = spec.path("install", "venv")
+    if venv.is_symlink():  # a lab of an earlier version linked the whole environment
+        venv.unlink()
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    _script(venv / "bin" / "python", f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    path, python = users_python(spec)
+    _script(venv / "bin" / "slurm-ipu", f"#!/bin/sh\n{_module_command(path, python, 'slurm_ipu.cli')}")
 
 
 def _packaged(path: str) -> Path:

@@ -1,6 +1,8 @@
-/* Drives spank/args.c without Slurm: the option and plugstack parsers, with slurm_error and
- * spank_option_register stubbed. Used by tests/unit/test_spank_args.py.
- *   args_driver plugstack ARG...        -> "rc=R host=H port=P prefix=X debug=D" and the error
+/* Drives spank/args.c and step.c's parser without Slurm: the option and plugstack parsers, with
+ * slurm_error, slurm_debug, spank_get_item and spank_option_register stubbed. Used by
+ * tests/unit/test_spank_args.py.
+ *   args_driver plugstack ARG...        -> "rc=R host=H port=P prefix=X debug=D helper=C alloc=A" and the error
+ *   args_driver gres TRES               -> "ipus=N" (the IPUs a step's or job's TRES request names)
  *   args_driver count NAME VALUE MAX    -> "rc=R slot=S" and the error
  *   args_driver total VALUE             -> "rc=R slot=S" and the error (--ipus) */
 #include <stdarg.h>
@@ -21,6 +23,17 @@ void slurm_error(const char *fmt, ...)
     va_end(ap);
 }
 
+void slurm_debug(const char *fmt, ...)
+{
+    (void)fmt;
+}
+
+spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
+{
+    (void)sp; (void)item;
+    return ESPANK_NOT_AVAIL;
+}
+
 spank_err_t spank_option_register(spank_t sp, struct spank_option *opt)
 {
     (void)sp; (void)opt;
@@ -35,8 +48,8 @@ int main(int argc, char **argv)
 
     if (argc >= 2 && !strcmp(argv[1], "plugstack")) {
         rc = ipu_parse_plugstack(argc - 2, argv + 2);
-        printf("rc=%d host=%s port=%s prefix=%s debug=%d\n", rc, ipu_conf.vipu_host, ipu_conf.vipu_port,
-               ipu_conf.prefix, ipu_conf.debug);
+        printf("rc=%d host=%s port=%s prefix=%s debug=%d helper=%s alloc=%d\n", rc, ipu_conf.vipu_host,
+               ipu_conf.vipu_port, ipu_conf.prefix, ipu_conf.debug, ipu_conf.helper, ipu_conf.allocation_model);
         return 0;
     }
     if (argc == 5 && !strcmp(argv[1], "count")) {
@@ -50,6 +63,10 @@ int main(int argc, char **argv)
         printf("rc=%d slot=%s\n", rc, slot);
         return 0;
     }
-    fputs("usage: args_driver plugstack ARG... | count NAME VALUE MAX | total VALUE\n", stderr);
+    if (argc == 3 && !strcmp(argv[1], "gres")) {
+        printf("ipus=%ld\n", ipu_gres_count(argv[2]));
+        return 0;
+    }
+    fputs("usage: args_driver plugstack ARG... | count NAME VALUE MAX | total VALUE | gres TRES\n", stderr);
     return 2;
 }

@@ -256,3 +256,25 @@ def test_a_job_s_name_is_the_hooks_alone(granted):
         status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions", {"name": name, "size": 1,
                                                                             "allocation": "c9"})
         assert status == 201, doc
+
+
+@needs_root
+def test_a_job_s_steps_are_named_by_its_user_inside_its_allocation_only(granted):
+    """issue 39: srun makes a step's partition (prefix + job + _ + step) as the job's user, in the
+    job's allocation; the name stays reserved everywhere else and for everyone else."""
+    from slurm_ipu.emulator.api import Api
+
+    api = Api("127.0.0.1", granted.port, timeout=10)
+    api.create_allocation("c9", ["ag4", "ag5"], [ALICE])
+    api.create_allocation("c12", ["ag6"], [ALICE])
+    for name, where in (("slurm_9_3", "c9"), ("slurm_9_4", "c9")):
+        status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions", {"name": name, "size": 4,
+                                                                            "allocation": where})
+        assert status == 201 and doc["partition"]["spec"]["owner_uid"] == ALICE, doc
+    for name, where in (("slurm_10_3", "c9"), ("slurm_9_5", "c12"), ("slurm_9_x", "c9"), ("slurm_9", "c9")):
+        status, doc = call_as(ALICE, granted.port, "POST", "/v1/partitions", {"name": name, "size": 1,
+                                                                            "allocation": where})
+        assert status == 403 and f"partition name {name} is reserved" in doc["error"]["message"], (name, doc)
+    status, doc = call_as(4343, granted.port, "POST", "/v1/partitions", {"name": "slurm_9_6", "size": 1,
+                                                                       "allocation": "c9"})
+    assert status == 403 and "may not create partitions in allocation c9" in doc["error"]["message"], doc

@@ -10,7 +10,16 @@ from __future__ import annotations
 import pytest
 
 from ..waiting import wait_for
-from .conftest import ensure_users, queue, started_lab, wait_gone, wait_idle, wait_queue_empty
+from .conftest import (
+    ensure_users,
+    parse_probe,
+    probe_script,
+    queue,
+    started_lab,
+    wait_gone,
+    wait_idle,
+    wait_queue_empty,
+)
 
 # graphcore-cloud-tools examples_utils/benchmarks/slurm_utils.py (configure_ipu_partition), as a
 # job script: the job's own partition in the allocation the prolog made.
@@ -142,3 +151,86 @@ def test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing(clean):
         wait_gone(lab, job, 240)
     nothing_left(lab, jobs[-1])
     wait_idle(lab)
+
+
+# --- a partition per step (issue 39, items 1 and 2) ---------------------------------------------
+
+def four_steps(probe: str, barrier: str) -> str:
+    """Four concurrent 4-IPU steps, as GPU users run a sweep; each waits (bounded) until all four
+    run, then reports its partition, attaches, and lists what V-IPU holds at that moment."""
+    step = (f"touch {barrier}/$SLURM_STEP_ID; for i in $(seq 300); do [ $(ls {barrier} | wc -l) -ge 4 ] && break; "
+            f"sleep 0.1; done; {probe}; "
+            "vipu list partitions | while read -r row; do echo \"LIST $SLURM_STEP_ID $row\"; done")
+    return ("#!/bin/bash\n"
+            f"for k in 1 2 3 4; do srun -N1 -n1 --gres=ipu:4 --exclusive bash -c '{step}' & done\n"
+            "wait\n")
+
+
+def test_four_concurrent_steps_get_four_partitions_of_their_own_gone_after(clean):
+    """The acceptance's four 4-IPU steps: four distinct 4-IPU partitions in the job's allocation,
+    each over its own step's host, each attached from its own step, all there at once, none left."""
+    lab = clean
+    barrier = lab.spec.path("users", "steps-barrier")
+    barrier.mkdir(mode=0o777)
+    job = lab.sbatch("-N2", "--ntasks-per-node=2", "--gres=ipu:16", "-o", "steps-%j.out",
+                     script=four_steps(probe_script(lab), str(barrier)))
+    wait_gone(lab, job, 120)
+    out = lab.spec.path(f"steps-{job}.out").read_text()
+    probes, attaches = parse_probe(out)
+    names = sorted(p[4] for p in probes)
+    assert len(probes) == 4 and len(set(names)) == 4, out
+    assert all(n.startswith(f"slurm_{job}_") for n in names), names
+    assert sorted(a["partition"] for a in attaches) == names and all(len(a["ipus"]) == 4 for a in attaches), out
+    rows = [line.split() for line in out.splitlines() if line.startswith("LIST ") and f" slurm_{job}_" in line]
+    seen_at_once = max(sum(1 for r in rows if r[1] == s) for s in {r[1] for r in rows})
+    assert seen_at_once == 4, out  # all four partitions existed while the steps ran together
+    assert all(r[r.index("|") + 1] == f"c{job}" and " 4 " in " ".join(r) for r in rows), rows
+    hosts = {p[4]: p[0] for p in probes}
+    assert all(h in ("node1", "node2") for h in hosts.values()) and len(set(hosts.values())) == 2, hosts
+    nothing_left(lab, job)
+
+
+def test_a_cancelled_step_s_partition_goes_with_it_while_the_job_runs(clean):
+    lab = clean
+    job = lab.sbatch("-N1", "--gres=ipu:16", "-o", "/dev/null",
+                     script="#!/bin/bash\nsrun -n1 --gres=ipu:8 sleep 300\nsleep 300\n")
+    name = f"slurm_{job}_0"
+    wait_for(f"{name} made for the step", lambda: name in lab.partitions(), 60)
+    assert lab.partitions()[name]["spec"]["size"] == 8 and lab.partitions()[name]["spec"]["allocation"] == f"c{job}"
+    lab.run("scancel", f"{job}.0", check=True)
+    wait_for(f"{name} removed when its step was cancelled", lambda: name not in lab.partitions(), 60)
+    assert lab.state(job) == "RUNNING"
+    lab.run("scancel", str(job), check=True)
+    wait_gone(lab, job)
+    nothing_left(lab, job)
+
+
+def test_graphcore_s_exported_partition_reaches_plain_srun_and_srun_alone_gets_one(clean):
+    """Item 2: `export IPUOF_VIPU_API_PARTITION_ID=p$JOB` after making it in the job's allocation
+    reaches the tasks of a plain srun (it used to be replaced by slurm_<job>, which did not exist);
+    without it, `srun --ipus=N` (the job's own N) and plain srun each get a partition made for them."""
+    lab = clean
+    probe = lab.spec.path("users", "users-probe")  # what a user can run: the lab's own vipu-emu
+    probe.write_text("#!/bin/bash\necho PROBE $SLURMD_NODENAME $SLURM_PROCID - - $IPUOF_VIPU_API_PARTITION_ID\n"
+                     'echo "ATTACH $(vipu-emu attach 2>&1)"\n')
+    probe.chmod(0o755)
+    script = ("#!/bin/bash\n"
+              f"srun --ipus=16 {probe}\n"
+              f"srun {probe}\n"
+              "vipu create partition p$SLURM_JOB_ID --allocation c$SLURM_JOB_ID --size 16\n"
+              "export IPUOF_VIPU_API_PARTITION_ID=p$SLURM_JOB_ID\n"
+              f"srun {probe}\n")
+    user = ensure_users()[0]
+    path = lab.spec.path("users", "exported.sh")
+    path.write_text(script)
+    path.chmod(0o755)
+    proc = lab.run_as(user, "sbatch", "--parsable", "--ipus=16", "-N1", "-o", "exported-%j.out", str(path))
+    assert proc.returncode == 0, proc.stderr
+    job = int(proc.stdout.strip().split(";")[0])
+    wait_gone(lab, job, 120)
+    out = lab.spec.path("users", f"exported-{job}.out").read_text()
+    probes, attaches = parse_probe(out)
+    assert [p[4] for p in probes] == [f"slurm_{job}_0", f"slurm_{job}_1", f"p{job}"], out
+    assert [a["partition"] for a in attaches] == [p[4] for p in probes], out
+    assert all(len(a["ipus"]) == 16 for a in attaches), out
+    nothing_left(lab, job)

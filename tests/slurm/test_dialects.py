@@ -56,8 +56,9 @@ def test_sbatch_ipus_1_with_an_output_file(clean_lab):
 
 
 def test_srun_ipus_inside_a_job_is_refused_unless_it_is_the_job_s_own(clean_lab):
-    """Issue 35, item 9 (and issue 39, item 1): a step runs on its job's partition, so `srun --ipus=4`
-    inside a 16-IPU allocation used to be accepted and ignored; now it is refused in one line.
+    """Issue 35, item 9 (and issue 39, item 1): --ipus sizes a job, and on this site (the partition
+    model) a step runs on its job's partition, so `srun --ipus=4` inside a 16-IPU allocation used to
+    be accepted and ignored; now it is refused in one line, and its advice (leave --ipus out) runs.
     srun's own re-reading of the job's --ipus (every srun in an `sbatch --ipus` job) still runs."""
     lab = clean_lab
     inner = ("srun --ipus=4 true; echo rc=$?; srun --ipus=16 printenv IPUOF_VIPU_API_PARTITION_ID; "
@@ -65,9 +66,31 @@ def test_srun_ipus_inside_a_job_is_refused_unless_it_is_the_job_s_own(clean_lab)
     proc = lab.run_as(USER, "salloc", "--ipus=16", "-N1", "bash", "-c", inner)
     assert proc.returncode == 0, proc.stderr
     job = proc.stderr.split("Granted job allocation ")[1].split()[0]
-    assert f"srun: error: spank_ipu: --ipus=4 inside job {job}: a step runs on its job's partition " \
-           f"(slurm_{job}) and cannot have IPUs of its own; leave --ipus out of srun inside a job" in proc.stderr
+    assert f"srun: error: spank_ipu: --ipus=4 inside job {job}: --ipus sizes a job, not a step, and a step runs " \
+           "on its job's partition; leave --ipus out, or run the work as a job of its own (sbatch --ipus=4)" \
+           in proc.stderr
     assert proc.stdout.split() == ["rc=1", f"slurm_{job}", f"slurm_{job}"], proc.stdout
+    wait_no_partitions(lab, 30, "its partition removed")
+
+
+def test_a_step_splitting_its_nodes_ipus_is_refused_and_whole_node_steps_keep_the_job_s(clean_lab):
+    """Issue 39, item 1, on a site of the partition model: a job's IPUs are one V-IPU partition,
+    which steps cannot split. A GPU-style step over part of a node's IPUs used to get the whole
+    partition silently; it is refused in one line (its tasks never start, the job goes on), and
+    its advice runs. Steps with all of their nodes' IPUs, on all or some of the job's nodes, keep
+    the job's partition: nothing new for them, and no call to V-IPU."""
+    lab = clean_lab
+    inner = ("srun -N1 -n1 --gres=ipu:4 printenv IPUOF_VIPU_API_PARTITION_ID; echo rc=$?; "
+             "srun -N2 -n2 printenv IPUOF_VIPU_API_PARTITION_ID; "
+             "srun -N1 -n1 printenv IPUOF_VIPU_API_PARTITION_ID; "
+             "srun -N1 -n1 --gres=ipu:8 printenv IPUOF_VIPU_API_PARTITION_ID")
+    proc = lab.run_as(USER, "salloc", "-N2", "--gres=ipu:8", "bash", "-c", inner)
+    assert proc.returncode == 0, proc.stderr
+    job = proc.stderr.split("Granted job allocation ")[1].split()[0]
+    assert f"slurm-ipu: step {job}.0 asks for 4 IPU(s) per node, but job {job} holds its 8 per node as one V-IPU " \
+           f"partition (slurm_{job}), which steps cannot split; leave --gres out of srun to run on the job's " \
+           "partition, or run each piece as a job of its own (sbatch --gres=ipu:N, or a job array)" in proc.stderr
+    assert proc.stdout.split() == ["rc=1"] + [f"slurm_{job}"] * 4, proc.stdout + proc.stderr
     wait_no_partitions(lab, 30, "its partition removed")
 
 

@@ -57,7 +57,8 @@ class FakeVipu:
                 return "", f"error: only {self.free} IPUs free [RESOURCE_EXHAUSTED]\n", 1
             self.partitions[name] = {"id": name, "size": size, "gcds": gcds, "polls": self.pending_polls,
                                      "argv": rest, "hosts": self._value(rest, "--hosts", "").split(",") if
-                                     "--hosts" in rest else [], "owner_uid": self._owner(rest)}
+                                     "--hosts" in rest else [], "owner_uid": self._owner(rest),
+                                     "allocation": self._value(rest, "--allocation", None)}
             if self.free is not None:
                 self.free -= size
             if self.create_json and "--showjson" in rest:
@@ -84,6 +85,8 @@ class FakeVipu:
                 "hosts": p.get("hosts") or []}
         if p.get("owner_uid") is not None:
             spec["owner_uid"] = p["owner_uid"]
+        if p.get("allocation"):
+            spec["allocation"] = p["allocation"]
         return {"partition": {"id": p["id"], "spec": spec, "status": {"state": f"PS_{state}"}}}
 
     @staticmethod
@@ -93,7 +96,7 @@ class FakeVipu:
     def _owner(self, args):
         return int(args[args.index("--owner-uid") + 1]) if "--owner-uid" in args else None
 
-    def plant(self, name: str, size: int, owner_uid: int | None = None, hosts=()):
+    def plant(self, name: str, size: int, owner_uid: int | None = None, hosts=(), allocation: str | None = None):
         """A partition made outside slurm-ipu (another user, or an admin by hand)."""
         self.partitions[name] = {"id": name, "size": size, "gcds": 1, "polls": 0, "argv": [],
-                                 "hosts": list(hosts), "owner_uid": owner_uid}
+                                 "hosts": list(hosts), "owner_uid": owner_uid, "allocation": allocation}

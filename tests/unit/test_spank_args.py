@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/usr/in
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    return build_driver(tmp_path_factory, "args_driver", "args.c")
+    return build_driver(tmp_path_factory, "args_driver", "args.c", "step.c")
 
 
 def run(driver: str, *args: str) -> str:
@@ -53,8 +53,9 @@ def test_bad_ipus_totals_are_refused_with_the_fix(driver, value):
 
 
 def test_plugstack_good(driver):
-    out = run(driver, "plugstack", "vipu_host=fe80::1", "vipu_port=08091", "prefix=pod_a-", "debug=on")
-    assert out == "rc=0 host=fe80::1 port=8091 prefix=pod_a- debug=1\n"
+    out = run(driver, "plugstack", "vipu_host=fe80::1", "vipu_port=08091", "prefix=pod_a-", "debug=on",
+              "helper=/opt/slurm-ipu/venv/bin/slurm-ipu", "allocation_model=yes")
+    assert out == "rc=0 host=fe80::1 port=8091 prefix=pod_a- debug=1 helper=/opt/slurm-ipu/venv/bin/slurm-ipu alloc=1\n"
 
 
 @pytest.mark.parametrize("args,words", [
@@ -66,7 +67,22 @@ def test_plugstack_good(driver):
     (["vipu_host=h", "colour=red"], "unknown plugstack argument 'colour=red'; valid: vipu_host="),
     ([], "plugstack needs vipu_host="),
     (["vipu_host=" + "h" * 300], "is empty or longer than 255 characters"),
+    (["vipu_host=h", "helper=slurm-ipu"], "helper='slurm-ipu' is not an absolute path"),
+    (["vipu_host=h", "helper=/opt/x;rm"], "helper='/opt/x;rm' has character ';'"),
+    (["vipu_host=h", "allocation_model=2"], "allocation_model='2' is not yes/no"),
 ])
 def test_plugstack_refusals_name_the_argument_and_what_is_accepted(driver, args, words):
     out = run(driver, "plugstack", *args)
     assert words in out and out.splitlines()[-1].startswith("rc=-1"), out
+
+
+@pytest.mark.parametrize("tres,ipus", [
+    ("gres:ipu:4", 4),                     # 22.05's spelling of a step's or job's request
+    ("gres/ipu:16", 16),                   # 23.02 and later
+    ("gres/ipu", 1),                       # no count: one
+    ("gres:gpu:2,gres:ipu:8", 8), ("gres/ipu:2;gres/gpu:1", 2),
+    ("gres/ipux:4", 0), ("gres/gpu:4", 0), ("license/ipu:4", 0), ("", 0),
+])
+def test_the_ipus_a_tres_request_names(driver, tres, ipus):
+    """spank/step.c: what srun reads from slurmctld's step and job records."""
+    assert run(driver, "gres", tres) == f"ipus={ipus}\n"

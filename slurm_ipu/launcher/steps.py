@@ -1,0 +1,177 @@
+"""The partition a step's tasks name (issue 39, items 1 and 2). Run by the SPANK plugin in srun,
+as the user, once per step with IPUs, after slurmctld created the step and before any task
+(spank/step.c), through the install's own command (which every user can run):
+
+    slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS
+    slurm-ipu step end JOB NAME
+
+IPUS is what Slurm granted the step (PER_NODE on each of NODES), JOB_PER_NODE the job's. `start`
+prints `create NAME` (a partition made for the step: srun removes it at exit), `use NAME` (one
+that exists: the user's own), or nothing (the job's partition), and refuses in one line (exit 2)
+a step that cannot have the IPUs it asked for. The rules:
+
+- A job held as one partition (vipu.model partition, or allocation with allocation.partition)
+  cannot be split: a step asking for fewer IPUs per node than the job has (GPU-style steps over
+  a node's devices) is refused, never handed the whole partition silently; a step with all of
+  its nodes' IPUs (srun without --gres: Slurm gives a step its job's GRES) gets the job's.
+- A job held as an allocation (Graphcore's model) gets, per step, a partition of exactly the
+  IPUs Slurm granted the step, named prefix + job + "_" + step, in the job's allocation, over the
+  step's hosts, owned by the user. Except, for a step with all of its nodes' IPUs: the user
+  exported IPUOF_VIPU_API_PARTITION_ID naming a partition in the job's allocation (Graphcore's
+  scripts make `p$JOB` and export it): that one is kept, after one V-IPU read that it is there;
+  or the user's own partitions hold the IPUs: the step runs, told in one line that no partition
+  was made for it (`srun hostname` in such a job must not fail).
+
+V-IPU's own checks decide who may attach; the names only say what a task attaches to.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..cli_common import run_main
+from ..errors import ConfigError, InsufficientIpus, SlurmIpuError, VipuError
+
+USAGE = "usage: slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS | step end JOB NAME"
+
+
+class StepRefused(ConfigError):
+    """The step cannot have what it asked for; srun fails it before any task starts."""
+
+
+class Step:
+    __slots__ = ("job", "step", "ipus", "per_node", "job_per_node", "nodes", "gcds")
+
+    def __init__(self, job: int, step: int, ipus: int, per_node: int, job_per_node: int, nodes: list[str],
+                 gcds: int = 1):
+        self.job, self.step, self.ipus, self.per_node = job, step, ipus, per_node
+        self.job_per_node, self.nodes, self.gcds = job_per_node, nodes, gcds
+
+    @property
+    def label(self) -> str:
+        return f"step {self.job}.{self.step}"
+
+    @property
+    def splits(self) -> bool:
+        """Fewer IPUs per node than the job has: the GPU-style split of a node's devices."""
+        return self.per_node < self.job_per_node
+
+
+def step_name(prefix: str, job: int, step: int) -> str:
+    return f"{prefix}{job}_{step}"
+
+
+def decide(step: Step, site, client, env: dict, deadline: float) -> str:
+    """What `start` prints (see the module's docstring)."""
+    model = site.model_for(step.nodes)
+    prefix = site["partition.prefix"]
+    if model == "partition" or site["allocation.partition"]:
+        return _whole(step, f"{prefix}{step.job}")
+    allocation = f"{site['allocation.prefix']}{step.job}"
+    own = env.get("IPUOF_VIPU_API_PARTITION_ID", "")
+    if own and not step.splits and not own.startswith(f"{prefix}{step.job}"):  # ours: the plugin set it
+        return _users(step, client, own, allocation, deadline)
+    name = step_name(prefix, step.job, step.step)
+    try:
+        client.ensure_partition(name, step.ipus, deadline, num_gcds=step.gcds if step.gcds > 1 else None,
+                                allocation=allocation, hosts=step.nodes)
+    except InsufficientIpus as exc:
+        if step.splits:
+            raise StepRefused(f"{step.label}: no partition of {_ipus(step.ipus)} for it in job {step.job}'s "
+                              f"allocation {allocation}: {exc}; `vipu list partitions` shows what holds them") from None
+        print(f"slurm-ipu: {step.label}: no partition made for it ({exc}); its tasks name {prefix}{step.job}: "
+              "export IPUOF_VIPU_API_PARTITION_ID to name one of yours", file=sys.stderr)
+        return ""
+    except VipuError as exc:
+        raise StepRefused(f"{step.label}: no partition of {_ipus(step.ipus)} for it in job {step.job}'s allocation "
+                          f"{allocation}: {exc}") from None
+    return f"create {name}"
+
+
+def _whole(step: Step, name: str) -> str:
+    if not step.splits:
+        return ""
+    raise StepRefused(f"{step.label} asks for {step.per_node} IPU(s) per node, but job {step.job} holds its "
+                      f"{step.job_per_node} per node as one V-IPU partition ({name}), which steps cannot split; leave "
+                      "--gres out of srun to run on the job's partition, or run each piece as a job of its own "
+                      "(sbatch --gres=ipu:N, or a job array)")
+
+
+def _users(step: Step, client, own: str, allocation: str, deadline: float) -> str:
+    part = client.get_partition(own, deadline)
+    if part is not None and part.allocation == allocation:
+        return f"use {own}"
+    where = "does not exist" if part is None else f"is in allocation {part.allocation}"
+    raise StepRefused(f"{step.label}: IPUOF_VIPU_API_PARTITION_ID={own} {where}, not in job {step.job}'s "
+                      f"allocation {allocation}; create it there (vipu create partition {own} --allocation "
+                      f"{allocation} --size N) or unset the variable to get a partition made for the step")
+
+
+def end(job: int, name: str, site, client, deadline: float) -> None:
+    """Remove the step's partition (only a step's name of this job: the helper takes no other)."""
+    prefix = f"{site['partition.prefix']}{job}_"
+    if not (name.startswith(prefix) and name[len(prefix):].isdigit()):
+        raise ConfigError(f"end: {name} is no step partition of job {job}")
+    try:
+        client.remove_partition(name, missing_ok=True, deadline=deadline)
+    except VipuError as exc:
+        raise SlurmIpuError(f"partition {name} not removed ({exc}); the job's end removes it") from None
+
+
+def _ipus(n: int) -> str:
+    return "1 IPU" if n == 1 else f"{n} IPUs"
+
+
+def user_client(site):
+    """The user's own vipu (a user's vipu config applies; never the hooks' credentials)."""
+    from ..vipu import VipuClient
+
+    return VipuClient(command=[site["vipu.command"]], host=site["vipu.host"], port=site["vipu.port"],
+                      timeout=site["vipu.timeout"], emulator_flags=site["vipu.emulator"])
+
+
+def _number(text: str, what: str) -> int:
+    if not text.isdigit():
+        raise ConfigError(f"{what} {text!r} is not a number; {USAGE}")
+    return int(text)
+
+
+def parse_start(args: list[str]) -> Step:
+    if len(args) != 7:
+        raise ConfigError(USAGE)
+    from ..slurm.hostlist import expand
+
+    job, step, ipus, per_node, job_per_node, nodes, gcds = args
+    return Step(_number(job, "JOB"), _number(step, "STEP"), _number(ipus, "IPUS"), _number(per_node, "PER_NODE"),
+                _number(job_per_node, "JOB_PER_NODE"), expand(nodes), _number(gcds, "GCDS"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+
+    def body() -> int:
+        from .. import config
+
+        if not argv or argv[0] not in ("start", "end"):
+            raise ConfigError(USAGE)
+        path, _ = config.locate(os.environ)
+        site = config.load(path, environ=os.environ)
+        client = user_client(site)
+        deadline = time.monotonic() + site["prolog.deadline"]
+        if argv[0] == "end":
+            if len(argv) != 3:
+                raise ConfigError(USAGE)
+            end(_number(argv[1], "JOB"), argv[2], site, client, deadline)
+            return 0
+        reply = decide(parse_start(argv[1:]), site, client, os.environ, deadline)
+        if reply:
+            print(reply, flush=True)
+        return 0
+
+    return run_main(body, debug="--debug" in argv, program="slurm-ipu")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
