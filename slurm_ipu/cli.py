@@ -3,7 +3,6 @@ imported only when chosen, so the Slurm hooks pay for nothing they do not use.""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from . import __version__
@@ -22,7 +21,9 @@ def _days(text: str) -> float:
     return days
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
+    import argparse  # not at the top: `slurm-ipu step`, in every srun of an IPU job, never parses
+
     from .rules import VIPU_PORT
 
     top = argparse.ArgumentParser(prog="slurm-ipu", description="Graphcore IPU Pods on stock Slurm")

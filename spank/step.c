@@ -39,10 +39,11 @@
 #pragma weak slurm_load_job
 #pragma weak slurm_free_job_info_msg
 
-#define STEP_SECONDS 150 /* the helper's own deadline is 120 s: this only bounds a wedged one */
+#define STEP_SECONDS 150   /* the helper's own deadline (prolog.deadline) is shorter: this bounds a wedged one */
+#define REMOVE_SECONDS 30  /* srun's exit waits for the removal: past this the job's epilog removes it */
+#define REMOVE_WORDS 32
 
-static char made[IPU_NAME_MAX];  /* the partition this srun's helper created, removed at exit */
-static uint32_t made_job;
+static char removal[2048];  /* the helper's tab-separated vipu command line removing the step's partition */
 
 /* IPUs in a TRES request ("gres:ipu:4" on 22.05, "gres/ipu:4" later, "gres/ipu" meaning 1),
  * among other entries separated by ',' or ';'; 0 when it names none. */
@@ -129,13 +130,13 @@ static long job_per_node(uint32_t job)
     return n;
 }
 
-/* Run the helper as the user; its first line of output into `out`. Its errors go straight to
- * srun's stderr. Returns its exit status, or -1 (could not run, or killed at STEP_SECONDS). */
-static int run_helper(char *const argv[], char *out, size_t size)
+/* Run a command as the user (srun's uid), its output into `out`; its errors go straight to
+ * srun's stderr. Returns its exit status, or -1 (could not run, or killed after `seconds`). */
+static int run(char *const argv[], int seconds, char *out, size_t size)
 {
     int fd[2], status = 0;
     size_t got = 0;
-    time_t end = time(NULL) + STEP_SECONDS;
+    time_t end = time(NULL) + seconds;
     pid_t pid;
 
     if (pipe2(fd, O_CLOEXEC) < 0)
@@ -147,7 +148,7 @@ static int run_helper(char *const argv[], char *out, size_t size)
     }
     if (pid == 0) {
         dup2(fd[1], STDOUT_FILENO);
-        execv(argv[0], argv);
+        execvp(argv[0], argv);
         fprintf(stderr, "spank_ipu: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
     }
@@ -169,7 +170,6 @@ static int run_helper(char *const argv[], char *out, size_t size)
     }
     close(fd[0]);
     out[got] = '\0';
-    out[strcspn(out, "\n")] = '\0';
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -190,8 +190,8 @@ int ipu_step_start(spank_t sp)
 {
     uint32_t job = 0, step = 0;
     struct step_info info = {0};
-    char ipus[24], per_node[24], job_node[24], jobs[16], steps[16], reply[IPU_NAME_MAX + 16];
-    const char *verb, *name;
+    char ipus[24], per_node[24], job_node[24], jobs[16], steps[16], reply[IPU_NAME_MAX + 16 + sizeof(removal)];
+    char *verb, *name, *rest;
 
     if (!ipu_conf.helper[0] || ipu_opts.instance)  /* no helper configured; ipurun drives its own */
         return 0;
@@ -218,32 +218,33 @@ int ipu_step_start(spank_t sp)
     snprintf(steps, sizeof(steps), "%u", step);
     char *argv[] = {ipu_conf.helper, "step", "start", jobs, steps, ipus, per_node, job_node, info.nodes,
                     ipu_opts.gcds[0] ? ipu_opts.gcds : "1", NULL};
-    if (run_helper(argv, reply, sizeof(reply)) != 0)
+    if (run(argv, STEP_SECONDS, reply, sizeof(reply)) != 0)
         return refuse();  /* the helper said why, in one line */
     if (!reply[0])
         return 0;   /* the job's own partition */
-    verb = strtok(reply, " ");
-    name = strtok(NULL, " ");
-    if (!verb || !name || strlen(name) >= IPU_NAME_MAX) {
+    verb = strtok_r(reply, " ", &rest);
+    name = strtok_r(NULL, "\n", &rest);
+    if (!verb || !name || strlen(name) >= IPU_NAME_MAX || (!strcmp(verb, "create") && !strchr(rest, '\t'))) {
         slurm_error("spank_ipu: step %u.%u: the step helper said '%s'", job, step, reply);
         return refuse();
     }
-    if (!strcmp(verb, "create")) {
-        snprintf(made, sizeof(made), "%s", name);
-        made_job = job;
-    }
+    if (!strcmp(verb, "create"))  /* line 2: how to remove it, run at srun's exit (ipu_step_end) */
+        snprintf(removal, sizeof(removal), "%.*s", (int)strcspn(rest, "\n"), rest);
     /* Local context: srun's own environment is what it sends to the tasks (merged after this). */
     return setenv(IPU_STEP_VAR, name, 1) == 0 ? 0 : refuse();
 }
 
+/* srun's exit, whatever ended the step: remove the partition made for it. A failure is left to
+ * the job's epilog, which removes everything in the job's allocation. */
 void ipu_step_end(void)
 {
-    char jobs[16], reply[64];
+    char *argv[REMOVE_WORDS + 1], *rest = NULL, out[256];
+    int n = 0;
 
-    if (!made[0])
-        return;
-    snprintf(jobs, sizeof(jobs), "%u", made_job);
-    char *argv[] = {ipu_conf.helper, "step", "end", jobs, made, NULL};
-    run_helper(argv, reply, sizeof(reply));  /* a failure is the job epilog's to finish */
-    made[0] = '\0';
+    for (char *w = strtok_r(removal, "\t", &rest); w && n < REMOVE_WORDS; w = strtok_r(NULL, "\t", &rest))
+        argv[n++] = w;
+    argv[n] = NULL;
+    if (n > 0)
+        run(argv, REMOVE_SECONDS, out, sizeof(out));
+    removal[0] = '\0';
 }

@@ -320,6 +320,10 @@ def users_python(spec: LabSpec) -> tuple[str, str]:
     system = Path("/usr/bin/python3")
     if python.is_relative_to("/root") and system.exists():
         python = system
+    # Compiled now, by the interpreter they run: users cannot write __pycache__ here, and each of
+    # their commands would compile what it imports again (`slurm-ipu step` runs in every srun).
+    subprocess.run([str(python), "-m", "compileall", "-q", "-j", "0", str(where)], capture_output=True, timeout=300,
+                   check=False)
     return str(where), str(python)
 
 

@@ -3,12 +3,13 @@ as the user, once per step with IPUs, after slurmctld created the step and befor
 (spank/step.c), through the install's own command (which every user can run):
 
     slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS
-    slurm-ipu step end JOB NAME
 
-IPUS is what Slurm granted the step (PER_NODE on each of NODES), JOB_PER_NODE the job's. `start`
-prints `create NAME` (a partition made for the step: srun removes it at exit), `use NAME` (one
-that exists: the user's own), or nothing (the job's partition), and refuses in one line (exit 2)
-a step that cannot have the IPUs it asked for. The rules:
+IPUS is what Slurm granted the step (PER_NODE on each of NODES), JOB_PER_NODE the job's. It
+prints `create NAME` and, on a second line, the `vipu` command line (tab-separated) that removes
+it, which srun runs itself when it exits (a second Python start there would double a step's
+cost: docs/performance.md); or `use NAME` (one that exists: the user's own); or nothing (the
+job's partition). It refuses in one line (exit 2) a step that cannot have the IPUs it asked
+for. The rules:
 
 - A job held as one partition (vipu.model partition, or allocation with allocation.partition)
   cannot be split: a step asking for fewer IPUs per node than the job has (GPU-style steps over
@@ -32,9 +33,9 @@ import sys
 import time
 
 from ..cli_common import run_main
-from ..errors import ConfigError, InsufficientIpus, SlurmIpuError, VipuError
+from ..errors import ConfigError, InsufficientIpus, VipuError
 
-USAGE = "usage: slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS | step end JOB NAME"
+USAGE = "usage: slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS"
 
 
 class StepRefused(ConfigError):
@@ -77,6 +78,7 @@ def decide(step: Step, site, client, env: dict, deadline: float) -> str:
     try:
         client.ensure_partition(name, step.ipus, deadline, num_gcds=step.gcds if step.gcds > 1 else None,
                                 allocation=allocation, hosts=step.nodes)
+        removal = "\t".join(client.argv(["remove", "partition", name]))
     except InsufficientIpus as exc:
         if step.splits:
             raise StepRefused(f"{step.label}: no partition of {_ipus(step.ipus)} for it in job {step.job}'s "
@@ -87,7 +89,7 @@ def decide(step: Step, site, client, env: dict, deadline: float) -> str:
     except VipuError as exc:
         raise StepRefused(f"{step.label}: no partition of {_ipus(step.ipus)} for it in job {step.job}'s allocation "
                           f"{allocation}: {exc}") from None
-    return f"create {name}"
+    return f"create {name}\n{removal}"
 
 
 def _whole(step: Step, name: str) -> str:
@@ -109,19 +111,16 @@ def _users(step: Step, client, own: str, allocation: str, deadline: float) -> st
                       f"{allocation} --size N) or unset the variable to get a partition made for the step")
 
 
-def end(job: int, name: str, site, client, deadline: float) -> None:
-    """Remove the step's partition (only a step's name of this job: the helper takes no other)."""
-    prefix = f"{site['partition.prefix']}{job}_"
-    if not (name.startswith(prefix) and name[len(prefix):].isdigit()):
-        raise ConfigError(f"end: {name} is no step partition of job {job}")
-    try:
-        client.remove_partition(name, missing_ok=True, deadline=deadline)
-    except VipuError as exc:
-        raise SlurmIpuError(f"partition {name} not removed ({exc}); the job's end removes it") from None
-
-
 def _ipus(n: int) -> str:
     return "1 IPU" if n == 1 else f"{n} IPUs"
+
+
+def _quiet_client_log() -> None:
+    """The client logs a failed `vipu` call before raising; the refusal line says it already, and
+    srun's user should read one line, not Python's fallback log handler's three."""
+    import logging
+
+    logging.getLogger("slurm_ipu.vipu").addHandler(logging.NullHandler())
 
 
 def user_client(site):
@@ -154,18 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         from .. import config
 
-        if not argv or argv[0] not in ("start", "end"):
+        if argv[:1] != ["start"]:
             raise ConfigError(USAGE)
+        step = parse_start(argv[1:])
         path, _ = config.locate(os.environ)
         site = config.load(path, environ=os.environ)
-        client = user_client(site)
-        deadline = time.monotonic() + site["prolog.deadline"]
-        if argv[0] == "end":
-            if len(argv) != 3:
-                raise ConfigError(USAGE)
-            end(_number(argv[1], "JOB"), argv[2], site, client, deadline)
-            return 0
-        reply = decide(parse_start(argv[1:]), site, client, os.environ, deadline)
+        _quiet_client_log()
+        reply = decide(step, site, user_client(site), os.environ, time.monotonic() + site["prolog.deadline"])
         if reply:
             print(reply, flush=True)
         return 0

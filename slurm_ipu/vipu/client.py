@@ -59,7 +59,9 @@ class VipuClient:
         return f"VipuClient(command={self.command!r}, host={self.host!r}, port={self.port!r})"
 
     # --- plumbing -----------------------------------------------------------------------
-    def _argv(self, args: Sequence[str], admin: bool = False) -> list[str]:
+    def argv(self, args: Sequence[str], admin: bool = False) -> list[str]:
+        """The command line that runs `vipu args` on this client's controller (one that something
+        other than this client runs: srun removes a step's partition with it, spank/step.c)."""
         argv = list(self.admin_command if admin else self.command)
         if self.host:
             argv += ["--api-host", self.host]
@@ -68,7 +70,7 @@ class VipuClient:
         return argv + list(args)
 
     def _once(self, args: Sequence[str], timeout: float, admin: bool = False) -> str:
-        argv = self._argv(args, admin)
+        argv = self.argv(args, admin)
         try:
             proc = (self.runner or run_command)(argv, capture_output=True, text=True, timeout=timeout,
                                                 stdin=subprocess.DEVNULL)

@@ -27,20 +27,22 @@ def step(capsys, *args: str) -> tuple[int, str, str]:
     return code, out.strip(), err.strip()
 
 
-def test_a_step_of_the_allocation_model_gets_a_partition_of_its_own_removed_at_its_end(site, fake, capsys):
+def test_a_step_of_the_allocation_model_gets_a_partition_of_its_own_and_how_to_remove_it(site, fake, capsys):
     site("allocation", vipu={"emulator": True})  # the emulator takes the hosts (--hosts), a real vipu not
     code, out, err = step(capsys, "start", "42", "3", "4", "4", "16", "node1", "1")
-    assert (code, out, err) == (0, "create slurm_42_3", "")
+    assert (code, err) == (0, "") and out.splitlines()[0] == "create slurm_42_3"
     made = fake.partitions["slurm_42_3"]
     assert (made["size"], made["allocation"], made["hosts"]) == (4, "c42", ["node1"])
-    assert step(capsys, "end", "42", "slurm_42_3") == (0, "", "")
+    removal = out.splitlines()[1].split("\t")  # what srun runs at its exit (spank/step.c)
+    assert removal == ["/usr/bin/vipu", "--api-host", "v", "--api-port", "8090", "remove", "partition", "slurm_42_3"]
+    fake(removal)
     assert fake.partitions == {}
 
 
 def test_four_steps_get_four_distinct_partitions_and_gcds_pass_through(site, fake, capsys):
     site("allocation")
     for k, node in enumerate(["node1", "node1", "node2", "node2"]):
-        assert step(capsys, "start", "7", str(k), "4", "4", "16", node, "2")[1] == f"create slurm_7_{k}"
+        assert step(capsys, "start", "7", str(k), "4", "4", "16", node, "2")[1].startswith(f"create slurm_7_{k}\n")
     assert sorted(fake.partitions) == [f"slurm_7_{k}" for k in range(4)]
     assert {p["gcds"] for p in fake.partitions.values()} == {2}
 
@@ -73,8 +75,9 @@ def test_the_plugin_s_own_value_is_not_taken_for_the_user_s(site, fake, capsys, 
     site("allocation")
     for mine in ("slurm_42", "slurm_42_1"):
         monkeypatch.setenv("IPUOF_VIPU_API_PARTITION_ID", mine)
-        assert step(capsys, "start", "42", "2", "16", "16", "16", "node1", "1")[:2] == (0, "create slurm_42_2")
-        assert step(capsys, "end", "42", "slurm_42_2")[0] == 0
+        code, out, _ = step(capsys, "start", "42", "2", "16", "16", "16", "node1", "1")
+        assert (code, out.splitlines()[0]) == (0, "create slurm_42_2")
+        fake.partitions.clear()
 
 
 def test_a_whole_step_with_the_allocation_held_by_the_user_s_partitions_runs_and_is_told(site, fake, capsys):
@@ -113,7 +116,7 @@ def test_a_step_with_all_of_its_nodes_ipus_keeps_the_job_s_partition(site, fake,
 
 
 @pytest.mark.parametrize("args", [["start", "9", "x", "4", "4", "16", "node1", "1"], ["start", "9"],
-                                  ["end", "9", "p9"], ["end", "9", "slurm_10_1"], ["stop"]])
+                                  ["start", "9", "1", "4", "4", "16", "node[1-", "1"], ["end", "9", "p9"], []])
 def test_bad_arguments_get_one_line_and_exit_2(site, fake, capsys, args):
     site("allocation")
     code, out, err = step(capsys, *args)
