@@ -166,6 +166,17 @@ class Api:
     def remove_allocation(self, name: str) -> dict:
         return self.call("DELETE", f"/v1/allocations/{_quote(name)}")
 
+    def agents(self) -> list[dict]:
+        """`vipu-admin list agents`: the IPU-Machines and their health."""
+        return self.call("GET", "/v1/agents")["agents"]
+
+    def get_agent(self, name: str) -> dict:
+        return self.call("GET", f"/v1/agents/{_quote(name)}")["agent"]
+
+    def agent_fault(self, name: str, state: str, ipu: int | None = None) -> dict:
+        """`vipu-emu fault agent NAME down|up|ipu-error N` (admin API)."""
+        return self.call("POST", "/admin/faults/agent", {"agent": name, "state": state, "ipu": ipu})["agent"]
+
     def attach(self, partition: str, gcd: int, uid: int, host: str) -> dict:
         return self.call("POST", "/v1/attach", {"partition": partition, "gcd": gcd, "uid": uid, "host": host})
 

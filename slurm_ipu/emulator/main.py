@@ -12,7 +12,7 @@ from ..cli_common import run_main
 from ..errors import AttachError, ConfigError
 from ..rules import VIPU_PORT
 
-FAULTS = ("latency", "create-delay", "fail", "error-next", "down", "up", "crash", "clear", "show")
+FAULTS = ("latency", "create-delay", "fail", "error-next", "down", "up", "crash", "clear", "show", "agent")
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fault", help="inject or clear faults")
     _server_args(f)
     f.add_argument("kind", choices=FAULTS)
-    f.add_argument("value", nargs="?", type=float, help="seconds for latency, create-delay, down")
+    f.add_argument("value", nargs="*", help="seconds for latency, create-delay, down; for agent: NAME "
+                   "down|up|ipu-error N (an IPU-Machine fails or comes back)")
     f.add_argument("--count", type=int, default=1)
     f.add_argument("--code", default="UNAVAILABLE")
     f.add_argument("--op", default="any")
@@ -79,12 +80,18 @@ def cmd_fault(args) -> int:
     from .service import fault_seconds
 
     kind = args.kind
-    if kind in ("latency", "create-delay") and args.value is None:
+    if kind == "agent":
+        print(json.dumps(api.agent_fault(*_agent_fault(args.value))))
+        return 0
+    if kind in ("latency", "create-delay") and not args.value:
         raise ConfigError(f"fault {kind} needs a number of seconds, e.g. `vipu-emu fault {kind} 2`")
     try:
-        value = fault_seconds(kind, args.value or 0.0)
+        if len(args.value) > 1:
+            raise ValueError(f"fault {kind} takes one number of seconds, not {' '.join(args.value)}")
+        value = fault_seconds(kind, float(args.value[0]) if args.value else 0.0)
     except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(f"{exc}" if "fault" in str(exc) else f"fault {kind} {args.value[0]}: not a number of "
+                          "seconds") from None
     actions = {
         "latency": lambda: api.faults(latency=value),
         "create-delay": lambda: api.faults(create_delay=value),
@@ -98,6 +105,16 @@ def cmd_fault(args) -> int:
     }
     print(json.dumps(actions[kind]()))
     return 0
+
+
+def _agent_fault(words: list[str]) -> tuple[str, str, int | None]:
+    """`agent NAME down|up|ipu-error N` (the exact form scripts written against the emulator use)."""
+    usage = "use `vipu-emu fault agent NAME down|up|ipu-error N` (e.g. agent ag0 down)"
+    if len(words) == 2 and words[1] in ("down", "up"):
+        return words[0], words[1], None
+    if len(words) == 3 and words[1] == "ipu-error" and words[2].isdigit():
+        return words[0], "ipu-error", int(words[2])
+    raise ConfigError(f"fault agent {' '.join(words)}: {usage}")
 
 
 def cmd_attach(args) -> int:

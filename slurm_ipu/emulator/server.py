@@ -52,9 +52,12 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
         ("POST", r"^/v1/allocations/(?P<name>[^/]+)/grants$", "grant_allocation"),
         ("DELETE", r"^/v1/allocations/(?P<name>[^/]+)$", "remove_allocation"),
         ("GET", r"^/v1/clusters$", "clusters"),
+        ("GET", r"^/v1/agents$", "agents"),
+        ("GET", r"^/v1/agents/(?P<name>[^/]+)$", "get_agent"),
         ("POST", r"^/v1/attach$", "attach"),
         ("GET", r"^/admin/faults$", "faults_get"),
         ("POST", r"^/admin/faults$", "faults_set"),
+        ("POST", r"^/admin/faults/agent$", "faults_agent"),
         ("DELETE", r"^/admin/faults$", "faults_clear"),
         ("POST", r"^/admin/down$", "down"),
         ("POST", r"^/admin/up$", "up"),
@@ -173,6 +176,12 @@ class App:
     def _api_allocations(self, _p, _q, _b, _u):
         return 200, {"allocations": self.service.allocations()}
 
+    def _api_agents(self, _p, _q, _b, _u):
+        return 200, {"agents": self.service.agents()}
+
+    def _api_get_agent(self, p, _q, _b, _u):
+        return 200, {"agent": self.service.agent(p["name"])}
+
     def _api_attach(self, _p, _q, body, caller):
         gcd = body.get("gcd", 0)
         if isinstance(gcd, bool) or not isinstance(gcd, int):
@@ -203,6 +212,10 @@ class App:
                     )
                 faults.fail.append([max(1, int(spec.get("count", 1))), code, op])
         return faults.as_dict()
+
+    def _admin_faults_agent(self, body):
+        ipu = body.get("ipu")
+        return {"agent": self.service.set_agent_health(str(body.get("agent", "")), str(body.get("state", "")), ipu)}
 
     def _admin_faults_clear(self, _b):
         faults = self.service.faults

@@ -21,6 +21,7 @@ from ..errors import (
     PartitionNotFound,
     PartitionNotReady,
     PermissionDenied,
+    SlurmIpuError,
     VipuError,
     VipuUnavailable,
 )
@@ -40,7 +41,7 @@ CODES: dict[str, tuple[int, type[VipuError]]] = {
     "DEADLINE_EXCEEDED": (504, VipuUnavailable),
 }
 OPS = ("create", "remove", "get", "list", "reset", "ipuof", "attach", "allocations", "version", "create_allocation",
-       "remove_allocation", "get_allocation", "grant_allocation")
+       "remove_allocation", "get_allocation", "grant_allocation", "agents")
 
 
 def code_of(exc: VipuError) -> str:
@@ -51,6 +52,10 @@ def code_of(exc: VipuError) -> str:
 
 
 MAX_FAULT_SECONDS = 3600.0
+AGENT_STATES = ("up", "down", "ipu-error")
+AGENT_PORT_BASE = 8080      # an emulated IPU-Machine's agent port, as `vipu-admin create agent --port` has it
+EXPORTER_PORT = 2112        # V-IPU's per-machine OpenMetrics exporter port (shown, not served)
+API_VERSION_TEXT = "1.18.0-emulated"
 
 
 def fault_seconds(kind: str, value) -> float:
@@ -109,6 +114,7 @@ class Service:
         self.faults = Faults()
         self.calls: dict[str, int] = {}  # API calls per operation, for tests ("no V-IPU call")
         self._lock = threading.Lock()  # serialises placement: no IPU is handed out twice
+        self.machine_faults = store.agent_faults()  # failed IPU-Machines (stored; read on every view)
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -135,7 +141,10 @@ class Service:
     def _view(self, rec: dict, now: float | None = None) -> dict:
         now = time.time() if now is None else now
         state = "PENDING" if now < rec["ready_at"] else rec["state"]
-        return {
+        failed = self._failed_in(rec["ipus"])
+        if failed:
+            state = "ERROR"  # for as long as the machine is failed: back to its own state after
+        view = {
             "id": rec["name"],
             "spec": {
                 "size": rec["size"],
@@ -151,6 +160,9 @@ class Service:
             },
             "status": {"state": f"PS_{state}", "created_at": rec["created_at"]},
         }
+        if failed:
+            view["status"]["health"] = failed
+        return view
 
     def list_partitions(self, caller_uid: int | None = None, allocation: str | None = None) -> list[dict]:
         """Every partition (or those made in `allocation`); on a cluster with grants, a caller who
@@ -241,6 +253,9 @@ class Service:
             taken = [n for n, theirs in self.dynamic.items() if theirs & agents]
             if taken:
                 raise InsufficientIpus(f"allocation {name}: its IPU-Machines are in allocation {taken[0]} already")
+            failed = self._failed_in(self.cluster.allocation_ipus_of(agents))
+            if failed:
+                raise InsufficientIpus(f"allocation {name}: {'; '.join(failed)}")
             problem = allocation_problem(name, agents, self.base.allocations)
             if problem:
                 raise InvalidPartition(problem)
@@ -294,7 +309,8 @@ class Service:
     def _unheld_agents(self) -> list[int]:
         taken = set().union(*self.dynamic.values())
         held = {i // rules.IPUS_PER_AGENT for i in self.store.used_ipus()}
-        return [a for a in range(self.base.num_agents) if a not in taken and a not in held]
+        failed = set(self.machine_faults)
+        return [a for a in range(self.base.num_agents) if a not in taken and a not in held and a not in failed]
 
     def grant_allocation(self, name: str, req: dict, caller_uid: int) -> dict:
         """`vipu-admin update allocation NAME --grant U,...`: the users who may make partitions in an
@@ -346,8 +362,16 @@ class Service:
             self._may_create(allocation, caller_uid, owner, name)
             if self.store.get(name) is not None:
                 raise PartitionExists(f"partition {name} already exists")
-            free = self.cluster.allocation_ipus(allocation) - self.store.used_ipus() - self._held_inside(allocation)
-            ipus = place(self.cluster, shape, free)
+            mine = self.cluster.allocation_ipus(allocation)
+            failed = self._failed_ipus()
+            free = mine - self.store.used_ipus() - self._held_inside(allocation)
+            try:
+                ipus = place(self.cluster, shape, free - set(failed))
+            except InsufficientIpus as exc:
+                lost = sorted({why for ipu, why in failed.items() if ipu in free})
+                if not lost:
+                    raise
+                raise InsufficientIpus(f"{exc} ({'; '.join(lost)}: its IPUs are unavailable)") from None
             now = time.time()
             record = {
                 "name": name, "size": shape.size, "num_gcds": shape.num_gcds,
@@ -417,6 +441,69 @@ class Service:
         return self.get_partition(name)
 
     # --- what an IPUoF client sees ------------------------------------------------------
+    # --- IPU-Machine health (`vipu-emu fault agent NAME down|up|ipu-error N`) ------------------
+    # What a real controller reports when a machine fails is not public (docs/vipu.md, Agents):
+    # here a failed machine's IPUs (all four when it is down, the one in error otherwise) are never
+    # placed (a create or an allocation that needs them is RESOURCE_EXHAUSTED, naming the
+    # machine), and a partition holding one shows ERROR, and refuses attaches, until it is back.
+    def set_agent_health(self, agent: str, state: str, ipu: int | None = None) -> dict:
+        try:
+            index = agent_index(agent, self.base.num_agents, "fault agent")
+        except SlurmIpuError as exc:
+            raise InvalidPartition(str(exc)) from None
+        if state not in AGENT_STATES:
+            raise InvalidPartition(f"fault agent {agent} {state}: use one of {', '.join(AGENT_STATES)}")
+        if state == "ipu-error" and (isinstance(ipu, bool) or not isinstance(ipu, int)
+                                     or not 0 <= ipu < rules.IPUS_PER_AGENT):
+            raise InvalidPartition(f"fault agent {agent} ipu-error {ipu}: give the IPU's index in its IPU-Machine, "
+                                   f"0 to {rules.IPUS_PER_AGENT - 1}")
+        with self._lock:
+            self.store.set_agent_fault(index, None if state == "up" else state,
+                                       ipu if state == "ipu-error" else None, time.time())
+            self.machine_faults = self.store.agent_faults()
+        return self.agent(f"ag{index}")
+
+    def _failed_ipus(self) -> dict[int, str]:
+        """Every IPU of a failed machine, with why."""
+        out = {}
+        for agent, fault in self.machine_faults.items():
+            base = agent * rules.IPUS_PER_AGENT
+            if fault["state"] == "down":
+                out.update({base + k: f"IPU-Machine ag{agent} is down" for k in range(rules.IPUS_PER_AGENT)})
+            else:
+                out[base + fault["ipu"]] = f"IPU {fault['ipu']} of IPU-Machine ag{agent} is in error"
+        return out
+
+    def _failed_in(self, ipus) -> list[str]:
+        failed = self._failed_ipus() if self.machine_faults else {}
+        return sorted({failed[i] for i in ipus if i in failed})
+
+    def agents(self) -> list[dict]:
+        """`vipu-admin list agents`: every IPU-Machine, with its health."""
+        return [self._agent_view(a, self.machine_faults.get(a)) for a in range(self.base.num_agents)]
+
+    def agent(self, name: str) -> dict:
+        try:
+            index = agent_index(name, self.base.num_agents, "agent")
+        except SlurmIpuError:
+            raise PartitionNotFound(f"agent {name} not found; `vipu-admin list agents` lists them") from None
+        return self._agent_view(index, self.machine_faults.get(index))
+
+    def _agent_view(self, index: int, fault: dict | None) -> dict:
+        """The fields `vipu-admin get agent` shows (Agent ID, Host, Port, Status, Exporter URL,
+        Platform, IPUoF server version, Num of IPUs); an emulated machine's host is the emulator's
+        own address, and nothing serves its exporter URL."""
+        status = "Up" if fault is None else ("Down" if fault["state"] == "down" else "Error")
+        view = {"id": f"ag{index}", "host": "127.0.0.1", "port": AGENT_PORT_BASE + index, "status": status,
+                "exporter_url": f"http://127.0.0.1:{EXPORTER_PORT}/metrics", "platform": "IPU-M2000",
+                "ipuof_server_version": API_VERSION_TEXT, "num_ipus": rules.IPUS_PER_AGENT,
+                "ild": index // self.base.agents_per_ild}
+        if fault is not None:
+            view["since"] = fault["since"]
+            if fault["ipu"] is not None:
+                view["ipus_in_error"] = [fault["ipu"]]
+        return view
+
     def gcd_ipus(self, name: str, gcd: int) -> tuple[dict, list[int]]:
         rec = self.store.get(name)
         if rec is None:
@@ -437,9 +524,10 @@ class Service:
     def attach(self, name: str, gcd: int, uid: int, host: str) -> dict:
         """Refuse exactly as an IPUoF client would be refused; else the GCD's IPUs."""
         rec, ipus = self.gcd_ipus(name, gcd)
-        state = self._view(rec)["status"]["state"]
-        if state != "PS_ACTIVE":
-            raise PartitionNotReady(f"partition {name} is {state[3:]}, not ACTIVE")
+        status = self._view(rec)["status"]
+        if status["state"] != "PS_ACTIVE":
+            why = f": {'; '.join(status['health'])}" if status.get("health") else ""
+            raise PartitionNotReady(f"partition {name} is {status['state'][3:]}, not ACTIVE{why}")
         if uid != rec["owner_uid"]:
             raise PermissionDenied(f"partition {name} belongs to uid {rec['owner_uid']}, not uid {uid}")
         if rec["hosts"] and host not in rec["hosts"]:

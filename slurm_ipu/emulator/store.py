@@ -39,6 +39,12 @@ CREATE TABLE IF NOT EXISTS allocations (
     grants TEXT NOT NULL,
     created_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS agent_faults (
+    agent INTEGER PRIMARY KEY,
+    state TEXT NOT NULL,
+    ipu INTEGER,
+    since REAL NOT NULL
+);
 """
 
 COLUMNS = (
@@ -127,6 +133,19 @@ class Store:
 
     def delete_allocation(self, name: str) -> None:
         self._write([("DELETE FROM allocations WHERE name = ?", (name,))])
+
+    # IPU-Machines that failed (`vipu-emu fault agent`): stored, since a failed machine stays failed
+    # across a controller restart; a healthy one has no row.
+    def agent_faults(self) -> dict[int, dict]:
+        rows = self._rows("SELECT agent, state, ipu, since FROM agent_faults ORDER BY agent")
+        return {a: {"state": s, "ipu": i, "since": t} for a, s, i, t in rows}
+
+    def set_agent_fault(self, agent: int, state: str | None, ipu: int | None, since: float) -> None:
+        if state is None:
+            self._write([("DELETE FROM agent_faults WHERE agent = ?", (agent,))])
+        else:
+            self._write([("INSERT OR REPLACE INTO agent_faults (agent, state, ipu, since) VALUES (?, ?, ?, ?)",
+                          (agent, state, ipu, since))])
 
     def meta(self, key: str) -> str | None:
         rows = self._rows("SELECT value FROM meta WHERE key = ?", (key,))

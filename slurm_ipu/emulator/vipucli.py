@@ -102,7 +102,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             r.add_argument("--size", type=int, help="accepted for compatibility; ignored")
 
     lst = verbs.add_parser("list").add_subparsers(dest="noun", required=True)
-    for noun in ("partitions", "partition", "allocations", "allocation", "clusters", "cluster"):
+    for noun in ("partitions", "partition", "allocations", "allocation", "clusters", "cluster", "agents", "agent"):
         n = lst.add_parser(noun, parents=[leaf])
         if noun.startswith("partition"):
             n.add_argument("--allocation", help="only the partitions made in this allocation")
@@ -115,6 +115,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     g = get.add_parser("allocation", parents=[leaf])
     g.add_argument("name")
     g.add_argument("--size", type=int, help="accepted for compatibility; ignored")
+    get.add_parser("agent", parents=[leaf]).add_argument("name")
     return top
 
 
@@ -165,6 +166,9 @@ def run(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
     show_json = args.showjson
     if noun == "allocation" and verb != "list":
         return run_allocation(args, api, out)
+    if noun in ("agent", "agents"):
+        print(agents_text(api, verb, getattr(args, "name", None), show_json), file=out)
+        return 0
     if verb == "create":
         spec = {"name": args.name, "size": args.size, "num_gcds": args.num_gcds, "num_ilds": args.num_ilds,
                 "allocation": args.allocation or args.cluster, "reconfigurable": args.reconfigurable,
@@ -240,6 +244,29 @@ def run_allocation(args: argparse.Namespace, api: Api, out=sys.stdout) -> int:
         api.remove_allocation(args.name)
         print(f"{args.verb} allocation ({args.name}): success.", file=out)
     return 0
+
+
+# `vipu-admin list agents` / `get agent NAME`: the fields Graphcore's guide shows for `get agent`;
+# the list's columns and the layout of both are UNCONFIRMED (docs/vipu.md, Agents).
+AGENT_FIELDS = (("Agent ID", "id"), ("Host", "host"), ("Port", "port"), ("Status", "status"),
+                ("Exporter URL", "exporter_url"), ("Platform", "platform"),
+                ("IPUoF server version", "ipuof_server_version"), ("Num of IPUs", "num_ipus"))
+
+
+def agents_text(api: Api, verb: str, name: str | None, show_json: bool) -> str:
+    if verb == "get":
+        agent = api.get_agent(name)
+        if show_json:
+            return json.dumps({"agent": agent}, indent=2)
+        rows = [[label, str(agent[key])] for label, key in AGENT_FIELDS]
+        if agent.get("ipus_in_error"):
+            rows.append(["IPUs in error", ",".join(map(str, agent["ipus_in_error"]))])
+        return table(["Property", "Value"], rows, True)
+    agents = api.agents()
+    if show_json:
+        return json.dumps({"agents": agents}, indent=2)
+    rows = [[a["id"], a["host"], str(a["port"]), a["status"], str(a["num_ipus"])] for a in agents]
+    return table(["Agent ID", "Host", "Port", "Status", "Num of IPUs"], rows, True)
 
 
 def allocation_table(alloc: dict) -> str:

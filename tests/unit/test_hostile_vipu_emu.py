@@ -27,8 +27,14 @@ def emu(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
      "DIR/admin.sock only)"),
     (["check"], "vipu-emu: check: give --state-dir DIR of the server (its admin API is served on DIR/admin.sock "
      "only)"),
-    (["fault", "latency", "soon", "--state-dir", "/nonexistent"], "vipu-emu fault: error: argument value: invalid "
-     "float value: 'soon'"),
+    (["fault", "latency", "soon", "--state-dir", "/nonexistent"], "vipu-emu: fault latency soon: not a number of "
+     "seconds"),
+    (["fault", "latency", "1", "2", "--state-dir", "/nonexistent"], "vipu-emu: fault latency takes one number of "
+     "seconds, not 1 2"),
+    (["fault", "agent", "ag0", "sideways", "--state-dir", "/nonexistent"], "vipu-emu: fault agent ag0 sideways: use "
+     "`vipu-emu fault agent NAME down|up|ipu-error N` (e.g. agent ag0 down)"),
+    (["fault", "agent", "ag0", "ipu-error", "--state-dir", "/nonexistent"], "vipu-emu: fault agent ag0 ipu-error: use "
+     "`vipu-emu fault agent NAME down|up|ipu-error N` (e.g. agent ag0 down)"),
     (["attach"], "ipuof: IPUOF_VIPU_API_HOST, IPUOF_VIPU_API_PARTITION_ID not set; run inside an IPU job or "
      "export them"),
     # non-finite or negative seconds would wedge the server's timers; refused before it is asked
