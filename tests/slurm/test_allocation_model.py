@@ -7,6 +7,8 @@ allocation and every partition in it are gone after the job."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from ..waiting import wait_for
@@ -158,8 +160,10 @@ def test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing(clean):
 def four_steps(probe: str, barrier: str) -> str:
     """Four concurrent 4-IPU steps, as GPU users run a sweep; each waits (bounded) until all four
     run, then reports its partition, attaches, and lists what V-IPU holds at that moment."""
+    other = "$([ $SLURMD_NODENAME = node1 ] && echo node2 || echo node1)"  # the job's other host
     step = (f"touch {barrier}/$SLURM_STEP_ID; for i in $(seq 300); do [ $(ls {barrier} | wc -l) -ge 4 ] && break; "
             f"sleep 0.1; done; {probe}; "
+            f"echo \"CROSS $({sys.executable} -m slurm_ipu.emulator.main attach --hostname {other} 2>&1)\"; "
             "vipu list partitions | while read -r row; do echo \"LIST $SLURM_STEP_ID $row\"; done")
     return ("#!/bin/bash\n"
             f"for k in 1 2 3 4; do srun -N1 -n1 --gres=ipu:4 --exclusive bash -c '{step}' & done\n"
@@ -187,6 +191,8 @@ def test_four_concurrent_steps_get_four_partitions_of_their_own_gone_after(clean
     assert all(r[r.index("|") + 1] == f"c{job}" and " 4 " in " ".join(r) for r in rows), rows
     hosts = {p[4]: p[0] for p in probes}
     assert all(h in ("node1", "node2") for h in hosts.values()) and len(set(hosts.values())) == 2, hosts
+    cross = [line for line in out.splitlines() if line.startswith("CROSS ")]
+    assert len(cross) == 4 and all("may not attach to partition" in line for line in cross), cross  # other host
     nothing_left(lab, job)
 
 
