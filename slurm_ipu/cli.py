@@ -52,6 +52,11 @@ def build_parser():
                      help="run as the hook service: remove ended jobs' partitions as the epilog queues them, "
                           "and reap every reap.interval seconds (until SIGTERM)")
 
+    h = sub.add_parser("health", help="one health pass: drain the hosts of failed IPU-Machines, resume them when "
+                       "they are back (the hook service runs one every health.interval)")
+    h.add_argument("--site", help=site_help)
+    h.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
+
     r = sub.add_parser("render", help="render a site description into the fragments a site merges")
     r.add_argument("site", help="the site description (YAML; see etc/site-pod128.yaml)")
     r.add_argument("--out", required=True, help="directory for the fragments (created)")
@@ -201,6 +206,21 @@ def cmd_reap(args) -> int:
     return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)
 
 
+def cmd_health(args) -> int:
+    import time
+
+    from . import config
+    from .hooks import health
+
+    cfg = config.load(args.site, twins=False)
+    changed = health.run(cfg, cfg.vipu_client(), _slurm(cfg), deadline=time.monotonic() + cfg["epilog.deadline"],
+                         dry_run=args.dry_run)
+    if not changed:
+        print("health: nothing to change" + ("" if health.mapped_hosts(cfg) else
+                                             " (no Pod of the allocation model: no host maps to a machine)"))
+    return 0
+
+
 def _site_path(args) -> str:
     from .config import locate
 
@@ -327,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
-                 "reap": cmd_reap, "render": cmd_render, "doctor": cmd_doctor, "snapshot": cmd_snapshot,
+                 "reap": cmd_reap, "health": cmd_health,
+                 "render": cmd_render, "doctor": cmd_doctor, "snapshot": cmd_snapshot,
                  "unmerge": cmd_unmerge, "setup": cmd_setup,
                  "status": cmd_status, "lab": cmd_lab}
         return table[args.cmd](args)

@@ -208,6 +208,9 @@ FIELDS = (
     Field("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
     Field("reap.interval", float, 300.0, "seconds between the hook service's full reaps (orphans whose job is "
           "gone)", _between(5, 86400)),
+    Field("health.interval", float, 60.0, "seconds between the hook service's health passes: a host whose "
+          "IPU-Machine failed is drained, and resumed when it is back (allocation model; 0: no passes)",
+          _between(0, 86400)),
     Field("prolog_epilog_timeout", int, 180, "Slurm's PrologEpilogTimeout: above both deadlines",
           _between(1, 86400)),
     Field("state_dir", str, "/var/lib/slurm-ipu", "the hooks' state: creation records, the removal journal, "

@@ -48,6 +48,7 @@ class Service:
         self.backoff = 1.0
         self.later: dict[str, tuple[float, float]] = {}  # an entry V-IPU refused: (retry at, its backoff)
         self.next_reap = clock()  # a full reap at start: whatever happened while we were down
+        self.next_health = clock() if cfg["health.interval"] > 0 else float("inf")
         self.stopping = False
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
 
@@ -68,7 +69,10 @@ class Service:
         if now >= self.next_reap:
             self.next_reap = now + self.cfg["reap.interval"]
             self._reap()
-        return max(0.0, min(pause, self.next_reap - self.clock()))
+        if now >= self.next_health:
+            self.next_health = now + self.cfg["health.interval"]
+            self._health()
+        return max(0.0, min(pause, self.next_reap - self.clock(), self.next_health - self.clock()))
 
     def _work_off(self, names: list[str], now: float) -> float:
         done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
@@ -96,6 +100,15 @@ class Service:
                      wait=0)  # an admin's reap is running: it does the same work
         except SlurmIpuError as exc:  # slurmctld or V-IPU down, or a cron reap running: next time
             report(self.cfg["state_dir"], f"hook service: periodic reap skipped: {exc}")
+
+    def _health(self) -> None:
+        from . import health
+
+        try:
+            health.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line),
+                       deadline=self.clock() + self.cfg["epilog.deadline"])
+        except SlurmIpuError as exc:  # V-IPU or slurmctld unreachable: not a machine failure, nothing changes
+            report(self.cfg["state_dir"], f"hook service: health pass skipped: {exc}")
 
     def run(self) -> int:
         from ..locks import try_lock

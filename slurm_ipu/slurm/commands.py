@@ -19,6 +19,9 @@ class SlurmBackend(Protocol):
     def admin_comment(self, job_id: int, text: str) -> None: ...
     def hold(self, job_id: int, text: str) -> None: ...
     def cancel(self, job_id: int, text: str) -> None: ...
+    def node_reasons(self) -> dict[str, tuple[str, str]]: ...
+    def drain(self, node: str, reason: str) -> None: ...
+    def resume(self, node: str) -> None: ...
     def notify(self, job_id: int, text: str) -> None: ...
 
 
@@ -163,6 +166,22 @@ class SlurmCli:
         """A line on the stderr of the job's srun or salloc (SRUN_USER_MSG), which otherwise
         prints only "Nodes ... are still not ready" when PrologSlurmctld fails."""
         self._run("scontrol", "notify", str(job_id), text[:400])
+
+    def node_reasons(self) -> dict[str, tuple[str, str]]:
+        """Node -> (state, reason) for every node (sinfo lists a node once per partition)."""
+        out = {}
+        for line in self._run("sinfo", "-N", "-h", "-o", "%N|%T|%E").splitlines():
+            name, _, rest = line.partition("|")
+            state, _, reason = rest.partition("|")
+            if name:
+                out[name.strip()] = (state.strip(), "" if reason.strip() == "none" else reason.strip())
+        return out
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run("scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason[:200]}")
+
+    def resume(self, node: str) -> None:
+        self._run("scontrol", "update", f"NodeName={node}", "State=RESUME")
 
     def cancel(self, job_id: int, text: str) -> None:
         """The reason first: slurmctld kills the prolog that cancels its own job."""

@@ -122,6 +122,17 @@ class VipuClient:
         except (ValueError, TypeError, KeyError):
             raise VipuUnavailable("`vipu list allocations --showjson` printed no allocation list") from None
 
+    def list_agents(self, deadline: float | None = None) -> list[dict]:
+        """`vipu-admin list agents --showjson`: every IPU-Machine, each with its `id` and `status`
+        (Up, Down, Error; the emulator's form: docs/vipu.md, Agents)."""
+        out = self.run(["list", "agents", "--showjson"], deadline, admin=True)
+        try:
+            doc = json.loads(out)
+            agents = doc["agents"] if isinstance(doc, dict) else doc
+            return [a for a in agents if isinstance(a, dict) and "id" in a and "status" in a]
+        except (ValueError, TypeError, KeyError):
+            raise VipuUnavailable("`vipu-admin list agents --showjson` printed no agent list") from None
+
     def get_partition(self, name: str, deadline: float | None = None) -> Partition | None:
         return next((p for p in self.list_partitions(deadline) if p.name == name), None)
 

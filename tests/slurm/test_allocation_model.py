@@ -240,3 +240,32 @@ def test_graphcore_s_exported_partition_reaches_plain_srun_and_srun_alone_gets_o
     assert [a["partition"] for a in attaches] == [p[4] for p in probes], out
     assert all(len(a["ipus"]) == 16 for a in attaches), out
     nothing_left(lab, job)
+
+
+def test_a_failed_ipu_machine_drains_its_host_until_it_is_back_and_an_admin_s_drain_stays(clean):
+    """Issue 40, item 2 (allocation model): node2's IPU-Machines are ag4-ag7. One going down drains
+    node2 with a reason naming it, so a job needing node2 waits in the queue (no prolog, no restart)
+    instead of failing on the machine; back up, node2 is resumed and the job runs. node4, drained
+    by an admin, is neither drained over nor resumed."""
+    lab = clean
+    emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent", "ag5"]
+    lab.run(*emu, "down", check=True)
+    lab.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=admin: cabling", check=True)
+    try:
+        health = lab.run("slurm-ipu", "health", check=True).stdout
+        assert health.splitlines() == ["health: drain node2: slurm-ipu: IPU-Machine ag5 down"], health
+        node = lab.run("scontrol", "show", "node", "node2", check=True).stdout
+        assert "DRAIN" in node and "Reason=slurm-ipu: IPU-Machine ag5 down" in node, node
+        job = lab.sbatch("-N1", "-w", "node2", "--gres=ipu:16", "-o", "/dev/null", script="#!/bin/bash\ntrue\n")
+        wait_for(f"job {job} pending for nodes, not started", lambda: lab.job(job).get("Reason"), 30,
+                 until=lambda reason: reason not in (None, "None", "Priority"))
+        assert lab.state(job) == "PENDING" and lab.job(job).get("Restarts") == "0", lab.job(job)
+        lab.run(*emu, "up", check=True)
+        assert "health: resume node2" in lab.run("slurm-ipu", "health", check=True).stdout
+        wait_gone(lab, job, 120)
+        assert "Reason=admin: cabling" in lab.run("scontrol", "show", "node", "node4", check=True).stdout
+        assert lab.run("slurm-ipu", "health", check=True).stdout.startswith("health: nothing to change")
+    finally:
+        lab.run(*emu, "up")
+        lab.run("scontrol", "update", "NodeName=node2,node4", "State=RESUME")
+    nothing_left(lab, job)

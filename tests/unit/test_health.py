@@ -1,0 +1,129 @@
+"""The health pass (issue 40, item 2, allocation model): a failed IPU-Machine drains the host it is
+mapped to, with a reason naming it; the host is resumed when every machine of it is Up; a node an
+admin drained is never touched; V-IPU unreachable changes nothing. Fakes at the subprocess
+boundary: `vipu-admin` answers `list agents`, Slurm's sinfo/scontrol keep node states."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from slurm_ipu import config, errors
+from slurm_ipu.hooks import health
+from slurm_ipu.slurm.commands import SlurmCli
+
+from .conftest import write_conf
+
+
+class FakeSlurm:
+    """sinfo -N -o %N|%T|%E and scontrol update NodeName=... State=DRAIN|RESUME, as Slurm keeps them."""
+
+    def __init__(self, nodes):
+        self.nodes = {n: ["idle", "none"] for n in nodes}
+        self.updates: list[list[str]] = []
+
+    def __call__(self, argv, env=None, capture_output=True, text=True, timeout=None, stdin=None):
+        tool, args = argv[0].rsplit("/", 1)[-1], argv[1:]
+        if tool == "sinfo":
+            out = "".join(f"{n}|{s}|{r}\n" for n, (s, r) in self.nodes.items())
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        self.updates.append(args)
+        node = args[1].split("=", 1)[1]
+        if "State=DRAIN" in args:
+            self.nodes[node] = ["drained", args[3].split("=", 1)[1]]
+        elif "State=RESUME" in args:
+            self.nodes[node] = ["idle", "none"]
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+@pytest.fixture
+def site(tmp_path):
+    path = write_conf(tmp_path, vipu={"model": "allocation"})
+    (tmp_path / "state").mkdir()  # the install makes it (`make install`, `slurm-ipu setup`)
+    return config.load(str(path), environ={})
+
+
+@pytest.fixture
+def agents(mocker):
+    state = {f"ag{k}": "Up" for k in range(16)}
+
+    def vipu(argv, **_):
+        if "list" in argv and "agents" in argv:
+            if state.get("unreachable"):
+                return subprocess.CompletedProcess(argv, 1, "", "error: connection refused [UNAVAILABLE]\n")
+            doc = {"agents": [{"id": a, "status": s} for a, s in state.items() if a.startswith("ag")]}
+            return subprocess.CompletedProcess(argv, 0, json.dumps(doc), "")
+        return subprocess.CompletedProcess(argv, 2, "", "unexpected\n")
+
+    mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=vipu)
+    mocker.patch("slurm_ipu.vipu.client.time.sleep")
+    return state
+
+
+def one_pass(site, slurm_fake, lines=None):
+    cli = SlurmCli(None, "/usr/bin", runner=slurm_fake)
+    return health.run(site, site.vipu_client(), cli, out=(lines.append if lines is not None else lambda _: None))
+
+
+def test_a_failed_machine_drains_its_host_and_its_return_resumes_it(site, agents):
+    slurm = FakeSlurm(site.hosts)
+    agents["ag5"] = "Down"  # 16 IPUs per host: node2 has ag4-ag7
+    lines = []
+    assert one_pass(site, slurm, lines) == 1
+    assert slurm.nodes["node2"] == ["drained", "slurm-ipu: IPU-Machine ag5 down"]
+    assert all(slurm.nodes[n][0] == "idle" for n in ("node1", "node3", "node4"))
+    assert lines == ["health: drain node2: slurm-ipu: IPU-Machine ag5 down"]
+    assert one_pass(site, slurm) == 0  # nothing new: no Slurm update at all
+    assert len(slurm.updates) == 1
+    agents["ag5"] = "Up"
+    assert one_pass(site, slurm) == 1 and slurm.nodes["node2"] == ["idle", "none"]
+    assert json.loads(health.record_path(site["state_dir"]).read_text()) == {}
+
+
+def test_a_node_an_admin_drained_is_never_drained_over_nor_resumed(site, agents):
+    slurm = FakeSlurm(site.hosts)
+    slurm.nodes["node1"] = ["drained", "bad DIMM (admin)"]
+    agents["ag0"] = "Down"
+    assert one_pass(site, slurm) == 0 and slurm.updates == []
+    agents["ag0"] = "Up"
+    assert one_pass(site, slurm) == 0 and slurm.nodes["node1"] == ["drained", "bad DIMM (admin)"]
+
+
+def test_a_node_whose_drain_an_admin_took_over_is_theirs(site, agents):
+    slurm = FakeSlurm(site.hosts)
+    agents["ag8"] = "Down"
+    one_pass(site, slurm)
+    slurm.nodes["node3"] = ["drained", "RMA: replace the IPU-Machine"]  # the admin's reason now
+    agents["ag8"] = "Up"
+    assert one_pass(site, slurm) == 0 and slurm.nodes["node3"][1] == "RMA: replace the IPU-Machine"
+
+
+def test_the_reason_follows_what_failed(site, agents):
+    slurm = FakeSlurm(site.hosts)
+    agents["ag12"] = "Down"
+    one_pass(site, slurm)
+    agents["ag13"] = "Error"
+    one_pass(site, slurm)
+    assert slurm.nodes["node4"][1] == "slurm-ipu: IPU-Machine ag12 down, ag13 error"
+    agents["ag12"] = agents["ag13"] = "Up"
+    one_pass(site, slurm)
+    assert slurm.nodes["node4"] == ["idle", "none"]
+
+
+def test_v_ipu_unreachable_changes_nothing(site, agents):
+    slurm = FakeSlurm(site.hosts)
+    agents["ag5"] = "Down"
+    one_pass(site, slurm)
+    agents["unreachable"] = True
+    with pytest.raises(errors.VipuError):
+        one_pass(site, slurm)
+    assert slurm.nodes["node2"][0] == "drained" and len(slurm.updates) == 1
+
+
+def test_the_partition_model_maps_no_host_to_a_machine(tmp_path, agents):
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    slurm = FakeSlurm(site.hosts)
+    agents["ag0"] = "Down"
+    assert one_pass(site, slurm) == 0 and slurm.updates == []
