@@ -16,7 +16,10 @@ tool (any other reason) is never drained over or resumed. V-IPU unreachable chan
 is not a machine failure (the pass raises, the service logs it and tries next time).
 
 The partition model places a partition's IPUs anywhere in the Pod, so no host maps to a machine
-there: this pass leaves those Pods alone (docs/admin.md, Failed IPU-Machines).
+there: instead the pool Slurm schedules from shrinks by the failed IPUs, as a licence-only
+reservation per failed machine, `slurm-ipu-ag3` (`Licenses=ipu:4 Flags=ANY_NODES`, measured on
+22.05: jobs not in it wait with Reason=Licenses, and it can be made while every licence is in
+use). `scontrol show reservation` names the machine; it goes when the machine is Up again.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 from pathlib import Path
 
 REASON_PREFIX = "slurm-ipu: IPU-Machine"
+RESERVATION_PREFIX = "slurm-ipu-"  # + the failed machine's agent name
 DRAINED_STATES = ("drain", "drained", "draining", "drng")  # sinfo %T's words for a drained node
 
 
@@ -38,6 +42,37 @@ def mapped_hosts(cfg) -> dict[str, list[str]]:
         return {}
     hosts = [h for p in cfg.pods_of_model("allocation") for h in p.hosts] if cfg.pods else cfg.hosts
     return {h: cfg.agents_of([h]) for h in hosts}
+
+
+def pooled_agents(cfg) -> set[str]:
+    """The IPU-Machines of the partition model's Pods: their IPUs are the ipu licence's pool."""
+    if "partition" not in cfg.models:
+        return set()
+    if not cfg.pods:
+        return {a for _, agents in cfg.pod_agents() for a in agents}
+    pooled = {p.name for p in cfg.pods_of_model("partition")}
+    return {a for pod, (_, agents) in zip(cfg.pods, cfg.pod_agents(), strict=True) if pod.name in pooled
+            for a in agents}
+
+
+def lost_ipus(agents: list[dict]) -> dict[str, int]:
+    """Agent -> how many of its IPUs are unusable: all when it is not Up, else those in error."""
+    from ..rules import IPUS_PER_AGENT
+
+    out = {}
+    for agent in agents:
+        bad = agent.get("ipus_in_error") or []
+        if str(agent.get("status", "")).lower() != "up":
+            out[str(agent.get("id"))] = len(bad) if bad else IPUS_PER_AGENT
+    return out
+
+
+def plan_reservations(want: dict[str, int], held: dict[str, int]) -> tuple[dict[str, int], list[str]]:
+    """(reservations to create or resize: name -> IPUs, reservations to delete), from the failed
+    machines' IPUs (want: agent -> IPUs) and our reservations in Slurm (held: name -> IPUs)."""
+    wanted = {f"{RESERVATION_PREFIX}{a}": n for a, n in want.items()}
+    change = {name: n for name, n in wanted.items() if held.get(name) != n}
+    return change, sorted(name for name in held if name not in wanted)
 
 
 def failures(agents: list[dict]) -> dict[str, str]:
@@ -87,12 +122,34 @@ def _drained(state: str) -> bool:
 
 
 def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: bool = False) -> int:
-    """One pass; returns the number of nodes changed. VipuError and SlurmError propagate: the
-    caller logs them and nothing changes."""
-    hosts = mapped_hosts(cfg)
-    if not hosts:
+    """One pass; returns the number of nodes and reservations changed. VipuError and SlurmError
+    propagate: the caller logs them and nothing changes."""
+    hosts, pooled = mapped_hosts(cfg), pooled_agents(cfg)
+    if not hosts and not pooled:
         return 0
-    failed = failures(client.list_agents(deadline))
+    agents = client.list_agents(deadline)
+    changed = _pool(cfg, slurm, {a: n for a, n in lost_ipus(agents).items() if a in pooled}, out, dry_run) \
+        if pooled else 0
+    return changed + (_hosts(cfg, slurm, hosts, failures(agents), out, dry_run) if hosts else 0)
+
+
+def _pool(cfg, slurm, want: dict[str, int], out, dry_run: bool) -> int:
+    held = {name: n for name, n in slurm.licence_reservations("ipu").items() if name.startswith(RESERVATION_PREFIX)}
+    change, delete = plan_reservations(want, held)
+    note = " (dry run)" if dry_run else ""
+    for name, ipus in change.items():
+        out(f"health: reserve {ipus} IPU licence(s) as {name}: IPU-Machine {name[len(RESERVATION_PREFIX):]} "
+            f"is not Up{note}")
+        if not dry_run:
+            slurm.reserve_licences(name, "ipu", ipus, cfg["slurm.user"], update=name in held)
+    for name in delete:
+        out(f"health: release {name}: IPU-Machine {name[len(RESERVATION_PREFIX):]} is Up again{note}")
+        if not dry_run:
+            slurm.delete_reservation(name)
+    return len(change) + len(delete)
+
+
+def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out, dry_run: bool) -> int:
     nodes = slurm.node_reasons()
     drained = _load(cfg["state_dir"])
     drain, resume, after = plan(hosts, failed, nodes, drained)

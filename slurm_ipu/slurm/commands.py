@@ -22,6 +22,9 @@ class SlurmBackend(Protocol):
     def node_reasons(self) -> dict[str, tuple[str, str]]: ...
     def drain(self, node: str, reason: str) -> None: ...
     def resume(self, node: str) -> None: ...
+    def licence_reservations(self, licence: str) -> dict[str, int]: ...
+    def reserve_licences(self, name: str, licence: str, count: int, user: str, update: bool = False) -> None: ...
+    def delete_reservation(self, name: str) -> None: ...
     def notify(self, job_id: int, text: str) -> None: ...
 
 
@@ -182,6 +185,29 @@ class SlurmCli:
 
     def resume(self, node: str) -> None:
         self._run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+
+    def licence_reservations(self, licence: str) -> dict[str, int]:
+        """Reservation name -> how many of `licence` it holds (those holding any)."""
+        from .licences import reservation_count
+
+        out = {}
+        for line in self._run("scontrol", "show", "reservation", "-o").splitlines():
+            fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            count = reservation_count(fields.get("Licenses", ""), licence)
+            if fields.get("ReservationName") and count:
+                out[fields["ReservationName"]] = count
+        return out
+
+    def reserve_licences(self, name: str, licence: str, count: int, user: str, update: bool = False) -> None:
+        """A licence-only reservation (no nodes) that no job asks for: the pool shrinks by `count`."""
+        if update:
+            self._run("scontrol", "update", f"ReservationName={name}", f"Licenses={licence}:{count}")
+            return
+        self._run("scontrol", "create", "reservation", f"ReservationName={name}", "StartTime=now",
+                  "Duration=infinite", f"Users={user}", f"Licenses={licence}:{count}", "Flags=ANY_NODES")
+
+    def delete_reservation(self, name: str) -> None:
+        self._run("scontrol", "delete", f"ReservationName={name}")
 
     def cancel(self, job_id: int, text: str) -> None:
         """The reason first: slurmctld kills the prolog that cancels its own job."""

@@ -145,3 +145,13 @@ def count(text: str | None, name: str, g: Grammar) -> int:
     """How many of licence `name` the request holds (0 when Slurm would refuse it)."""
     totals = parse(text, g)
     return (totals or {}).get(name.lower() if g.fold_case else name, 0)
+
+
+def reservation_count(text: str, name: str) -> int:
+    """How many of licence `name` a reservation holds, from `scontrol show reservation`'s
+    Licenses= (`ipu:4`, `ipu*4` on releases that print it so, `(null)` for none)."""
+    for item in text.split(","):
+        key, sep, value = item.replace("*", ":").partition(":")
+        if key == name and sep and value.isdigit():
+            return int(value)
+    return 0

@@ -18,10 +18,12 @@ from .conftest import write_conf
 
 
 class FakeSlurm:
-    """sinfo -N -o %N|%T|%E and scontrol update NodeName=... State=DRAIN|RESUME, as Slurm keeps them."""
+    """sinfo -N -o %N|%T|%E, scontrol update NodeName=... State=DRAIN|RESUME, and licence-only
+    reservations (scontrol show|create|update|delete reservation), as Slurm keeps them."""
 
     def __init__(self, nodes):
         self.nodes = {n: ["idle", "none"] for n in nodes}
+        self.reservations = {"maint": "(null)"}  # an admin's, holding no licence
         self.updates: list[list[str]] = []
 
     def __call__(self, argv, env=None, capture_output=True, text=True, timeout=None, stdin=None):
@@ -29,7 +31,18 @@ class FakeSlurm:
         if tool == "sinfo":
             out = "".join(f"{n}|{s}|{r}\n" for n, (s, r) in self.nodes.items())
             return subprocess.CompletedProcess(argv, 0, out, "")
+        if args[:2] == ["show", "reservation"]:
+            out = "".join(f"ReservationName={n} StartTime=now Nodes=(null) Licenses={lic} State=ACTIVE\n"
+                          for n, lic in self.reservations.items())
+            return subprocess.CompletedProcess(argv, 0, out, "")
         self.updates.append(args)
+        words = dict(w.split("=", 1) for w in args if "=" in w)
+        if "ReservationName" in words:
+            if args[0] == "delete":
+                del self.reservations[words["ReservationName"]]
+            else:
+                self.reservations[words["ReservationName"]] = words["Licenses"]
+            return subprocess.CompletedProcess(argv, 0, "", "")
         node = args[1].split("=", 1)[1]
         if "State=DRAIN" in args:
             self.nodes[node] = ["drained", args[3].split("=", 1)[1]]
@@ -122,8 +135,18 @@ def test_v_ipu_unreachable_changes_nothing(site, agents):
     assert slurm.nodes["node2"][0] == "drained" and len(slurm.updates) == 1
 
 
-def test_the_partition_model_maps_no_host_to_a_machine(tmp_path, agents):
+def test_the_partition_model_s_pool_shrinks_by_a_failed_machine_s_ipus_until_it_is_back(tmp_path, agents):
+    """No host maps to a machine there: a licence-only reservation per failed machine holds its
+    IPUs out of the pool Slurm schedules from, named after it; no node is drained."""
+    (tmp_path / "state").mkdir()
     site = config.load(str(write_conf(tmp_path)), environ={})
     slurm = FakeSlurm(site.hosts)
     agents["ag0"] = "Down"
-    assert one_pass(site, slurm) == 0 and slurm.updates == []
+    lines = []
+    assert one_pass(site, slurm, lines) == 1
+    assert slurm.reservations == {"maint": "(null)", "slurm-ipu-ag0": "ipu:4"}
+    assert lines == ["health: reserve 4 IPU licence(s) as slurm-ipu-ag0: IPU-Machine ag0 is not Up"]
+    assert all(state == "idle" for state, _ in slurm.nodes.values())
+    assert one_pass(site, slurm) == 0  # held already: nothing to do
+    agents["ag0"] = "Up"
+    assert one_pass(site, slurm) == 1 and slurm.reservations == {"maint": "(null)"}

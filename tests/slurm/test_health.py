@@ -1,0 +1,36 @@
+"""A failed IPU-Machine keeps jobs off it by itself (issue 40, item 2), on the partition model:
+the acceptance's `-N4 --gres=ipu:16` job on the 4-node lab while ag0 is down waits in Slurm's
+queue (no prolog, no restart) and runs once ag0 is back. (The allocation model's drains:
+test_allocation_model.py.)"""
+
+from __future__ import annotations
+
+from ..waiting import wait_for
+from .conftest import wait_gone, wait_no_partitions
+
+
+def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
+    lab = clean_lab
+    emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent", "ag0"]
+    lab.run(*emu, "down", check=True)
+    try:
+        said = lab.run("slurm-ipu", "health", check=True).stdout
+        assert said.splitlines() == ["health: reserve 4 IPU licence(s) as slurm-ipu-ag0: IPU-Machine ag0 is not Up"]
+        shown = lab.run("scontrol", "show", "reservation", "slurm-ipu-ag0", check=True).stdout
+        assert "Licenses=ipu:4" in shown.replace("*", ":"), shown
+        job = lab.sbatch("-N4", "--gres=ipu:16", "-o", "/dev/null", script="#!/bin/bash\ntrue\n")
+        wait_for(f"job {job} waiting for licences", lambda: lab.job(job).get("Reason"), 30,
+                 until=lambda reason: reason == "Licenses")
+        assert lab.state(job) == "PENDING" and lab.job(job).get("Restarts") == "0", lab.job(job)
+        assert not lab.partitions()  # no prolog ran: nothing was asked of V-IPU
+        lab.run(*emu, "up", check=True)
+        assert lab.run("slurm-ipu", "health", check=True).stdout.splitlines() == [
+            "health: release slurm-ipu-ag0: IPU-Machine ag0 is Up again"]
+        done = wait_for(f"job {job} completed", lambda: lab.job(job), 120,
+                        until=lambda info: info.get("JobState", "COMPLETED") == "COMPLETED")
+        assert done.get("Restarts", "0") == "0", done  # {} once slurmctld forgot it: it never restarted
+        wait_gone(lab, job, 120)
+    finally:
+        lab.run(*emu, "up")
+        lab.run("scontrol", "delete", "ReservationName=slurm-ipu-ag0")
+    wait_no_partitions(lab, 30, "its partition removed")
