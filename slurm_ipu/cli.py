@@ -57,6 +57,10 @@ def build_parser():
     h.add_argument("--site", help=site_help)
     h.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
 
+    m = sub.add_parser("metrics", help="the cluster's IPUs as Prometheus metrics (text exposition format); the hook "
+                       "service also writes them to metrics.textfile every health.interval")
+    m.add_argument("--site", help=site_help)
+
     r = sub.add_parser("render", help="render a site description into the fragments a site merges")
     r.add_argument("site", help="the site description (YAML; see etc/site-pod128.yaml)")
     r.add_argument("--out", required=True, help="directory for the fragments (created)")
@@ -202,8 +206,28 @@ def cmd_reap(args) -> int:
     if args.watch:
         from .hooks.service import Service
 
-        return Service(cfg, cfg.vipu_client(), slurm).run()
+        client = cfg.vipu_client()
+        return Service(cfg, client, slurm, after_health=_metrics_textfile(cfg, client, slurm)).run()
     return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)
+
+
+def _metrics_textfile(cfg, client, slurm):
+    """What the hook service runs after each health pass: the metrics for node_exporter."""
+    path = cfg["metrics.textfile"]
+    if not path:
+        return None
+
+    def write() -> None:
+        from .deploy import metrics
+
+        metrics.write_textfile(path, metrics.collect(cfg, client, slurm))
+    return write
+
+
+def cmd_metrics(args) -> int:
+    from .deploy import metrics
+
+    return metrics.main(_site_path(args))
 
 
 def cmd_health(args) -> int:
@@ -347,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
-                 "reap": cmd_reap, "health": cmd_health,
+                 "reap": cmd_reap, "health": cmd_health, "metrics": cmd_metrics,
                  "render": cmd_render, "doctor": cmd_doctor, "snapshot": cmd_snapshot,
                  "unmerge": cmd_unmerge, "setup": cmd_setup,
                  "status": cmd_status, "lab": cmd_lab}

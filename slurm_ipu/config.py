@@ -211,6 +211,9 @@ FIELDS = (
     Field("health.interval", float, 60.0, "seconds between the hook service's health passes: a host whose "
           "IPU-Machine failed is drained, and resumed when it is back (allocation model; 0: no passes)",
           _between(0, 86400)),
+    Field("metrics.textfile", str, None, "where the hook service writes `slurm-ipu metrics` every health.interval, "
+          "for node_exporter's textfile collector (e.g. /var/lib/prometheus/node-exporter/slurm_ipu.prom); unset: "
+          "nowhere", _plain_path),
     Field("prolog_epilog_timeout", int, 180, "Slurm's PrologEpilogTimeout: above both deadlines",
           _between(1, 86400)),
     Field("state_dir", str, "/var/lib/slurm-ipu", "the hooks' state: creation records, the removal journal, "

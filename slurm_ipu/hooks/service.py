@@ -42,8 +42,9 @@ class Service:
     `reap` (orphans whose job is gone; one squeue) every reap.interval seconds as the backstop,
     and the prologs slurm-ipu-hook hands over (transport.py), each in a thread of its own."""
 
-    def __init__(self, cfg, client, slurm, clock=time.monotonic):
+    def __init__(self, cfg, client, slurm, clock=time.monotonic, after_health=None):
         self.cfg, self.client, self.slurm, self.clock = cfg, client, slurm, clock
+        self.after_health = after_health  # e.g. the metrics textfile (cli.py: deploy is above the hooks)
         self.retry_at = 0.0  # V-IPU unreachable: no entry is tried before then
         self.backoff = 1.0
         self.later: dict[str, tuple[float, float]] = {}  # an entry V-IPU refused: (retry at, its backoff)
@@ -109,6 +110,11 @@ class Service:
                        deadline=self.clock() + self.cfg["epilog.deadline"])
         except SlurmIpuError as exc:  # V-IPU or slurmctld unreachable: not a machine failure, nothing changes
             report(self.cfg["state_dir"], f"hook service: health pass skipped: {exc}")
+        if self.after_health is not None:
+            try:
+                self.after_health()
+            except (SlurmIpuError, OSError) as exc:
+                report(self.cfg["state_dir"], f"hook service: metrics not written: {exc}")
 
     def run(self) -> int:
         from ..locks import try_lock

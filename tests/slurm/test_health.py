@@ -5,8 +5,19 @@ test_allocation_model.py.)"""
 
 from __future__ import annotations
 
+import json
+
+from prometheus_client.parser import text_string_to_metric_families
+
 from ..waiting import wait_for
 from .conftest import wait_gone, wait_no_partitions
+
+
+def metrics(lab) -> dict[tuple, float]:
+    """`slurm-ipu metrics` read by Prometheus's own parser: (name, sorted labels) -> value."""
+    text = lab.run("slurm-ipu", "metrics", check=True).stdout
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
 def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
@@ -23,6 +34,19 @@ def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
                  until=lambda reason: reason == "Licenses")
         assert lab.state(job) == "PENDING" and lab.job(job).get("Restarts") == "0", lab.job(job)
         assert not lab.partitions()  # no prolog ran: nothing was asked of V-IPU
+        seen, status = metrics(lab), json.loads(lab.run("slurm-ipu", "status", "--json", check=True).stdout)
+        agents = lab.admin().agents()
+        pod = (("pod", status["cluster"]),)
+        assert seen[("slurm_ipu_machines", (("state", "down"),))] == 1 == sum(a["status"] == "Down" for a in agents)
+        assert seen[("slurm_ipu_machines", (("state", "up"),))] == 15
+        assert seen[("slurm_ipu_pod_ipus", pod)] == status["pod_ipus"] == 64
+        assert seen[("slurm_ipu_ipus", (*pod, ("state", "allocated")))] == status["vipu"]["used"] == 0
+        assert seen[("slurm_ipu_ipus", (*pod, ("state", "unavailable")))] == 4
+        assert seen[("slurm_ipu_ipus", (*pod, ("state", "idle")))] == 60
+        assert seen[("slurm_ipu_health_reserved_ipus", ())] == 4
+        assert seen[("slurm_ipu_jobs", (("state", "pending"),))] == 1
+        assert seen[("slurm_ipu_licence_ipus", (("state", "total"),))] == status["slurm"]["total"]
+        assert all(v == 1 for (name, _), v in seen.items() if name == "slurm_ipu_source_up"), seen
         lab.run(*emu, "up", check=True)
         assert lab.run("slurm-ipu", "health", check=True).stdout.splitlines() == [
             "health: release slurm-ipu-ag0: IPU-Machine ag0 is Up again"]

@@ -48,6 +48,13 @@ class FakeSlurm:
         self.admin_comment(job_id, text)
         self.cancelled.add(job_id)
 
+    # the health pass's (the hook service runs one at its start): no node drained, no reservation
+    def node_reasons(self):
+        return {}
+
+    def licence_reservations(self, licence):
+        return {}
+
 
 def env(**over):
     base = {"SLURM_JOB_ID": "42", "SLURM_JOB_UID": "1000", "SLURM_JOB_NODELIST": "node[1-2]",

@@ -1,0 +1,256 @@
+"""`slurm-ipu metrics`: the cluster's IPUs as Prometheus metrics (text exposition format 0.0.4;
+issue 40, item 4), and the textfile the hook service keeps current for node_exporter.
+
+Why a textfile and not an HTTP endpoint: a site's Prometheus already scrapes node_exporter on the
+slurmctld host, so no new listening port there; and what slurmctld and V-IPU are asked stays one
+collection per `health.interval` whatever the scrape rate or the number of Prometheus servers.
+
+Per collection: two V-IPU reads (`list partitions`/allocations, `list agents`) and three Slurm
+reads (`squeue --json`, `scontrol show licenses`, `scontrol show reservation`). No per-job label
+on any series (their number would grow with the job count); `slurm-ipu status` has per-job rows.
+Each source that failed is `slurm_ipu_source_up{source=...} 0` and its series are left out, so
+an outage never reads as an empty cluster.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..errors import SlurmIpuError
+from ..rules import IPUS_PER_AGENT
+
+PARTITION_STATES = ("active", "pending", "error")
+MACHINE_STATES = ("up", "down", "error")
+JOB_STATES = ("running", "pending", "held")
+
+
+class Family:
+    __slots__ = ("help", "kind", "name", "samples")
+
+    def __init__(self, name: str, help_text: str, kind: str = "gauge"):
+        self.name, self.help, self.kind, self.samples = name, help_text, kind, []
+
+    def add(self, value: float, **labels: str) -> Family:
+        self.samples.append((labels, value))
+        return self
+
+    def text(self) -> str:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        for labels, value in self.samples:
+            inside = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+            lines.append(f"{self.name}{{{inside}}} {_number(value)}" if inside else f"{self.name} {_number(value)}")
+        return "\n".join(lines)
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def render(families: list[Family]) -> str:
+    return "".join(f.text() + "\n" for f in families if f.samples)
+
+
+# --- what is read --------------------------------------------------------------------------
+
+def gather(site, client=None, slurm=None, deadline: float | None = None) -> dict:
+    """Every source, each one's failure kept (None and an error) rather than raised."""
+    from ..hooks.reap import job_objects
+    from ..slurm.commands import SlurmCli, parse_squeue
+
+    client = client or site.vipu_client()
+    slurm = slurm or SlurmCli.of_site(site)
+    deadline = deadline if deadline is not None else time.monotonic() + 20
+    facts, errors = {}, {}
+    reads = {"vipu": lambda: job_objects(site, client, deadline),
+             "agents": lambda: client.list_agents(deadline),
+             "jobs": lambda: parse_squeue(slurm.output("squeue", "--json")),
+             "licences": lambda: slurm.output("scontrol", "show", "licenses", "ipu", "--oneliner"),
+             "reservations": lambda: slurm.licence_reservations("ipu")}
+    for source, read in reads.items():
+        try:
+            facts[source] = read()
+        except SlurmIpuError as exc:
+            facts[source], errors[source] = None, str(exc)
+    facts["errors"] = errors
+    facts["queued"] = _journal_depth(site["state_dir"])
+    facts["drained"] = _drained(site["state_dir"])
+    return facts
+
+
+def _journal_depth(state_dir: str) -> int | None:
+    from ..hooks.journal import Journal
+
+    try:
+        return len(Journal(state_dir).names())
+    except OSError:
+        return None
+
+
+def _drained(state_dir: str) -> int | None:
+    from ..hooks.health import _load, record_path
+
+    return len(_load(state_dir)) if record_path(state_dir).parent.exists() else None
+
+
+# --- what is shown -------------------------------------------------------------------------
+
+def pods(site) -> list[tuple[str, int, list[str]]]:
+    """(Pod name, its IPUs, its IPU-Machines) in the site's order; a one-Pod site's is its cluster."""
+    names = [p.name for p in site.pods] or [site["cluster"]]
+    ipus = [p.ipus for p in site.pods] or [site["pod.ipus"]]
+    return [(n, i, agents) for n, i, (_, agents) in zip(names, ipus, site.pod_agents(), strict=True)]
+
+
+def families(site, facts: dict) -> list[Family]:
+    out = [_sources(facts)]
+    out += _ipus(site, facts)
+    if facts["agents"] is not None:
+        out.append(_machines(facts["agents"]))
+    if facts["vipu"] is not None:
+        out.append(_objects(site, facts["vipu"]))
+    if facts["jobs"] is not None:
+        out.append(_jobs(facts["jobs"]))
+    out += _slurm_pool(facts)
+    if facts["queued"] is not None:
+        out.append(Family("slurm_ipu_removals_queued", "Partitions or allocations of ended jobs waiting in the "
+                          "removal journal (V-IPU refused or was unreachable).").add(facts["queued"]))
+    return out
+
+
+def _sources(facts: dict) -> Family:
+    fam = Family("slurm_ipu_source_up", "1 if the last read of this source worked (its series are missing if not).")
+    for source in ("vipu", "agents", "jobs", "licences", "reservations"):
+        fam.add(0 if source in facts["errors"] else 1, source=source)
+    return fam
+
+
+def _lost(agents: list[dict] | None) -> dict[str, int]:
+    from ..hooks.health import lost_ipus
+
+    return lost_ipus(agents) if agents is not None else {}
+
+
+def _ipus(site, facts: dict) -> list[Family]:
+    capacity = Family("slurm_ipu_pod_ipus", "IPUs of each Pod.")
+    state = Family("slurm_ipu_ipus", "IPUs of each Pod by state: allocated (in a job's partition or allocation), "
+                   "unavailable (on a failed IPU-Machine, not allocated), idle.")
+    lost = _lost(facts["agents"])
+    held = _held_ipus(site, facts["vipu"])
+    for name, ipus, agents in pods(site):
+        capacity.add(ipus, pod=name)
+        if facts["vipu"] is None or facts["agents"] is None:
+            continue
+        allocated = held.get(name, 0)
+        unavailable = min(sum(lost.get(a, 0) for a in agents), ipus - allocated)
+        state.add(allocated, pod=name, state="allocated").add(max(unavailable, 0), pod=name, state="unavailable")
+        state.add(max(ipus - allocated - max(unavailable, 0), 0), pod=name, state="idle")
+    return [capacity, state]
+
+
+def _held_ipus(site, objects) -> dict[str, int]:
+    """IPUs in jobs' partitions or allocations, per Pod (by each IPU's machine)."""
+    if objects is None:
+        return {}
+    owner = {a: name for name, _, agents in pods(site) for a in agents}
+    single = pods(site)[0][0] if len(pods(site)) == 1 else None
+    out: dict[str, int] = {}
+    for part in objects:
+        if single is not None or not part.ipus:
+            key = single or "unknown"
+            out[key] = out.get(key, 0) + part.size
+            continue
+        for ipu in part.ipus:
+            pod = owner.get(f"ag{ipu // IPUS_PER_AGENT}", "unknown")
+            out[pod] = out.get(pod, 0) + 1
+    return out
+
+
+def _machines(agents: list[dict]) -> Family:
+    fam = Family("slurm_ipu_machines", "IPU-Machines (V-IPU agents) by state.")
+    counts = dict.fromkeys(MACHINE_STATES, 0)
+    for agent in agents:
+        status = str(agent.get("status", "")).lower()
+        counts[status if status in counts else "error"] += 1
+    for status, n in counts.items():
+        fam.add(n, state=status)
+    return fam
+
+
+def _objects(site, objects) -> Family:
+    fam = Family("slurm_ipu_job_objects", "Jobs' V-IPU partitions (partition model) and allocations (allocation "
+                 "model) by state.")
+    counts = {(kind, s): 0 for kind in ("partition", "allocation") for s in PARTITION_STATES}
+    for part in objects:
+        kind = site.kind_of(part.name)
+        key = (kind, str(part.state).lower())
+        counts[key if key in counts else (kind, "error")] += 1
+    for (kind, s), n in counts.items():
+        if kind in _kinds(site):
+            fam.add(n, kind=kind, state=s)
+    return fam
+
+
+def _kinds(site) -> set[str]:
+    return {"allocation" if m == "allocation" else "partition" for m in site.models}
+
+
+def _jobs(jobs: dict) -> Family:
+    fam = Family("slurm_ipu_jobs", "Slurm jobs with IPUs (a GRES or licence ipu) by state; held: pending on a hold.")
+    counts = dict.fromkeys(JOB_STATES, 0)
+    for job in jobs.values():
+        if "ipu" not in (job.tres or ""):
+            continue
+        if job.state == "RUNNING":
+            counts["running"] += 1
+        elif job.state == "PENDING":
+            counts["held" if (job.reason or "").startswith("JobHeld") else "pending"] += 1
+    for state, n in counts.items():
+        fam.add(n, state=state)
+    return fam
+
+
+def _slurm_pool(facts: dict) -> list[Family]:
+    out = []
+    if facts["licences"] is not None:
+        from .status import parse_licenses
+
+        lic = parse_licenses(facts["licences"])
+        fam = Family("slurm_ipu_licence_ipus", "Slurm's ipu licence: total, used (what Slurm schedules from).")
+        for key in ("total", "used"):
+            if key in lic:
+                fam.add(lic[key], state=key)
+        out.append(fam)
+    if facts["reservations"] is not None:
+        from ..hooks.health import RESERVATION_PREFIX
+
+        ours = sum(n for name, n in facts["reservations"].items() if name.startswith(RESERVATION_PREFIX))
+        out.append(Family("slurm_ipu_health_reserved_ipus", "IPU licences held out of Slurm's pool for failed "
+                          "IPU-Machines (partition model).").add(ours))
+    if facts["drained"] is not None:
+        out.append(Family("slurm_ipu_health_drained_nodes", "Nodes the health pass drained for a failed IPU-Machine "
+                          "(allocation model).").add(facts["drained"]))
+    return out
+
+
+def collect(site, client=None, slurm=None) -> str:
+    return render(families(site, gather(site, client, slurm)))
+
+
+def write_textfile(path: str, text: str) -> None:
+    """Whole or not at all: node_exporter never reads half a file (its textfile collector's rule)."""
+    from ..fsutil import atomic_write
+
+    atomic_write(path, text)
+
+
+def main(site_path: str, out=print) -> int:
+    from ..config import load
+
+    site = load(site_path)
+    facts = gather(site)
+    out(render(families(site, facts)).rstrip("\n"))
+    return 0 if not facts["errors"] else 1

@@ -1,0 +1,51 @@
+"""`slurm-ipu metrics` (issue 40, item 4): what it shows, read back with Prometheus's own parser,
+and a source that failed is shown as down with its series left out, never as an empty cluster."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from slurm_ipu import config
+from slurm_ipu.deploy import metrics
+from slurm_ipu.slurm.commands import SqueueJob
+from slurm_ipu.vipu.types import Partition
+
+from .conftest import write_conf
+
+
+def parsed(text: str) -> dict[tuple, float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def facts(**over):
+    base = {"vipu": [Partition("slurm_7", 16, state="ACTIVE"), Partition("slurm_8", 4, state="PENDING")],
+            "agents": [{"id": f"ag{k}", "status": "Down" if k == 3 else "Up"} for k in range(16)],
+            "jobs": {7: SqueueJob(7, "RUNNING", (), "a", "node1", 1, None, "gres:ipu:16"),
+                       9: SqueueJob(9, "PENDING", (), "b", None, None, "JobHeldAdmin", "gres/ipu:4"),
+                       10: SqueueJob(10, "PENDING", (), "b", None, None, "Resources", "")},
+            "licences": "LicenseName=ipu Total=64 Used=20 Free=44 Reserved=4 Remote=no",
+            "reservations": {"slurm-ipu-ag3": 4, "maint": 2}, "queued": 1, "drained": 0, "errors": {}}
+    return {**base, **over}
+
+
+def test_the_cluster_s_ipus_machines_jobs_and_pool(tmp_path):
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    seen = parsed(metrics.render(metrics.families(site, facts())))
+    pod = (("pod", "c"),)
+    assert seen[("slurm_ipu_pod_ipus", pod)] == 64
+    assert [seen[("slurm_ipu_ipus", (*pod, ("state", s)))] for s in ("allocated", "unavailable", "idle")] == [20, 4, 40]
+    assert seen[("slurm_ipu_machines", (("state", "down"),))] == 1
+    assert seen[("slurm_ipu_job_objects", (("kind", "partition"), ("state", "pending")))] == 1
+    assert [seen[("slurm_ipu_jobs", (("state", s),))] for s in ("running", "pending", "held")] == [1, 0, 1]
+    assert seen[("slurm_ipu_health_reserved_ipus", ())] == 4  # the admin's maint reservation is not ours
+    assert seen[("slurm_ipu_removals_queued", ())] == 1
+    assert not any("slurm_7" in str(key) for key in seen)  # no per-job label
+
+
+def test_a_failed_source_is_down_and_its_series_are_missing(tmp_path):
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    seen = parsed(metrics.render(metrics.families(site, facts(vipu=None, errors={"vipu": "unreachable"}))))
+    assert seen[("slurm_ipu_source_up", (("source", "vipu"),))] == 0
+    assert seen[("slurm_ipu_source_up", (("source", "jobs"),))] == 1
+    assert not any(name in ("slurm_ipu_ipus", "slurm_ipu_job_objects") for name, _ in seen)
