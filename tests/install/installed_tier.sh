@@ -3,7 +3,8 @@
 # instead of the checkout (issue 38: the chroot tiers exercise what sites install). In a chroot with
 # Debian's Slurm only (tests/install/clean_room.sh runs it in trixie and sid): `make deb`, apt installs
 # the three packages from the files, then tests/slurm (SLURM_MARKS, PYTEST_ARGS) runs from a venv that
-# sees Debian's python3 site (the packages' slurm_ipu) and adds only pytest, with pytest's
+# sees Debian's python3 site (the packages' slurm_ipu) and adds only the test tools (pyproject.toml's
+# `test` extra, less the linter), with pytest's
 # --import-mode=append and its working directory outside the checkout, so nothing imports the
 # checkout's slurm_ipu (tests/slurm/conftest.py refuses to start otherwise). The packages are purged
 # at the end, whatever happened.
@@ -31,8 +32,12 @@ DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q "$ROOT"/deb/slu
   || { tail -n 20 "$ROOT/apt.log" >&2; fail "apt-get install: $(tail -n 1 "$ROOT/apt.log")"; }
 say "installed $(dpkg-query -W -f='${Package} ${Version}  ' slurm-ipu slurm-ipu-spank slurm-ipu-lab)"
 /usr/bin/python3 -m venv --system-site-packages "$ROOT/venv"
-"$ROOT/venv/bin/python" -m pip install -q --disable-pip-version-check pytest pytest-mock >"$ROOT/pip.log" 2>&1 \
-  || { tail -n 5 "$ROOT/pip.log" >&2; fail "pip install pytest: $(tail -n 1 "$ROOT/pip.log")"; }
+# shellcheck disable=SC2046  # one word per requirement
+"$ROOT/venv/bin/python" -m pip install -q --disable-pip-version-check $("$ROOT/venv/bin/python" -c '
+import sys, tomllib
+extra = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["test"]
+print(" ".join(r for r in extra if not r.startswith("ruff")))' "$CHECKOUT/pyproject.toml") >"$ROOT/pip.log" 2>&1 \
+  || { tail -n 5 "$ROOT/pip.log" >&2; fail "pip install the test tools: $(tail -n 1 "$ROOT/pip.log")"; }
 mkdir "$ROOT/run"
 cd "$ROOT/run"
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
