@@ -6,6 +6,7 @@ PY=${PY:-.venv/bin/python}
 names=() secs=()
 
 summary() {
+  local i  # not the caller's: side_by_side reads its own i after calling this
   echo "make test: tier times"
   for i in "${!names[@]}"; do printf '  %-34s %5d s\n' "${names[$i]}" "${secs[$i]}"; done
   printf '  %-34s %5d s\n' "all" "$SECONDS"
