@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..errors import SlurmIpuError
+
 REASON_PREFIX = "slurm-ipu: IPU-Machine"
 RESERVATION_PREFIX = "slurm-ipu-"  # + the failed machine's agent name
 DRAINED_STATES = ("drain", "drained", "draining", "drng")  # sinfo %T's words for a drained node
@@ -130,7 +132,60 @@ def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: b
     agents = client.list_agents(deadline)
     changed = _pool(cfg, slurm, {a: n for a, n in lost_ipus(agents).items() if a in pooled}, out, dry_run) \
         if pooled else 0
-    return changed + (_hosts(cfg, slurm, hosts, failures(agents), out, dry_run) if hosts else 0)
+    changed += _hosts(cfg, slurm, hosts, failures(agents), out, dry_run) if hosts else 0
+    failed = set(failures(agents))
+    return changed + (_running(cfg, client, slurm, failed, out, deadline, dry_run) if failed else 0)
+
+
+def _running(cfg, client, slurm, failed: set[str], out, deadline, dry_run: bool) -> int:
+    """Jobs running on a failed machine (issue 40, item 3): a batch job is requeued (its epilog
+    removes its partition; the drain or the reservation above keeps it off the machine), an
+    srun or salloc job is told why and cancelled. Only jobs Slurm says are RUNNING: a job this
+    pass requeued earlier is PENDING while its epilog's removal may still be under way."""
+    hit = jobs_on(cfg, client, failed, deadline)
+    if not hit:
+        return 0
+    live = slurm.active_jobs()
+    acted = 0
+    for job, (machines, kind) in sorted(hit.items()):
+        if live.get(job) != "RUNNING":
+            continue
+        why = f"slurm-ipu: job {job}: IPU-Machine {', '.join(machines)} failed under its V-IPU {kind}"
+        out(f"health: {why[len('slurm-ipu: '):]}; requeued" + (" (dry run)" if dry_run else ""))
+        acted += 1
+        if dry_run:
+            continue
+        try:
+            slurm.requeue(job, f"{why}; requeued, it will not start on that machine again")
+        except SlurmIpuError:  # srun/salloc: Slurm requeues batch jobs only
+            slurm.notify(job, f"{why}: the job is cancelled; submit it again")
+            slurm.cancel(job, f"{why}; cancelled (not a batch job, so not requeued)")
+    return acted
+
+
+def jobs_on(cfg, client, failed: set[str], deadline) -> dict[int, tuple[list[str], str]]:
+    """Job -> (the failed machines under its V-IPU object, "allocation" or "partition"): its
+    allocation's agents, or its partition's IPUs' agents as V-IPU lists them."""
+    from .reap import job_of
+
+    out: dict[int, tuple[list[str], str]] = {}
+    if "allocation" in cfg.models:
+        for name, agents in client.list_allocations(deadline).items():
+            job, bad = job_of(name, cfg["allocation.prefix"]), sorted(set(agents) & failed)
+            if job is not None and bad:
+                out[job] = (bad, "allocation")
+    if "partition" in cfg.models:
+        for part in client.list_partitions(deadline):
+            job, bad = job_of(part.name, cfg["partition.prefix"]), sorted(agents_of(part) & failed)
+            if job is not None and bad:
+                out.setdefault(job, (bad, "partition"))
+    return out
+
+
+def agents_of(part) -> set[str]:
+    """The machines of a partition's IPUs, where V-IPU names them beside each IPU."""
+    ipus = ((part.extra or {}).get("spec") or {}).get("ipus") or []
+    return {str(i["agent"]) for i in ipus if isinstance(i, dict) and i.get("agent")}
 
 
 def _pool(cfg, slurm, want: dict[str, int], out, dry_run: bool) -> int:

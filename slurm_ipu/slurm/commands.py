@@ -25,6 +25,7 @@ class SlurmBackend(Protocol):
     def licence_reservations(self, licence: str) -> dict[str, int]: ...
     def reserve_licences(self, name: str, licence: str, count: int, user: str, update: bool = False) -> None: ...
     def delete_reservation(self, name: str) -> None: ...
+    def requeue(self, job_id: int, text: str) -> None: ...
     def notify(self, job_id: int, text: str) -> None: ...
 
 
@@ -208,6 +209,11 @@ class SlurmCli:
 
     def delete_reservation(self, name: str) -> None:
         self._run("scontrol", "delete", f"ReservationName={name}")
+
+    def requeue(self, job_id: int, text: str) -> None:
+        """A batch job back to the queue, the reason first (Slurm refuses it for srun/salloc jobs)."""
+        self.admin_comment(job_id, text)
+        self._run("scontrol", "requeue", str(job_id))
 
     def cancel(self, job_id: int, text: str) -> None:
         """The reason first: slurmctld kills the prolog that cancels its own job."""

@@ -21,21 +21,43 @@ class FakeSlurm:
     """sinfo -N -o %N|%T|%E, scontrol update NodeName=... State=DRAIN|RESUME, and licence-only
     reservations (scontrol show|create|update|delete reservation), as Slurm keeps them."""
 
-    def __init__(self, nodes):
+    def __init__(self, nodes, jobs=None):
         self.nodes = {n: ["idle", "none"] for n in nodes}
         self.reservations = {"maint": "(null)"}  # an admin's, holding no licence
         self.updates: list[list[str]] = []
+        self.jobs = dict(jobs or {})  # job -> [state, batch]
+        self.comments: dict[int, str] = {}
+        self.told: list[str] = []
 
     def __call__(self, argv, env=None, capture_output=True, text=True, timeout=None, stdin=None):
         tool, args = argv[0].rsplit("/", 1)[-1], argv[1:]
         if tool == "sinfo":
             out = "".join(f"{n}|{s}|{r}\n" for n, (s, r) in self.nodes.items())
             return subprocess.CompletedProcess(argv, 0, out, "")
+        if tool != "squeue" and args[:1] != ["show"]:
+            self.updates.append([tool, *args])
+        if tool == "squeue":
+            doc = {"jobs": [{"job_id": j, "job_state": st} for j, (st, _) in self.jobs.items()]}
+            return subprocess.CompletedProcess(argv, 0, json.dumps(doc), "")
+        if tool == "scancel":
+            self.jobs[int(args[0])][0] = "CANCELLED"
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if args[0] == "notify":
+            self.told.append(args[2])
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if args[0] == "requeue":
+            job = self.jobs[int(args[1])]
+            if not job[1]:
+                return subprocess.CompletedProcess(argv, 1, "", "Requested operation not supported on this job\n")
+            job[0] = "PENDING"
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        if args[0] == "update" and args[1].startswith("JobId="):
+            self.comments[int(args[1][6:])] = args[2].split("=", 1)[1]
+            return subprocess.CompletedProcess(argv, 0, "", "")
         if args[:2] == ["show", "reservation"]:
             out = "".join(f"ReservationName={n} StartTime=now Nodes=(null) Licenses={lic} State=ACTIVE\n"
                           for n, lic in self.reservations.items())
             return subprocess.CompletedProcess(argv, 0, out, "")
-        self.updates.append(args)
         words = dict(w.split("=", 1) for w in args if "=" in w)
         if "ReservationName" in words:
             if args[0] == "delete":
@@ -61,8 +83,11 @@ def site(tmp_path):
 @pytest.fixture
 def agents(mocker):
     state = {f"ag{k}": "Up" for k in range(16)}
+    state["partitions"], state["allocations"] = [], []
 
     def vipu(argv, **_):
+        if "list" in argv and ("partitions" in argv or "allocations" in argv):
+            return subprocess.CompletedProcess(argv, 0, json.dumps(state[argv[argv.index("list") + 1]]), "")
         if "list" in argv and "agents" in argv:
             if state.get("unreachable"):
                 return subprocess.CompletedProcess(argv, 1, "", "error: connection refused [UNAVAILABLE]\n")
@@ -150,3 +175,37 @@ def test_the_partition_model_s_pool_shrinks_by_a_failed_machine_s_ipus_until_it_
     assert one_pass(site, slurm) == 0  # held already: nothing to do
     agents["ag0"] = "Up"
     assert one_pass(site, slurm) == 1 and slurm.reservations == {"maint": "(null)"}
+
+
+def on(*agents: str) -> list[dict]:
+    return [{"id": 0, "agent": a} for a in agents]
+
+
+def test_a_running_batch_job_on_a_failed_machine_is_requeued_and_an_srun_job_told_and_cancelled(tmp_path, agents):
+    """Issue 40, item 3: its epilog removes the partition; the reservation keeps it off the machine."""
+    (tmp_path / "state").mkdir()
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    slurm = FakeSlurm(site.hosts, jobs={7: ["RUNNING", True], 8: ["RUNNING", False], 9: ["RUNNING", True],
+                                        10: ["PENDING", True]})
+    agents["partitions"] = [{"partition": {"id": f"slurm_{j}", "spec": {"size": 4, "ipus": on(a)}}}
+                            for j, a in ((7, "ag0"), (8, "ag0"), (9, "ag5"), (10, "ag0"))]
+    agents["ag0"] = "Down"
+    lines = []
+    one_pass(site, slurm, lines)
+    assert slurm.jobs[7][0] == "PENDING" and slurm.jobs[8][0] == "CANCELLED" and slurm.jobs[9][0] == "RUNNING"
+    assert slurm.comments[7] == ("slurm-ipu: job 7: IPU-Machine ag0 failed under its V-IPU partition; requeued, "
+                                 "it will not start on that machine again")
+    assert slurm.told == ["slurm-ipu: job 8: IPU-Machine ag0 failed under its V-IPU partition: the job is cancelled; "
+                          "submit it again"]
+    assert "health: job 7: IPU-Machine ag0 failed under its V-IPU partition; requeued" in lines
+    assert 10 not in slurm.comments  # pending already (requeued by an earlier pass): left alone
+
+
+def test_the_allocation_model_s_job_on_a_failed_machine_is_requeued_after_its_host_is_drained(site, agents):
+    slurm = FakeSlurm(site.hosts, jobs={42: ["RUNNING", True]})
+    agents["allocations"] = [{"id": "c42", "agents": ["ag4", "ag5", "ag6", "ag7"]}, {"id": "default", "agents": []}]
+    agents["ag6"] = "Down"
+    one_pass(site, slurm)
+    assert slurm.nodes["node2"][0] == "drained" and slurm.jobs[42][0] == "PENDING"
+    assert [u[1:3] for u in slurm.updates] == [["update", "NodeName=node2"], ["update", "JobId=42"],
+                                               ["requeue", "42"]]  # the drain first, then the job
