@@ -72,7 +72,8 @@ def decide(step: Step, site, client, env: dict, deadline: float) -> str:
         return _whole(step, f"{prefix}{step.job}")
     allocation = f"{site['allocation.prefix']}{step.job}"
     own = env.get("IPUOF_VIPU_API_PARTITION_ID", "")
-    if own and not step.splits and not own.startswith(f"{prefix}{step.job}"):  # ours: the plugin set it
+    mine = own == f"{prefix}{step.job}" or own.startswith(f"{prefix}{step.job}_")  # the plugin set it
+    if own and not mine and not step.splits:
         return _users(step, client, own, allocation, deadline)
     name = step_name(prefix, step.job, step.step)
     try:

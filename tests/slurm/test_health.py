@@ -58,3 +58,30 @@ def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
         lab.run(*emu, "up")
         lab.run("scontrol", "delete", "ReservationName=slurm-ipu-ag0")
     wait_no_partitions(lab, 30, "its partition removed")
+
+
+def test_a_batch_job_on_a_machine_that_fails_is_requeued_and_runs_again_when_it_is_back(clean_lab):
+    """Issue 40, item 3: its partition (all 64 IPUs, ag0 among them) loses a machine; the pass
+    requeues it with the reason, its epilog removes the partition, the reservation keeps it
+    waiting, and once ag0 is back it starts again."""
+    lab = clean_lab
+    emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent", "ag0"]
+    job = lab.sbatch("-N4", "--gres=ipu:16", "-o", "/dev/null", script="#!/bin/bash\nsleep 300\n")
+    wait_for(f"job {job} running", lambda: lab.state(job) == "RUNNING", 60)
+    lab.run(*emu, "down", check=True)
+    try:
+        said = lab.run("slurm-ipu", "health", check=True).stdout
+        assert f"health: job {job}: IPU-Machine ag0 failed under its V-IPU partition; requeued" in said, said
+        info = wait_for(f"job {job} requeued", lambda: lab.job(job), 60,
+                        until=lambda j: j.get("JobState") == "PENDING" and j.get("Restarts") == "1")
+        assert "IPU-Machine ag0 failed under its V-IPU partition; requeued" in info.get("AdminComment", ""), info
+        wait_no_partitions(lab, 60, "its partition removed by its epilog")
+        lab.run(*emu, "up", check=True)
+        lab.run("slurm-ipu", "health", check=True)
+        wait_for(f"job {job} running again", lambda: lab.state(job) == "RUNNING", 120)
+    finally:
+        lab.run(*emu, "up")
+        lab.run("scontrol", "delete", "ReservationName=slurm-ipu-ag0")
+        lab.run("scancel", str(job))
+    wait_gone(lab, job)
+    wait_no_partitions(lab, 60, "its partition removed")

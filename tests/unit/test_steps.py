@@ -69,6 +69,14 @@ def test_an_exported_partition_elsewhere_is_refused_in_one_line_saying_how(site,
                    "get a partition made for the step")
 
 
+def test_another_job_s_name_is_the_user_s_choice_not_the_plugin_s(site, fake, capsys, monkeypatch):
+    """slurm_420 begins like job 42's names but is not one of them: checked like any exported name."""
+    site("allocation")
+    monkeypatch.setenv("IPUOF_VIPU_API_PARTITION_ID", "slurm_420")
+    code, _, err = step(capsys, "start", "42", "0", "16", "16", "16", "node1", "1")
+    assert code == 2 and "IPUOF_VIPU_API_PARTITION_ID=slurm_420 does not exist" in err
+
+
 def test_the_plugin_s_own_value_is_not_taken_for_the_user_s(site, fake, capsys, monkeypatch):
     """In a batch script (a task) the plugin set IPUOF_VIPU_API_PARTITION_ID to the job's name; a
     nested srun inside a step sees its step's: neither is the user's choice."""
