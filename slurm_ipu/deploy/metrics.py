@@ -114,7 +114,7 @@ def families(site, facts: dict) -> list[Family]:
         out.append(_objects(site, facts["vipu"]))
     if facts["jobs"] is not None:
         out.append(_jobs(facts["jobs"]))
-    out += _slurm_pool(facts)
+    out += _slurm_pool(site, facts)
     if facts["queued"] is not None:
         out.append(Family("slurm_ipu_removals_queued", "Partitions or allocations of ended jobs waiting in the "
                           "removal journal (V-IPU refused or was unreachable).").add(facts["queued"]))
@@ -213,7 +213,7 @@ def _jobs(jobs: dict) -> Family:
     return fam
 
 
-def _slurm_pool(facts: dict) -> list[Family]:
+def _slurm_pool(site, facts: dict) -> list[Family]:
     out = []
     if facts["licences"] is not None:
         from .status import parse_licenses
@@ -225,9 +225,10 @@ def _slurm_pool(facts: dict) -> list[Family]:
                 fam.add(lic[key], state=key)
         out.append(fam)
     if facts["reservations"] is not None:
-        from ..hooks.health import RESERVATION_PREFIX
+        from ..hooks.health import RESERVATION_PREFIX, pooled_agents
 
-        ours = sum(n for name, n in facts["reservations"].items() if name.startswith(RESERVATION_PREFIX))
+        ours = sum(n for name, n in facts["reservations"].items()
+                   if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled_agents(site))
         out.append(Family("slurm_ipu_health_reserved_ipus", "IPU licences held out of Slurm's pool for failed "
                           "IPU-Machines (partition model).").add(ours))
     if facts["drained"] is not None:

@@ -130,8 +130,8 @@ def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: b
     if not hosts and not pooled:
         return 0
     agents = client.list_agents(deadline)
-    changed = _pool(cfg, slurm, {a: n for a, n in lost_ipus(agents).items() if a in pooled}, out, dry_run) \
-        if pooled else 0
+    changed = _pool(cfg, slurm, pooled, {a: n for a, n in lost_ipus(agents).items() if a in pooled}, out,
+                    dry_run) if pooled else 0
     changed += _hosts(cfg, slurm, hosts, failures(agents), out, dry_run) if hosts else 0
     failed = set(failures(agents))
     return changed + (_running(cfg, client, slurm, failed, out, deadline, dry_run) if failed else 0)
@@ -188,8 +188,10 @@ def agents_of(part) -> set[str]:
     return {str(i["agent"]) for i in ipus if isinstance(i, dict) and i.get("agent")}
 
 
-def _pool(cfg, slurm, want: dict[str, int], out, dry_run: bool) -> int:
-    held = {name: n for name, n in slurm.licence_reservations("ipu").items() if name.startswith(RESERVATION_PREFIX)}
+def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], out, dry_run: bool) -> int:
+    # ours: named after one of the Pods' machines (an admin's `slurm-ipu-maint` is not)
+    held = {name: n for name, n in slurm.licence_reservations("ipu").items()
+            if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled}
     change, delete = plan_reservations(want, held)
     note = " (dry run)" if dry_run else ""
     for name, ipus in change.items():

@@ -23,7 +23,7 @@ class FakeSlurm:
 
     def __init__(self, nodes, jobs=None):
         self.nodes = {n: ["idle", "none"] for n in nodes}
-        self.reservations = {"maint": "(null)"}  # an admin's, holding no licence
+        self.reservations = {"maint": "(null)", "slurm-ipu-maint": "ipu:2"}  # an admin's, not ours
         self.updates: list[list[str]] = []
         self.jobs = dict(jobs or {})  # job -> [state, batch]
         self.comments: dict[int, str] = {}
@@ -169,12 +169,12 @@ def test_the_partition_model_s_pool_shrinks_by_a_failed_machine_s_ipus_until_it_
     agents["ag0"] = "Down"
     lines = []
     assert one_pass(site, slurm, lines) == 1
-    assert slurm.reservations == {"maint": "(null)", "slurm-ipu-ag0": "ipu:4"}
+    assert slurm.reservations == {"maint": "(null)", "slurm-ipu-maint": "ipu:2", "slurm-ipu-ag0": "ipu:4"}
     assert lines == ["health: reserve 4 IPU licence(s) as slurm-ipu-ag0: IPU-Machine ag0 is not Up"]
     assert all(state == "idle" for state, _ in slurm.nodes.values())
     assert one_pass(site, slurm) == 0  # held already: nothing to do
     agents["ag0"] = "Up"
-    assert one_pass(site, slurm) == 1 and slurm.reservations == {"maint": "(null)"}
+    assert one_pass(site, slurm) == 1 and slurm.reservations == {"maint": "(null)", "slurm-ipu-maint": "ipu:2"}
 
 
 def on(*agents: str) -> list[dict]:
