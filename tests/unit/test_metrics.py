@@ -25,7 +25,8 @@ def facts(**over):
                        9: SqueueJob(9, "PENDING", (), "b", None, None, "JobHeldAdmin", "gres/ipu:4"),
                        10: SqueueJob(10, "PENDING", (), "b", None, None, "Resources", "")},
             "licences": "LicenseName=ipu Total=64 Used=20 Free=44 Reserved=4 Remote=no",
-            "reservations": {"slurm-ipu-ag3": 4, "maint": 2, "slurm-ipu-maint": 1}, "queued": 1, "drained": 0, "errors": {}}
+            "reservations": {"slurm-ipu-ag3": 4, "maint": 2, "slurm-ipu-maint": 1},
+            "queued": 1, "drained": 0, "errors": {}}
     return {**base, **over}
 
 
