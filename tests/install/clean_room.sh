@@ -66,6 +66,7 @@ install_check() {
 
 in_chroot() {
   export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  export DEB_HANDOFF=/var/tmp/slurm-ipu-debs  # deb-check's packages for the installed tier after it (a fresh chroot)
   local LOGS=/root/logs t0=$SECONDS log missing left
   mkdir -p "$LOGS"
   # every process in this pid namespace but pid 1 (the namespace's shell) and this one

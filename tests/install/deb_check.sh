@@ -60,6 +60,9 @@ debs() { local name; for name in slurm-ipu slurm-ipu-spank slurm-ipu-lab; do
 mapfile -t BUILD1 < <(debs "$ROOT/deb1")
 mapfile -t BUILD2 < <(debs "$ROOT/deb2")
 [ ${#BUILD1[@]} = 3 ] && [ ${#BUILD2[@]} = 3 ] || fail "make deb did not build the three packages: ${BUILD1[*]}"
+# DEB_HANDOFF (clean_room.sh, in a chroot): the installed tier that runs next there installs these
+# instead of building the same tree a third time (about 40 s of CI per release).
+if [ -n "${DEB_HANDOFF:-}" ]; then mkdir -p "$DEB_HANDOFF" && cp "${BUILD2[@]}" "$DEB_HANDOFF/"; fi
 HOOKS=${BUILD1[0]} SPANK=${BUILD1[1]}
 
 # 2. what the packages say of themselves
