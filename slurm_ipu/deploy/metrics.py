@@ -91,9 +91,9 @@ def _journal_depth(state_dir: str) -> int | None:
 
 
 def _drained(state_dir: str) -> int | None:
-    from ..hooks.health import _load, record_path
+    from ..hooks.health import drained_nodes, record_path
 
-    return len(_load(state_dir)) if record_path(state_dir).parent.exists() else None
+    return len(drained_nodes(state_dir)) if record_path(state_dir).parent.exists() else None
 
 
 # --- what is shown -------------------------------------------------------------------------
@@ -155,8 +155,9 @@ def _held_ipus(site, objects) -> dict[str, int]:
     """IPUs in jobs' partitions or allocations, per Pod (by each IPU's machine)."""
     if objects is None:
         return {}
-    owner = {a: name for name, _, agents in pods(site) for a in agents}
-    single = pods(site)[0][0] if len(pods(site)) == 1 else None
+    every = pods(site)
+    owner = {a: name for name, _, agents in every for a in agents}
+    single = every[0][0] if len(every) == 1 else None
     out: dict[str, int] = {}
     for part in objects:
         if single is not None or not part.ipus:
@@ -227,8 +228,9 @@ def _slurm_pool(site, facts: dict) -> list[Family]:
     if facts["reservations"] is not None:
         from ..hooks.health import RESERVATION_PREFIX, pooled_agents
 
+        pooled = pooled_agents(site)
         ours = sum(n for name, n in facts["reservations"].items()
-                   if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled_agents(site))
+                   if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled)
         out.append(Family("slurm_ipu_health_reserved_ipus", "IPU licences held out of Slurm's pool for failed "
                           "IPU-Machines (partition model).").add(ours))
     if facts["drained"] is not None:

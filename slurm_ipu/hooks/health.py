@@ -132,9 +132,9 @@ def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: b
     agents = client.list_agents(deadline)
     changed = _pool(cfg, slurm, pooled, {a: n for a, n in lost_ipus(agents).items() if a in pooled}, out,
                     dry_run) if pooled else 0
-    changed += _hosts(cfg, slurm, hosts, failures(agents), out, dry_run) if hosts else 0
-    failed = set(failures(agents))
-    return changed + (_running(cfg, client, slurm, failed, out, deadline, dry_run) if failed else 0)
+    failed = failures(agents)
+    changed += _hosts(cfg, slurm, hosts, failed, out, dry_run) if hosts else 0
+    return changed + (_running(cfg, client, slurm, set(failed), out, deadline, dry_run) if failed else 0)
 
 
 def _running(cfg, client, slurm, failed: set[str], out, deadline, dry_run: bool) -> int:
@@ -208,7 +208,7 @@ def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], out, dry_run: bool
 
 def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out, dry_run: bool) -> int:
     nodes = slurm.node_reasons()
-    drained = _load(cfg["state_dir"])
+    drained = drained_nodes(cfg["state_dir"])
     drain, resume, after = plan(hosts, failed, nodes, drained)
     for host, reason in drain.items():
         out(f"health: drain {host}: {reason}" + (" (dry run)" if dry_run else ""))
@@ -223,7 +223,8 @@ def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out,
     return len(drain) + len(resume)
 
 
-def _load(state_dir: str) -> dict[str, str]:
+def drained_nodes(state_dir: str) -> dict[str, str]:
+    """The nodes the pass drained, with the reason it wrote (STATE_DIR/health.json)."""
     try:
         doc = json.loads(record_path(state_dir).read_text())
     except (OSError, ValueError):
