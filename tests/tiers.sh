@@ -8,8 +8,8 @@ names=() secs=()
 summary() {
   local i  # not the caller's: side_by_side reads its own i after calling this
   echo "make test: tier times"
-  for i in "${!names[@]}"; do printf '  %-34s %5d s\n' "${names[$i]}" "${secs[$i]}"; done
-  printf '  %-34s %5d s\n' "all" "$SECONDS"
+  for i in "${!names[@]}"; do printf '  %-38s %5d s\n' "${names[$i]}" "${secs[$i]}"; done
+  printf '  %-38s %5d s\n' "all" "$SECONDS"
 }
 
 tier() {
@@ -25,36 +25,47 @@ tier() {
   fi
 }
 
-# shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
-tier "unit" "$PY" -m pytest -q tests/unit ${PYTEST_ARGS:-}
-tier "emulator" "$PY" -m pytest -q tests/emulator ${PYTEST_ARGS:-}
-tier "slurm 22.05 (host)" "$PY" -m pytest -q tests/slurm -m "not long" ${PYTEST_ARGS:-}
-tier "clean-room (bookworm)" make -s clean-room
-# The two release chroots side by side: each is its own chroot and pid namespace with a loopback port
-# range of its own (SLURM_IPU_TEST_PORTS), and their tests mostly wait on Slurm, so together they take
-# about the longer one's time instead of the sum (docs/performance.md). Both always run to their end;
-# each one's output follows, then its verdict.
+# Two tiers side by side: side_by_side NAME1 FUNCTION1 NAME2 FUNCTION2. The
+# pairs are chosen so that they share nothing: a chroot is its own filesystem and pid namespace, and
+# each side takes loopback ports of its own (SLURM_IPU_TEST_PORTS; the install checks' default range
+# is above the pytest labs'). Their work mostly waits on Slurm, so on two cores a pair takes about the
+# longer one's time instead of the sum (docs/performance.md). Both always run to their end; each
+# one's output follows, with its own time, then the verdict.
 side_by_side() {
-  local t=$SECONDS logs pids=() rcs=() i
+  local t=$SECONDS logs pids=() rcs=() i labels=("$1" "$3") cmds=("$2" "$4")
   logs=$(mktemp -d /tmp/slurm-ipu-tiers-XXXXXX)
   # each in a process group of its own (set -m), so that an interrupt stops each whole
   trap 'for i in "${pids[@]}"; do kill -TERM -- "-$i" 2>/dev/null; done; wait; rm -rf "$logs"; exit 130' INT TERM
   set -m
-  SLURM_IPU_TEST_PORTS=20000-24999 make -s slurm-24.11 >"$logs/24.11" 2>&1 & pids+=($!)
-  SLURM_IPU_TEST_PORTS=25000-29999 make -s slurm-26.05 >"$logs/26.05" 2>&1 & pids+=($!)
+  for i in 0 1; do
+    (s=$SECONDS; "${cmds[$i]}"; rc=$?; echo $((SECONDS - s)) >"$logs/$i.secs"; exit $rc) >"$logs/$i" 2>&1 &
+    pids+=($!)
+  done
   set +m
   for i in 0 1; do wait "${pids[$i]}"; rcs+=($?); done
   trap - INT TERM
-  cat "$logs/24.11" "$logs/26.05"
+  for i in 0 1; do cat "$logs/$i"; names+=("${labels[$i]}") secs+=("$(cat "$logs/$i.secs" 2>/dev/null || echo 0)"); done
   rm -rf "$logs"
-  names+=("slurm 24.11 + 26.05 (side by side)") secs+=($((SECONDS - t)))
+  names+=("  side by side, both") secs+=($((SECONDS - t)))
   for i in 0 1; do
     if [ "${rcs[$i]}" != 0 ]; then
       summary
-      echo "make test: slurm $([ "$i" = 0 ] && echo 24.11 || echo 26.05) failed (exit ${rcs[$i]})"
+      echo "make test: ${labels[$i]} failed (exit ${rcs[$i]})"
       exit "${rcs[$i]}"
     fi
   done
 }
-side_by_side
+
+# shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
+tier "unit" "$PY" -m pytest -q tests/unit ${PYTEST_ARGS:-}
+tier "emulator" "$PY" -m pytest -q tests/emulator ${PYTEST_ARGS:-}
+# The host's real-Slurm tier (pytest's range, 20000-29999) beside the bookworm clean-room (the install
+# checks' range above it); then the two release chroots, each with half of pytest's range.
+# shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
+host() { "$PY" -m pytest -q tests/slurm -m "not long" ${PYTEST_ARGS:-}; }
+bookworm() { make -s clean-room; }
+trixie() { SLURM_IPU_TEST_PORTS=20000-24999 make -s slurm-24.11; }
+sid() { SLURM_IPU_TEST_PORTS=25000-29999 make -s slurm-26.05; }
+side_by_side "slurm 22.05 (host)" host "clean-room (bookworm)" bookworm
+side_by_side "slurm 24.11" trixie "slurm 26.05" sid
 summary
