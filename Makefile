@@ -137,6 +137,7 @@ bench: deps
 	$(PY) tests/bench/curves.py
 	$(PY) tests/bench/memory.py
 	$(PY) tests/bench/job_submit_cost.py
+	$(PY) tests/bench/health_pass.py
 
 demo: deps
 	$(VENV)/bin/slurm-ipu demo

@@ -204,7 +204,8 @@ FIELDS = (
           "slurm_)", _prefix),
     Field("prolog.deadline", float, 60.0, "seconds the prolog may take in all, every V-IPU call included",
           _positive),
-    Field("prolog.max_attempts", int, 3, "prolog failures before the job is held for an admin", _between(1, 100)),
+    Field("prolog.max_attempts", int, 3, "prolog failures before the job is held for an admin (those a failed "
+          "IPU-Machine caused do not count)", _between(1, 100)),
     Field("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
     Field("reap.interval", float, 300.0, "seconds between the hook service's full reaps (orphans whose job is "
           "gone)", _between(5, 86400)),
@@ -410,16 +411,19 @@ class Site:
         """The IPU-Machines (V-IPU agents) mapped to `hosts`, as Graphcore's host-IPU mapping file
         lists them: a Pod's hosts, in hostlist order, take its IPU-Machines in V-IPU's order,
         pod.ipus_per_host / 4 each; Pods follow each other (docs/admin.md, allocation model)."""
-        per = self["pod.ipus_per_host"] // IPUS_PER_AGENT
-        out = {}
-        for hosts_of, agents in self.pod_agents():
-            for k, host in enumerate(hosts_of):
-                out[host] = agents[k * per:(k + 1) * per]
+        out = self.host_agents()
         missing = [h for h in hosts if h not in out]
         if missing:
             raise ConfigError(f"host {missing[0]} is in no Pod of the site description, so no IPU-Machine is mapped "
                               "to it; add it to pod.hosts (or a Pod's hosts)")
         return [agent for host in hosts for agent in out[host]]
+
+    def host_agents(self) -> dict[str, list[str]]:
+        """Every host of the site with its IPU-Machines (agents_of's mapping, built once per call:
+        the health pass asks for every host at once)."""
+        per = self["pod.ipus_per_host"] // IPUS_PER_AGENT
+        return {host: agents[k * per:(k + 1) * per]
+                for hosts_of, agents in self.pod_agents() for k, host in enumerate(hosts_of)}
 
     def pod_agents(self) -> list[tuple[list[str], list[str]]]:
         """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's

@@ -35,36 +35,40 @@ class VipuError(SlurmIpuError):
 
     component = "vipu"
     transient = False
+    kind = "other"  # slurm_ipu_vipu_errors_total's label (hooks/stats.py)
 
 
 class VipuUnavailable(VipuError):
     """The V-IPU controller could not be reached, timed out, or failed internally."""
 
     transient = True
+    kind = "unavailable"
 
 
 class PartitionExists(VipuError):
-    pass
+    kind = "exists"
 
 
 class PartitionNotFound(VipuError):
-    pass
+    kind = "not_found"
 
 
 class InsufficientIpus(VipuError):
-    pass
+    kind = "exhausted"
 
 
 class InvalidPartition(VipuError):
-    pass
+    kind = "invalid"
 
 
 class PermissionDenied(VipuError):
-    pass
+    kind = "denied"
 
 
 class PartitionNotReady(VipuError):
     """The partition exists but is not ACTIVE (still PENDING, or in ERROR)."""
+
+    kind = "not_ready"
 
 
 class AttachError(SlurmIpuError):

@@ -30,15 +30,17 @@ class Family:
     def __init__(self, name: str, help_text: str, kind: str = "gauge"):
         self.name, self.help, self.kind, self.samples = name, help_text, kind, []
 
-    def add(self, value: float, **labels: str) -> Family:
-        self.samples.append((labels, value))
+    def add(self, value: float, suffix: str = "", **labels: str) -> Family:
+        """One sample; suffix: a histogram's `_bucket`, `_sum` or `_count`."""
+        self.samples.append((suffix, labels, value))
         return self
 
     def text(self) -> str:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-        for labels, value in self.samples:
+        for suffix, labels, value in self.samples:
             inside = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-            lines.append(f"{self.name}{{{inside}}} {_number(value)}" if inside else f"{self.name} {_number(value)}")
+            name = self.name + suffix
+            lines.append(f"{name}{{{inside}}} {_number(value)}" if inside else f"{name} {_number(value)}")
         return "\n".join(lines)
 
 
@@ -78,7 +80,14 @@ def gather(site, client=None, slurm=None, deadline: float | None = None) -> dict
     facts["errors"] = errors
     facts["queued"] = _journal_depth(site["state_dir"])
     facts["drained"] = _drained(site["state_dir"])
+    facts["hooks"] = _hook_stats(site["state_dir"])
     return facts
+
+
+def _hook_stats(state_dir: str) -> dict | None:
+    from ..hooks.stats import load
+
+    return load(state_dir)
 
 
 def _journal_depth(state_dir: str) -> int | None:
@@ -115,10 +124,45 @@ def families(site, facts: dict) -> list[Family]:
     if facts["jobs"] is not None:
         out.append(_jobs(facts["jobs"]))
     out += _slurm_pool(site, facts)
+    if facts.get("hooks") is not None:
+        out += _hooks(facts["hooks"])
     if facts["queued"] is not None:
         out.append(Family("slurm_ipu_removals_queued", "Partitions or allocations of ended jobs waiting in the "
                           "removal journal (V-IPU refused or was unreachable).").add(facts["queued"]))
     return out
+
+
+HOOK_HELP = {
+    "prolog": "Seconds the hook service took over a job's PrologSlurmctld (its V-IPU partition or allocation made).",
+    "epilog": "Seconds the hook service took over a job's EpilogSlurmctld (the removal queued).",
+    "removal": "Seconds from an ended job's removal being queued to its V-IPU partition or allocation gone.",
+}
+
+
+def _hooks(doc: dict) -> list[Family]:
+    """The hook service's counters (hooks/stats.py): a histogram per timed step, errors by kind."""
+    from ..hooks.stats import BUCKETS
+
+    out = []
+    for name, help_text in HOOK_HELP.items():
+        hist = doc["durations"][name]
+        fam = Family(f"slurm_ipu_{name}_duration_seconds", help_text, "histogram")
+        running = 0
+        for upper, n in zip(BUCKETS, hist["buckets"], strict=True):
+            running += n
+            fam.add(running, "_bucket", le=repr(float(upper)))  # Prometheus writes le as a float
+        fam.add(hist["count"], "_bucket", le="+Inf").add(hist["sum"], "_sum").add(hist["count"], "_count")
+        out.append(fam)
+    errors = Family("slurm_ipu_vipu_errors_total", "Failed V-IPU calls of the hook service (each attempt of a "
+                    "retried one), by kind.", "counter")
+    for kind in sorted(set(ERROR_KINDS) | set(doc["vipu_errors"])):
+        errors.add(doc["vipu_errors"].get(kind, 0), kind=kind)
+    return [*out, errors]
+
+
+# Every kind a failed call can have (errors.py), shown at 0 until seen: a rate needs the series first.
+ERROR_KINDS = ("unavailable", "timeout", "exhausted", "not_found", "exists", "invalid", "denied", "not_ready",
+               "command", "other")
 
 
 def _sources(facts: dict) -> Family:

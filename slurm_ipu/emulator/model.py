@@ -249,15 +249,18 @@ def _allocations(raw: object, num_agents: int, where: str) -> dict[str, frozense
     return out
 
 
-def allocation_problem(name: str, chosen: frozenset[int], others: dict[str, frozenset[int]]) -> str | None:
+def allocation_problem(name: str, chosen: frozenset[int], others: dict[str, frozenset[int]],
+                       equal_ok: bool = False) -> str | None:
     """Why `chosen` agents cannot be allocation `name` beside `others` (None: they can): the
-    V-IPU guide's sizes, and allocations nest or stay apart."""
+    V-IPU guide's sizes, and allocations nest or stay apart. equal_ok: the same machines as one of
+    `others` nest too (a job's allocation of a whole Pod inside the cluster file's allocation of
+    that Pod); between the file's own allocations two of the same machines are a typing slip."""
     if not rules.is_valid_allocation(len(chosen) * rules.IPUS_PER_AGENT):
         return (f"allocation {shown(name)} holds {len(chosen)} IPU-Machine(s) = {len(chosen) * rules.IPUS_PER_AGENT} "
                 "IPUs; an allocation is 4, 8, 16, 32, 64 IPUs or a multiple of 64 (1, 2, 4, 8, 16 IPU-Machines or "
                 "multiples of 16)")
     for other, theirs in others.items():
-        if chosen & theirs and (chosen == theirs or not (chosen <= theirs or theirs <= chosen)):
+        if chosen & theirs and ((chosen == theirs and not equal_ok) or not (chosen <= theirs or theirs <= chosen)):
             return (f"allocation {shown(name)} shares agents with allocation {shown(other)} without one holding the "
                     "other; "
                     "allocations nest or stay apart")

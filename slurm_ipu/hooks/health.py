@@ -17,7 +17,8 @@ is not a machine failure (the pass raises, the service logs it and tries next ti
 
 The partition model places a partition's IPUs anywhere in the Pod, so no host maps to a machine
 there: instead the pool Slurm schedules from shrinks by the failed IPUs, as a licence-only
-reservation per failed machine, `slurm-ipu-ag3` (`Licenses=ipu:4 Flags=ANY_NODES`, measured on
+reservation per failed machine, `slurm-ipu-ag3` (`Licenses=ipu:4 Flags=ANY_NODES`, the whole machine
+even when one IPU is in error: see run(); measured on
 22.05: jobs not in it wait with Reason=Licenses, and it can be made while every licence is in
 use). `scontrol show reservation` names the machine; it goes when the machine is Up again.
 """
@@ -28,6 +29,7 @@ import json
 from pathlib import Path
 
 from ..errors import SlurmIpuError
+from ..rules import IPUS_PER_AGENT
 
 REASON_PREFIX = "slurm-ipu: IPU-Machine"
 RESERVATION_PREFIX = "slurm-ipu-"  # + the failed machine's agent name
@@ -43,7 +45,8 @@ def mapped_hosts(cfg) -> dict[str, list[str]]:
     if "allocation" not in cfg.models:
         return {}
     hosts = [h for p in cfg.pods_of_model("allocation") for h in p.hosts] if cfg.pods else cfg.hosts
-    return {h: cfg.agents_of([h]) for h in hosts}
+    mapping = cfg.host_agents()  # once: agents_of per host would build it per host
+    return {h: mapping[h] for h in hosts}
 
 
 def pooled_agents(cfg) -> set[str]:
@@ -57,10 +60,17 @@ def pooled_agents(cfg) -> set[str]:
             for a in agents}
 
 
+def machines_for(cfg, nodes, model: str) -> set[str]:
+    """The IPU-Machines a job on `nodes` can get: those mapped to its hosts (allocation model),
+    or every machine of its hosts' Pods (partition model: V-IPU places its IPUs anywhere there)."""
+    if model == "allocation":
+        return set(cfg.agents_of(nodes))
+    mine = set(nodes)
+    return {a for hosts, agents in cfg.pod_agents() if mine & set(hosts) for a in agents}
+
+
 def lost_ipus(agents: list[dict]) -> dict[str, int]:
     """Agent -> how many of its IPUs are unusable: all when it is not Up, else those in error."""
-    from ..rules import IPUS_PER_AGENT
-
     out = {}
     for agent in agents:
         bad = agent.get("ipus_in_error") or []
@@ -130,14 +140,29 @@ def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: b
     if not hosts and not pooled:
         return 0
     agents = client.list_agents(deadline)
-    changed = _pool(cfg, slurm, pooled, {a: n for a, n in lost_ipus(agents).items() if a in pooled}, out,
-                    dry_run) if pooled else 0
     failed = failures(agents)
+    # A whole machine's IPUs even when one is in error: V-IPU makes a partition of 4 IPUs or more
+    # from whole machines, so the other three serve only 1- and 2-IPU partitions; counting them
+    # would let Slurm start jobs V-IPU cannot place (each then requeued again and again).
+    changed = _pool(cfg, slurm, pooled, {a: IPUS_PER_AGENT for a in failed if a in pooled}, out,
+                    dry_run) if pooled else 0
     changed += _hosts(cfg, slurm, hosts, failed, out, dry_run) if hosts else 0
-    return changed + (_running(cfg, client, slurm, set(failed), out, deadline, dry_run) if failed else 0)
+    return changed + (_running(cfg, client, slurm, broken(agents), out, deadline, dry_run) if failed else 0)
 
 
-def _running(cfg, client, slurm, failed: set[str], out, deadline, dry_run: bool) -> int:
+def broken(agents: list[dict]) -> dict[str, frozenset[int] | None]:
+    """Agent -> the indexes of its IPUs in error, or None when the whole machine is lost (not Up
+    and no IPU named), for every agent not Up."""
+    out: dict[str, frozenset[int] | None] = {}
+    for agent in agents:
+        if str(agent.get("status", "")).lower() == "up":
+            continue
+        bad = frozenset(int(i) for i in agent.get("ipus_in_error") or [] if str(i).isdigit())
+        out[str(agent.get("id"))] = bad or None
+    return out
+
+
+def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], out, deadline, dry_run: bool) -> int:
     """Jobs running on a failed machine (issue 40, item 3): a batch job is requeued (its epilog
     removes its partition; the drain or the reservation above keeps it off the machine), an
     srun or salloc job is told why and cancelled. Only jobs Slurm says are RUNNING: a job this
@@ -156,6 +181,7 @@ def _running(cfg, client, slurm, failed: set[str], out, deadline, dry_run: bool)
         if dry_run:
             continue
         try:
+            _not_the_jobs_fault(cfg, job)
             slurm.requeue(job, f"{why}; requeued, it will not start on that machine again")
         except SlurmIpuError:  # srun/salloc: Slurm requeues batch jobs only
             slurm.notify(job, f"{why}: the job is cancelled; submit it again")
@@ -163,29 +189,46 @@ def _running(cfg, client, slurm, failed: set[str], out, deadline, dry_run: bool)
     return acted
 
 
-def jobs_on(cfg, client, failed: set[str], deadline) -> dict[int, tuple[list[str], str]]:
+def _not_the_jobs_fault(cfg, job: int) -> None:
+    """The requeue below is the hardware's: the job's next prolog does not count it (restarts.py).
+    A record that cannot be written (a full disk) leaves it counted, as any restart."""
+    from . import restarts
+
+    try:
+        restarts.add(cfg["state_dir"], job)
+    except OSError:
+        pass
+
+
+def jobs_on(cfg, client, failed: dict[str, frozenset[int] | None], deadline) -> dict[int, tuple[list[str], str]]:
     """Job -> (the failed machines under its V-IPU object, "allocation" or "partition"): its
-    allocation's agents, or its partition's IPUs' agents as V-IPU lists them."""
+    allocation's agents (the job may use any IPU of them), or the machines of its partition's IPUs
+    that failed, or whose IPU in error is one of them (V-IPU places new partitions on the
+    machine's other IPUs, so a partition on those is left running)."""
     from .reap import job_of
 
     out: dict[int, tuple[list[str], str]] = {}
     if "allocation" in cfg.models:
         for name, agents in client.list_allocations(deadline).items():
-            job, bad = job_of(name, cfg["allocation.prefix"]), sorted(set(agents) & failed)
+            job, bad = job_of(name, cfg["allocation.prefix"]), sorted(set(agents) & set(failed))
             if job is not None and bad:
                 out[job] = (bad, "allocation")
     if "partition" in cfg.models:
         for part in client.list_partitions(deadline):
-            job, bad = job_of(part.name, cfg["partition.prefix"]), sorted(agents_of(part) & failed)
+            bad = sorted({a for a, k in slots_of(part)
+                          if a in failed and (failed[a] is None or k is None or k in failed[a])})
+            job = job_of(part.name, cfg["partition.prefix"])
             if job is not None and bad:
                 out.setdefault(job, (bad, "partition"))
     return out
 
 
-def agents_of(part) -> set[str]:
-    """The machines of a partition's IPUs, where V-IPU names them beside each IPU."""
+def slots_of(part) -> set[tuple[str, int | None]]:
+    """(machine, the IPU's index in it) of each of a partition's IPUs, where V-IPU names them
+    beside each IPU (the index None where it does not say)."""
     ipus = ((part.extra or {}).get("spec") or {}).get("ipus") or []
-    return {str(i["agent"]) for i in ipus if isinstance(i, dict) and i.get("agent")}
+    return {(str(i["agent"]), i.get("ipu_index_in_agent") if isinstance(i.get("ipu_index_in_agent"), int) else None)
+            for i in ipus if isinstance(i, dict) and i.get("agent")}
 
 
 def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], out, dry_run: bool) -> int:

@@ -41,8 +41,11 @@ class Journal:
     def __init__(self, state_dir: str | Path):
         self.dir, self._dir, self.lock_path = _paths(str(state_dir))
 
-    def add(self, partition: str, job_id: int, reason: str) -> None:
-        entry = {"partition": partition, "job_id": job_id, "reason": reason, "time": time.time()}
+    def add(self, partition: str, job_id: int, reason: str, since: float | None = None) -> None:
+        """Queue (or re-queue with the latest reason) a removal. `since`: when it was first queued,
+        kept across retries, so an entry V-IPU keeps refusing ages (doctor reports it)."""
+        first = since if isinstance(since, (int, float)) and not isinstance(since, bool) else time.time()
+        entry = {"partition": partition, "job_id": job_id, "reason": reason, "time": first}
         write_into(self._dir, f"{partition}.json", json.dumps(entry), durable=False)
 
     def get(self, partition: str) -> dict | None:

@@ -13,6 +13,8 @@ which `scontrol show job` shows and which leaves the user's own Comment alone):
 - the request itself (a shape V-IPU refuses): the job is cancelled at once, no requeue;
 - V-IPU trouble (unreachable, not ready, out of IPUs): exit 1, so Slurm requeues a batch job;
   after prolog.max_attempts the job is held for an admin;
+- out of IPUs because an IPU-Machine the job needs is not Up: requeued, and not counted towards
+  prolog.max_attempts while the health pass runs (it keeps jobs off the machine: restarts.py);
 - a foreign partition under the job's name: held at once for an admin to remove it;
 - a state directory it cannot write (full, out of inodes): held at once, as a requeue meets the same
   disk;
@@ -27,7 +29,7 @@ import time
 
 from .. import pods, rules
 from ..errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
-from . import removal
+from . import removal, restarts
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
@@ -45,6 +47,11 @@ class Misplaced(SlurmIpuError):
 class StateUnwritable(SlurmIpuError):
     """The hooks' state directory refused a write (full, out of inodes, read-only): the record
     that must precede a create cannot be made, and a requeue would meet the same disk."""
+
+
+class MachineDown(InsufficientIpus):
+    """V-IPU is short of IPUs while an IPU-Machine the job needs is not Up: the hardware's fault,
+    not the job's, so the attempt does not count (while the health pass keeps jobs off it)."""
 
 
 class Abandoned(SlurmIpuError):
@@ -79,7 +86,8 @@ def _run(ctx: JobContext, cfg, client, slurm, clock, sleep) -> int:
         _claim_name(cfg, name, deadline)
         try:
             part = _ensure_with_room(cfg, client, name, deadline, clock, sleep,
-                                     lambda: _ensure(ctx, shape, allocation, cfg, client, name, deadline))
+                                     lambda: _ensure(ctx, shape, allocation, cfg, client, name, deadline),
+                                     lambda: _machine_down(ctx, cfg, client, model, deadline))
             _check_ilds(part, expect)
         except SlurmIpuError:
             _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
@@ -128,11 +136,16 @@ def _check_ilds(part, expect: set[int] | None) -> None:
                     "single group goes: docs/admin.md, Several Pods)")
 
 
-def _ensure_with_room(cfg, client, name: str, deadline: float, clock, sleep, make):
+MACHINE_GRACE_S = 2.0  # refused this long for lack of IPUs, the prolog asks whether a machine failed
+
+
+def _ensure_with_room(cfg, client, name: str, deadline: float, clock, sleep, make, down):
     """Slurm granted the IPUs (the licence), so V-IPU being short of them is V-IPU lagging:
     removals V-IPU refused earlier (the journal), or one still under way. Work the journal off,
-    then retry make() until the IPUs are there or the deadline passes."""
-    pause = 0.05
+    then retry make() until the IPUs are there or the deadline passes; unless a machine the job
+    needs has failed (down(): asked once, after MACHINE_GRACE_S of refusals: a removal under way
+    frees its IPUs well within it), which waiting cannot mend."""
+    pause, asked, since = 0.05, False, None
     ledger = Ledger(cfg["state_dir"])
     while True:
         try:
@@ -145,10 +158,32 @@ def _ensure_with_room(cfg, client, name: str, deadline: float, clock, sleep, mak
         except InsufficientIpus:
             if _work_off_journal(cfg, client, name, deadline, clock):
                 continue  # freed some: try again at once (each pass settles entries, so this ends)
+            since = clock() if since is None else since
+            if not asked and clock() - since >= MACHINE_GRACE_S:
+                asked, failed = True, down()
+                if failed is not None:
+                    raise failed from None  # the refusal is the same; the cause is the machine
             if clock() + pause >= deadline:
                 raise
             sleep(pause)
             pause = min(pause * 2, 1.0)
+
+
+def _machine_down(ctx: JobContext, cfg, client, model: str, deadline: float) -> MachineDown | None:
+    """MachineDown when an IPU-Machine the job could use is not Up (one `vipu-admin list agents`,
+    only on this failure path): its hosts' machines (allocation model), its Pods' (partition
+    model). V-IPU unreachable here is no evidence of a failed machine: None."""
+    from .health import failures, machines_for
+
+    mine = machines_for(cfg, ctx.nodes, model)
+    try:
+        bad = {a: why for a, why in failures(client.list_agents(deadline)).items() if a in mine}
+    except SlurmIpuError:
+        return None
+    if not bad:
+        return None
+    return MachineDown(f"IPU-Machine {', '.join(f'{a} {why}' for a, why in sorted(bad.items()))}: "
+                       "V-IPU cannot place the job's IPUs until it is back")
 
 
 def _claim_name(cfg, name: str, deadline: float) -> None:
@@ -226,7 +261,8 @@ def run_allocation(ctx: JobContext, cfg, client, slurm=None, clock=time.monotoni
         _claim_name(cfg, name, deadline)
         try:
             _ensure_with_room(cfg, client, name, deadline, clock, sleep,
-                              lambda: _ensure_allocation(ctx, cfg, client, name, agents, deadline))
+                              lambda: _ensure_allocation(ctx, cfg, client, name, agents, deadline),
+                              lambda: _machine_down(ctx, cfg, client, "allocation", deadline))
         except SlurmIpuError:
             _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
             raise
@@ -308,7 +344,8 @@ def _ipus(n: int) -> str:
 
 def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str = "partition") -> int:
     why = f"job {ctx.job_id}: V-IPU {what} {name} ({_ipus(ctx.ipus)}) not created: {exc}"
-    attempts, limit = ctx.restart_count + 1, cfg["prolog.max_attempts"]
+    attempts = ctx.restart_count + 1 - restarts.count(cfg["state_dir"], ctx.job_id)  # hardware's are not the job's
+    limit = cfg["prolog.max_attempts"]
     if isinstance(exc, Abandoned):
         report(cfg["state_dir"], why + "; nothing left behind")
         return 1  # the job is gone: nothing to tell Slurm
@@ -322,6 +359,10 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
         why += (f"; held: an admin must remove it (vipu{'-admin' if what == 'allocation' else ''} remove {what} "
                 f"{name}), then `scontrol release {ctx.job_id}`")
         act = "hold"
+    elif isinstance(exc, MachineDown) and cfg["health.interval"] > 0 and _counted(cfg, ctx.job_id):
+        why += "; requeued: a failed machine is not the job's fault, so this attempt is not counted (the health " \
+               "pass keeps jobs off the machine until it is back)"
+        act = "admin_comment"
     elif attempts >= limit:
         why += (f"; held after {attempts} attempts: an admin must fix V-IPU, then `scontrol release {ctx.job_id}`")
         act = "hold"
@@ -338,6 +379,16 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
             # cancel just ended (seen on 24.11 when this exit reached slurmctld before the kill).
             return 0
     return 1
+
+
+def _counted(cfg, job_id: int) -> bool:
+    """Record one restart of the job as the hardware's; False if the record cannot be written
+    (the attempt then counts as any other: a full disk must not make a job requeue forever)."""
+    try:
+        restarts.add(cfg["state_dir"], job_id)
+    except OSError:
+        return False
+    return True
 
 
 def refuse_env(env: dict, cfg, slurm, exc: SlurmIpuError) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import SlurmIpuError
 from ..locks import LockTimeout, try_lock
+from . import restarts
 from .journal import Journal
 from .ledger import Ledger
 from .removal import remove_vipu
@@ -130,6 +131,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
                         journal.drop(name)
         if not dry_run:
             _settle_records(ledger, before, set(parts), jobs, left)
+            restarts.prune(cfg["state_dir"], set(jobs), before)
         return 1 if failed else 0
     finally:
         os.close(lock)

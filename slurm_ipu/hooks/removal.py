@@ -51,13 +51,14 @@ def entry_only(exc: SlurmIpuError) -> bool:
     return isinstance(exc, VipuError) and not exc.transient
 
 
-def work_off(cfg, client, names: list[str], deadline: float,
-             clock=time.monotonic) -> tuple[list[str], dict[str, SlurmIpuError]]:
+def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotonic,
+             observe=None) -> tuple[list[str], dict[str, SlurmIpuError]]:
     """Work the journal's entries for `names` off, each under the journal lock (a prolog taking
     its own job's name back waits for it, and then finds the entry gone). Returns the names
     settled, and those V-IPU failed with each one's error (they stay queued). A transient failure
     (V-IPU unreachable) ends the pass: the rest would fail the same way. V-IPU refusing one
-    removal does not hold up the others."""
+    removal does not hold up the others. observe(seconds): told how long each settled entry
+    waited since it was first queued (the hook service's removal histogram)."""
     journal, done, failed = Journal(cfg["state_dir"]), [], {}
     for name in names:
         if clock() >= deadline:
@@ -72,12 +73,14 @@ def work_off(cfg, client, names: list[str], deadline: float,
             except LockTimeout:  # its prolog is still making it: the next pass
                 continue
             except SlurmIpuError as exc:
-                journal.add(name, job, str(exc))
+                journal.add(name, job, str(exc), since=entry.get("time"))
                 failed[name] = exc
                 if not entry_only(exc):
                     break
                 continue
             journal.drop(name)
         report(cfg["state_dir"], describe(job, name, outcome, cfg.kind_of(name)))
+        if observe is not None and isinstance(entry.get("time"), (int, float)):
+            observe(time.time() - entry["time"])
         done.append(name)
     return done, failed

@@ -22,6 +22,7 @@ from ..errors import SlurmIpuError
 from .hooklog import report
 from .journal import Journal
 from .removal import entry_only, work_off
+from .stats import Stats
 
 # The service wakes for work, not on a clock: an epilog it queues wakes the removal thread, a
 # request or a stop signal wakes the accept loop. The journal is still scanned once a second
@@ -52,6 +53,8 @@ class Service:
         self.next_health = clock() if cfg["health.interval"] > 0 else float("inf")
         self.stopping = False
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
+        self.stats = Stats(cfg["state_dir"])  # for `slurm-ipu metrics`: saved after removals and each pass
+        client.observer = self.stats.vipu_error
 
     def step(self) -> float:
         """One pass; returns how long the removal thread may sleep unless woken."""
@@ -76,9 +79,12 @@ class Service:
         return max(0.0, min(pause, self.next_reap - self.clock(), self.next_health - self.clock()))
 
     def _work_off(self, names: list[str], now: float) -> float:
-        done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock)
+        done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock,
+                                lambda seconds: self.stats.observe("removal", seconds))
         for name in done:
             self.later.pop(name, None)
+        if done:
+            self._save_stats()  # one small write per pass: `slurm-ipu metrics` sees each ended job
         for name, exc in failed.items():
             if entry_only(exc):  # that removal alone waits; the others go on
                 backoff = min(self.later.get(name, (0.0, 0.5))[1] * 2, BACKOFF_MAX_S)
@@ -101,6 +107,13 @@ class Service:
                      wait=0)  # an admin's reap is running: it does the same work
         except SlurmIpuError as exc:  # slurmctld or V-IPU down, or a cron reap running: next time
             report(self.cfg["state_dir"], f"hook service: periodic reap skipped: {exc}")
+        self._save_stats()
+
+    def _save_stats(self) -> None:
+        try:
+            self.stats.save()
+        except OSError as exc:
+            report(self.cfg["state_dir"], f"hook service: counters not written: {exc}")
 
     def _health(self) -> None:
         from . import health
@@ -110,6 +123,7 @@ class Service:
                        deadline=self.clock() + self.cfg["epilog.deadline"])
         except SlurmIpuError as exc:  # V-IPU or slurmctld unreachable: not a machine failure, nothing changes
             report(self.cfg["state_dir"], f"hook service: health pass skipped: {exc}")
+        self._save_stats()
         if self.after_health is not None:
             try:
                 self.after_health()
@@ -125,7 +139,7 @@ class Service:
                         f"a hook service already runs for {self.cfg['state_dir']} (it holds reaper.lock)", wait=2.0)
         Journal(self.cfg["state_dir"]).dir.mkdir(parents=True, exist_ok=True)
         transport.remove_legacy(self.cfg["state_dir"])
-        listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set)
+        listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set, self.stats.observe)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
         # A stop signal writes here, which ends the accept loop's wait at once.
@@ -148,6 +162,7 @@ class Service:
             self.wake.set()
             removals.join(self.cfg["epilog.deadline"] + 5)
             listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
+            self._save_stats()
             os.close(lock)
             report(self.cfg["state_dir"], "hook service: stopped")
         return 0

@@ -26,6 +26,7 @@ import shutil
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 from ..errors import SlurmIpuError
@@ -266,8 +267,9 @@ class Listener:
     it whole at once, and only root's or the service user's is read); an epilog, a journal entry,
     is answered here too; a prolog, which waits on V-IPU, goes to a thread of its own."""
 
-    def __init__(self, cfg, client, slurm, queued):
+    def __init__(self, cfg, client, slurm, queued, observe=None):
         self.cfg, self.client, self.slurm, self.queued = cfg, client, slurm, queued
+        self.observe = observe  # observe(verb, seconds): each hook's time here (hooks/stats.py)
         self.sock = listen(cfg["state_dir"])
         self.workers = Workers()
 
@@ -287,9 +289,16 @@ class Listener:
             return
         work = (conn, self.cfg, self.client, self.slurm, self.queued, *request)
         if request[0] == "prolog":
-            self.workers.submit(dispatch, *work)
+            self.workers.submit(self._timed, *work)
         else:
-            dispatch(*work)
+            self._timed(*work)
+
+    def _timed(self, *work) -> None:
+        started = time.monotonic()
+        dispatch(*work)
+        verb = work[5]
+        if self.observe is not None and verb in ("prolog", "epilog"):
+            self.observe(verb, time.monotonic() - started)
 
     def close(self) -> None:
         """Stop taking requests: from here on connect fails and the hooks run Python at once."""

@@ -49,11 +49,14 @@ class VipuClient:
         self.retries, self.backoff, self.emulator_flags = retries, backoff, emulator_flags
         self.runner, self.sleep, self.clock = runner, sleep, clock
         self.admin_command = admin_command or command
+        self.observer: Callable[[VipuError], None] | None = None  # told of every failed call (hooks/stats.py)
 
     def with_sleep(self, sleep: Callable[[float], None]) -> VipuClient:
         """The same client pausing through `sleep` (the hook service watches its prologs)."""
-        return VipuClient(self.command, self.host, self.port, self.timeout, self.retries, self.backoff,
+        twin = VipuClient(self.command, self.host, self.port, self.timeout, self.retries, self.backoff,
                           self.emulator_flags, self.runner, sleep, self.clock, self.admin_command)
+        twin.observer = self.observer
+        return twin
 
     def __repr__(self) -> str:
         return f"VipuClient(command={self.command!r}, host={self.host!r}, port={self.port!r})"
@@ -70,6 +73,14 @@ class VipuClient:
         return argv + list(args)
 
     def _once(self, args: Sequence[str], timeout: float, admin: bool = False) -> str:
+        try:
+            return self._call(args, timeout, admin)
+        except VipuError as exc:
+            if self.observer is not None:
+                self.observer(exc)
+            raise
+
+    def _call(self, args: Sequence[str], timeout: float, admin: bool) -> str:
         argv = self.argv(args, admin)
         try:
             proc = (self.runner or run_command)(argv, capture_output=True, text=True, timeout=timeout,
@@ -80,7 +91,9 @@ class VipuClient:
             ) from None
         except subprocess.TimeoutExpired:
             _log().error("vipu call timed out after %.1fs: %s", timeout, " ".join(argv))
-            raise VipuUnavailable(f"`{' '.join(args[:2])}` timed out after {timeout:g}s") from None
+            late = VipuUnavailable(f"`{' '.join(args[:2])}` timed out after {timeout:g}s")
+            late.kind = "timeout"
+            raise late from None
         if proc.returncode != 0:
             _log().error("vipu call failed (exit %s): %s\n%s", proc.returncode, " ".join(argv),
                       _indent(proc.stdout + proc.stderr))

@@ -42,6 +42,8 @@ PHRASES = [
 class VipuCommandFailed(VipuError):
     """The `vipu` command itself could not run: a configuration error, never an answer."""
 
+    kind = "command"
+
 
 def classify_error(text: str, returncode: int) -> VipuError:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]

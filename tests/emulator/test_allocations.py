@@ -54,6 +54,20 @@ def test_a_partition_outside_never_takes_its_ipus(api):
     assert {i["id"] for i in part["spec"]["ipus"]}.isdisjoint(range(16))
 
 
+def test_a_job_s_allocation_of_the_whole_pod_nests_in_the_file_s(api):
+    """An allocation-model job over every host of the Pod gets every IPU-Machine: the same machines
+    as the cluster file's allocation of the Pod, which nests (it was refused as overlapping, and
+    the prolog cancelled the job as a request that cannot be met)."""
+    every = [f"ag{k}" for k in range(16)]
+    listed = api.create_allocation("c7", every)
+    assert listed["agents"] == every and listed["num_ipus"] == 64
+    part = api.create_partition(name="p7", size=64, allocation="c7")["partition"]
+    assert len(part["spec"]["ipus"]) == 64
+    with pytest.raises(Exception) as err:
+        api.create_partition(name="other", size=4)  # in the file's allocation: its machines are c7's
+    assert "not enough free IPUs" in str(err.value)
+
+
 @pytest.mark.parametrize("agents,words", [
     (["ag0", "ag1", "ag2"], "holds 3 IPU-Machine(s) = 12 IPUs; an allocation is 4, 8, 16, 32, 64 IPUs"),
     (["ag99"], "unknown agent 'ag99'; agents are ag0..ag15"),

@@ -147,11 +147,16 @@ def test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing(clean):
         body = SLURM_UTILS.replace("--size 16", f"--size {16 * nodes}") + ("sleep 120\n" if k % 6 == 0 else "")
         extra = ["--time=1"] if k % 6 == 0 else []
         jobs.append(lab.sbatch(f"-N{nodes}", "--gres=ipu:16", "-o", "/dev/null", *extra, script=body))
+    # the whole Pod: the same machines as the cluster file's allocation, which it nests in
+    whole = lab.sbatch("-N4", "--gres=ipu:16", "-o", "/dev/null", script=SLURM_UTILS.replace("--size 16", "--size 64"))
     for job in jobs[3::5]:
         lab.run("scancel", str(job))
     for job in jobs:
         wait_gone(lab, job, 240)
-    nothing_left(lab, jobs[-1])
+    done = wait_for(f"the whole Pod's job {whole} ended", lambda: lab.job(whole), 240,
+                    until=lambda info: info.get("JobState", "COMPLETED") not in ("PENDING", "RUNNING", "COMPLETING"))
+    assert done.get("JobState", "COMPLETED") == "COMPLETED", done  # {}: slurmctld forgot it, after it completed
+    nothing_left(lab, whole)
     wait_idle(lab)
 
 

@@ -20,9 +20,23 @@ def metrics(lab) -> dict[tuple, float]:
             for fam in text_string_to_metric_families(text) for s in fam.samples}
 
 
+def hooks_counted(lab, before: dict) -> None:
+    """The job's prolog, epilog and removal are in the hook service's histograms: written after
+    the removal, so polled (the removal's V-IPU call precedes the write)."""
+    def count(seen, name):
+        return seen.get((f"slurm_ipu_{name}_duration_seconds_count", ()), 0)
+
+    after = wait_for("the hook service's counters", lambda: metrics(lab), 30,
+                     until=lambda seen: count(seen, "removal") >= count(before, "removal") + 1)
+    for name in ("prolog", "epilog"):
+        assert count(after, name) >= count(before, name) + 1, (name, before, after)
+    assert after[("slurm_ipu_prolog_duration_seconds_bucket", (("le", "+Inf"),))] == count(after, "prolog")
+
+
 def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
     lab = clean_lab
     emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent", "ag0"]
+    before = metrics(lab)
     lab.run(*emu, "down", check=True)
     try:
         said = lab.run("slurm-ipu", "health", check=True).stdout
@@ -54,6 +68,7 @@ def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
                         until=lambda info: info.get("JobState", "COMPLETED") == "COMPLETED")
         assert done.get("Restarts", "0") == "0", done  # {} once slurmctld forgot it: it never restarted
         wait_gone(lab, job, 120)
+        hooks_counted(lab, before)
     finally:
         lab.run(*emu, "up")
         lab.run("scontrol", "delete", "ReservationName=slurm-ipu-ag0")

@@ -18,6 +18,8 @@ class FakeVipu:
         self.create_json = False     # answer create --showjson with the partition, as the emulator does
         self.free: int | None = None  # IPUs left for creates (None: unlimited)
         self.ipu_ild = None          # IPU index -> the ILD shown beside it (None: not shown)
+        self.agents = 16             # IPU-Machines ag0.. that `vipu-admin list agents` shows
+        self.down: dict[str, str] = {}  # agent -> its status when not Up (Down, Error)
 
     def __call__(self, argv, capture_output=True, text=True, timeout=None, stdin=None):
         args = self._strip(list(argv))
@@ -71,6 +73,9 @@ class FakeVipu:
                 self.free += self.partitions[rest[0]]["size"]
             del self.partitions[rest[0]]
             return f"remove partition ({rest[0]}): success.\n", "", 0
+        if verb == "list" and args[1:2] == ["agents"]:
+            return json.dumps({"agents": [{"id": f"ag{k}", "status": self.down.get(f"ag{k}", "Up")}
+                                          for k in range(self.agents)]}), "", 0
         if verb == "list":
             return json.dumps([self._doc(p) for p in self.partitions.values()]), "", 0
         return "", f"error: unknown command {args} [INVALID_ARGUMENT]\n", 2

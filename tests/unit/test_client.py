@@ -84,6 +84,19 @@ def test_timeouts_are_transient_then_unavailable(client, fake):
     assert len(fake.calls) == 3
 
 
+def test_every_failed_call_is_told_by_kind_to_the_observer(client, fake):
+    """The hook service's V-IPU error counter (hooks/stats.py): each attempt, retried or not, by
+    its kind; a twin made for a prolog reports to the same observer."""
+    seen = []
+    client.observer = lambda exc: seen.append(exc.kind)
+    fake.timeouts, fake.failures = 1, [("error: down [UNAVAILABLE]", 1)]
+    assert client.list_partitions() == []
+    fake.failures = [("error: only 2 IPUs free [RESOURCE_EXHAUSTED]", 1)]
+    with pytest.raises(errors.InsufficientIpus):
+        client.with_sleep(lambda s: None).create_partition("p", 4)
+    assert seen == ["timeout", "unavailable", "exhausted"]
+
+
 def test_deadline_bounds_retries_and_timeouts(client, fake, clock, mocker):
     fake.failures = [("error: x [UNAVAILABLE]", 1)] * 5
     run = mocker.patch("slurm_ipu.vipu.client.run_command", side_effect=fake)

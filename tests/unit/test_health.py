@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from slurm_ipu import config, errors
-from slurm_ipu.hooks import health
+from slurm_ipu.hooks import health, restarts
 from slurm_ipu.slurm.commands import SlurmCli
 
 from .conftest import write_conf
@@ -91,7 +91,8 @@ def agents(mocker):
         if "list" in argv and "agents" in argv:
             if state.get("unreachable"):
                 return subprocess.CompletedProcess(argv, 1, "", "error: connection refused [UNAVAILABLE]\n")
-            doc = {"agents": [{"id": a, "status": s} for a, s in state.items() if a.startswith("ag")]}
+            doc = {"agents": [{"id": a, **(s if isinstance(s, dict) else {"status": s})}  # dict: with ipus_in_error
+                              for a, s in state.items() if a.startswith("ag")]}
             return subprocess.CompletedProcess(argv, 0, json.dumps(doc), "")
         return subprocess.CompletedProcess(argv, 2, "", "unexpected\n")
 
@@ -199,6 +200,22 @@ def test_a_running_batch_job_on_a_failed_machine_is_requeued_and_an_srun_job_tol
                           "submit it again"]
     assert "health: job 7: IPU-Machine ag0 failed under its V-IPU partition; requeued" in lines
     assert 10 not in slurm.comments  # pending already (requeued by an earlier pass): left alone
+    assert restarts.count(site["state_dir"], 7) == 1  # the hardware's restart: its prolog does not count it
+
+
+def test_an_ipu_in_error_requeues_the_partition_on_it_and_leaves_those_on_the_machine_s_others(tmp_path, agents):
+    """V-IPU places new 1- and 2-IPU partitions on a machine's IPUs that still work: requeuing every
+    partition of the machine would restart such jobs at every pass. Slurm's pool still loses the
+    whole machine (partitions of 4 IPUs or more take whole machines)."""
+    (tmp_path / "state").mkdir()
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    slurm = FakeSlurm(site.hosts, jobs={7: ["RUNNING", True], 8: ["RUNNING", True]})
+    agents["partitions"] = [{"partition": {"id": f"slurm_{j}", "spec": {"size": len(ks), "ipus": [
+        {"id": 8 + k, "agent": "ag2", "ipu_index_in_agent": k} for k in ks]}}} for j, ks in ((7, (2, 3)), (8, (0, 1)))]
+    agents["ag2"] = {"status": "Error", "ipus_in_error": [2]}
+    one_pass(site, slurm)
+    assert (slurm.jobs[7][0], slurm.jobs[8][0]) == ("PENDING", "RUNNING")
+    assert slurm.reservations["slurm-ipu-ag2"] == "ipu:4"  # the whole machine: see health.run
 
 
 def test_the_allocation_model_s_job_on_a_failed_machine_is_requeued_after_its_host_is_drained(site, agents):

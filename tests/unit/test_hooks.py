@@ -3,11 +3,14 @@ and a fake Slurm backend: what the job, the user and the admin would see."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from slurm_ipu import config
 from slurm_ipu.errors import ConfigError, SlurmError
-from slurm_ipu.hooks import epilog, jobenv, prolog, reap
+from slurm_ipu.hooks import epilog, jobenv, prolog, reap, restarts
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 
@@ -250,6 +253,9 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
     journal = Journal(cfg["state_dir"])
     journal.add("slurm_1", 1, "V-IPU down")
     journal.add("slurm_9", 9, "V-IPU down")  # already gone by hand
+    for job in (1, 2):  # restarts a failed machine caused: job 1's is of a job Slurm no longer lists
+        restarts.add(cfg["state_dir"], job)
+        os.utime(f"{cfg['state_dir']}/hardware/{job}", (time.time() - 60,) * 2)
     lines = []
     assert reap.run(cfg, client, FakeSlurm({2: "RUNNING", 3: "PENDING"}), dry_run=True, out=lines.append) == 0
     assert lines == ["reap: would remove slurm_1 (job 1 gone)", "reap: would remove slurm_3 (job 3 pending)"]
@@ -258,6 +264,7 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
     assert reap.run(cfg, client, FakeSlurm({2: "RUNNING", 3: "PENDING"}), out=lines.append) == 0
     assert sorted(fake.partitions) == ["slurm_2"]
     assert journal.entries() == []
+    assert (restarts.count(cfg["state_dir"], 1), restarts.count(cfg["state_dir"], 2)) == (0, 1)
 
 
 def test_reap_never_overlaps_another_it_waits_for_it_or_says_so(fake, cfg):
@@ -369,11 +376,65 @@ def test_a_vipu_that_cannot_run_is_never_read_as_already_gone(fake, cfg, code, e
 
 def test_a_prolog_waits_for_ipus_a_finished_jobs_epilog_is_still_freeing(fake, cfg):
     """Slurm granted the IPUs, so V-IPU being short is V-IPU lagging (a removal under way): the
-    prolog waits for the IPUs instead of failing the job."""
+    prolog waits for the IPUs instead of failing the job (a lag this short does not even ask
+    whether a machine failed)."""
     fake.failures = [("error: not enough free IPUs [RESOURCE_EXHAUSTED]", 1)] * 3
     slurm = FakeSlurm()
     assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 0
+    assert [c[:2] for c in fake.calls].count(["list", "agents"]) == 0
     assert [c[0] for c in fake.calls].count("create") == 4 and slurm.comments == {}
+
+
+def virtual_time():
+    """(clock, sleep) for a prolog that waits to its deadline: time advances by its sleeps only,
+    from now (the client's own deadline checks read the real clock)."""
+    now = [time.monotonic()]
+    return (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
+
+
+def test_a_failed_machine_requeues_the_job_soon_without_counting_the_attempt(fake, cfg):
+    """Out of IPUs with a machine of the job's Pod down: waiting to the deadline cannot mend it,
+    and it is not the job's fault: requeued on every attempt, never held for it (issue 40, item 3).
+    A later failure of the job's own counts only its own attempts."""
+    fake.free, fake.down = 12, {"ag3": "Down"}  # 16 of 64 asked; V-IPU has 12 left
+    for count in range(5):
+        slurm = FakeSlurm()
+        clock, sleep = virtual_time()
+        start = clock()
+        assert prolog.run(env(SLURM_JOB_RESTART_COUNT=str(count)), cfg, cfg.vipu_client(), slurm,
+                          clock=clock, sleep=sleep) == 1
+        assert clock() - start < prolog.MACHINE_GRACE_S + 1.5  # a short grace, not the deadline (5 s here)
+        assert slurm.held == set(), slurm.comments
+        assert slurm.comments[42].endswith("IPU-Machine ag3 down: V-IPU cannot place the job's IPUs until it is "
+                                           "back; requeued: a failed machine is not the job's fault, so this attempt "
+                                           "is not counted (the health pass keeps jobs off the machine until it is "
+                                           "back)")
+    assert [c[:2] for c in fake.calls].count(["list", "agents"]) == 5  # asked once per attempt
+    fake.down, fake.failures = {}, [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
+    slurm = FakeSlurm()
+    assert prolog.run(env(SLURM_JOB_RESTART_COUNT="6"), cfg, cfg.vipu_client(), slurm) == 1
+    assert slurm.held == set() and "requeued (attempt 2 of 3)" in slurm.comments[42]
+
+
+def test_a_machine_of_another_pod_is_not_the_job_s_excuse(fake, tmp_path):
+    cfg = config.load(str(write_conf(tmp_path, pods=[{"name": "a", "ilds": 1, "hosts": "node[1-4]"},
+                                                     {"name": "b", "ilds": 1, "hosts": "node[5-8]"}],
+                                     vipu={"allocation": "all"})), environ={})
+    fake.agents, fake.free, fake.down = 32, 0, {"ag20": "Down"}  # pod b's (ag16-ag31); the job is on pod a's
+    slurm = FakeSlurm()
+    clock, sleep = virtual_time()
+    assert prolog.run(env(SLURM_JOB_RESTART_COUNT="2"), cfg, cfg.vipu_client(), slurm, clock=clock, sleep=sleep) == 1
+    assert slurm.held == {42} and "held after 3 attempts" in slurm.comments[42]
+
+
+def test_without_the_health_pass_a_failed_machine_s_attempts_count(fake, tmp_path):
+    """Nothing would keep the job off the machine: counted, so it is held instead of requeued forever."""
+    cfg = config.load(str(write_conf(tmp_path, health={"interval": 0})), environ={})
+    fake.free, fake.down = 0, {"ag0": "Down"}
+    slurm = FakeSlurm()
+    clock, sleep = virtual_time()
+    assert prolog.run(env(SLURM_JOB_RESTART_COUNT="2"), cfg, cfg.vipu_client(), slurm, clock=clock, sleep=sleep) == 1
+    assert slurm.held == {42} and "IPU-Machine ag0 down" in slurm.comments[42]
 
 
 def test_a_job_waiting_for_room_never_waits_on_a_name_that_shares_its_lock(fake, cfg):

@@ -50,3 +50,46 @@ def test_a_failed_source_is_down_and_its_series_are_missing(tmp_path):
     assert seen[("slurm_ipu_source_up", (("source", "vipu"),))] == 0
     assert seen[("slurm_ipu_source_up", (("source", "jobs"),))] == 1
     assert not any(name in ("slurm_ipu_ipus", "slurm_ipu_job_objects") for name, _ in seen)
+
+
+def test_the_hook_service_s_durations_and_v_ipu_errors(tmp_path, mocker):
+    """What the service counted (hooks/stats.py) as Prometheus histograms and a counter: the
+    service's own Stats, through its file, read back by Prometheus's parser."""
+    from slurm_ipu.errors import InsufficientIpus, VipuUnavailable
+    from slurm_ipu.hooks.stats import Stats
+
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    (tmp_path / "state").mkdir()
+    stats = Stats(site["state_dir"])
+    for seconds in (0.02, 0.04, 0.3, 70.0):
+        stats.observe("prolog", seconds)
+    stats.observe("removal", 400.0)  # over the top bucket: +Inf only
+    stats.vipu_error(VipuUnavailable("connection refused"))
+    stats.vipu_error(VipuUnavailable("connection refused"))
+    stats.vipu_error(InsufficientIpus("not enough free IPUs"))
+    stats.save()
+    again = Stats(site["state_dir"])  # a restarted service carries on from the file
+    again.observe("prolog", 0.001)
+    again.save()
+    seen = parsed(metrics.render(metrics.families(site, facts(hooks=metrics.gather(site, *fakes(mocker))["hooks"]))))
+    bucket = "slurm_ipu_prolog_duration_seconds_bucket"
+    assert [seen[(bucket, (("le", le),))] for le in ("0.01", "0.025", "0.05", "0.25", "0.5", "60.0", "+Inf")] \
+        == [1, 2, 3, 3, 4, 4, 5]
+    assert seen[("slurm_ipu_prolog_duration_seconds_count", ())] == 5
+    assert abs(seen[("slurm_ipu_prolog_duration_seconds_sum", ())] - 70.361) < 1e-9
+    assert (seen[("slurm_ipu_removal_duration_seconds_bucket", (("le", "300.0"),))],
+            seen[("slurm_ipu_removal_duration_seconds_bucket", (("le", "+Inf"),))]) == (0, 1)
+    assert seen[("slurm_ipu_epilog_duration_seconds_count", ())] == 0
+    assert seen[("slurm_ipu_vipu_errors_total", (("kind", "unavailable"),))] == 2
+    assert seen[("slurm_ipu_vipu_errors_total", (("kind", "exhausted"),))] == 1
+    assert seen[("slurm_ipu_vipu_errors_total", (("kind", "timeout"),))] == 0  # there before the first one
+
+
+def fakes(mocker):
+    """A V-IPU client and Slurm whose every read fails: only the state directory is read."""
+    from slurm_ipu.errors import SlurmError, VipuUnavailable
+
+    client, slurm = mocker.Mock(), mocker.Mock()
+    client.list_agents.side_effect = client.list_partitions.side_effect = VipuUnavailable("down")
+    slurm.output.side_effect = slurm.licence_reservations.side_effect = SlurmError("down")
+    return client, slurm

@@ -125,6 +125,31 @@ def test_v_ipu_refusing_one_removal_backs_off_that_entry_alone(fake, cfg):
     assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == [] and service.later == {}
 
 
+def test_a_removal_v_ipu_keeps_refusing_ages_and_its_wait_is_counted(fake, cfg):
+    """A retry keeps the time the removal was first queued (doctor's journal check reports an entry
+    queued too long; a retry that renewed it hid one V-IPU refused for hours), and the hook
+    service's removal histogram counts each settled entry's whole wait."""
+    from slurm_ipu.hooks import stats
+
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    journal = Journal(cfg["state_dir"])
+    journal.add("slurm_42", 42, "queued by the epilog", since=time.time() - 3600)  # an hour ago
+    clock = Clock()
+    service = Service(cfg, client, FakeSlurm({}), clock=clock)
+    service.next_reap = service.next_health = float("inf")
+    fake.failures = [("error: partition slurm_42 is busy [FAILED_PRECONDITION]", 1)]
+    service.step()
+    entry = journal.get("slurm_42")
+    assert entry["reason"] == "partition slurm_42 is busy" and time.time() - entry["time"] >= 3600
+    clock.now += 1.0
+    service.step()
+    assert journal.names() == [] and fake.partitions == {}
+    removal = stats.load(cfg["state_dir"])["durations"]["removal"]
+    assert removal["count"] == 1 and removal["sum"] >= 3600 and removal["buckets"] == [0] * len(stats.BUCKETS)
+    assert stats.load(cfg["state_dir"])["vipu_errors"] == {"not_ready": 1}
+
+
 def test_an_entry_whose_prolog_holds_its_name_is_tried_again_soon_not_at_once(fake, cfg):
     """The removal thread neither spins on a name a prolog is still making nor leaves it for the
     slow journal poll."""
