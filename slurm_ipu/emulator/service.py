@@ -298,7 +298,7 @@ class Service:
         count = size // rules.IPUS_PER_AGENT
         free = self._unheld_agents()
         for chosen in _agent_choices(count, free, self.base.agents_per_ild, self.base.num_agents):
-            if allocation_problem(name, chosen, self.base.allocations, equal_ok=True) is None:
+            if allocation_problem(name, chosen, self.base.allocations) is None:
                 return chosen
         why = "" if len(free) < count else (" (a created allocation never equals nor straddles the cluster "
                                              f"file's allocations: {', '.join(self.base.allocations)})")
