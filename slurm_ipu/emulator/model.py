@@ -203,11 +203,16 @@ def _grants(raw: object, allocations: dict, where: str) -> dict[str, frozenset[i
     return out
 
 
+UID_MAX = 2**32 - 2  # uid_t's largest, (uid_t)-1 being "no user"
+
+
 def _uid(user: object, where: str) -> int:
     import pwd
 
-    if isinstance(user, int) and not isinstance(user, bool) and user >= 0:
+    if isinstance(user, int) and not isinstance(user, bool) and 0 <= user <= UID_MAX:
         return user
+    if isinstance(user, int) and not isinstance(user, bool):
+        raise ConfigError(f"{where}: uid {shown(user)} is out of range; a uid is 0 to {UID_MAX}")
     try:
         return pwd.getpwnam(str(user)).pw_uid
     except KeyError:

@@ -18,6 +18,9 @@ SITES = {
     "podhuge.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 6400000000000, hosts: 'n[1-6]', "
                     "ipus_per_host: 16}\n",
     "longhost.yaml": "version: 1\ncluster: x\nvipu: {host: " + "h" * 200000 + "}\npod: {ipus: 64}\n",
+    # a 200 KB hostlist that does not parse (its error line named it whole)
+    "longhosts.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 64, ipus_per_host: 16, hosts: 'n[1-"
+                      + "9" * 200000 + "'}\n",
 }
 
 
@@ -40,6 +43,8 @@ def here(tmp_path):
      "of range; use a Pod size: 4, 8, 16, 32, 64 or a multiple of 64 up to 1024; a bigger cluster is pods:"),
     (["render", "{d}/longhost.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/longhost.yaml:3: vipu.host='"
      + "h" * 39 + "...(200002 characters) is out of range; use a host name or address"),
+    (["render", "{d}/longhosts.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/longhosts.yaml:4: pod.hosts='n[1-"
+     + "9" * 35 + "...(200006 characters): hostlist 'n[1-" + "9" * 35 + "...(200006 characters): unbalanced '['"),
     (["render", "{d}/nohost.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/nohost.yaml:1: vipu.host must be set (the "
      "V-IPU controller's address (vipu --api-host))"),
     (["render", "{d}/broken.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/broken.yaml:3: not valid YAML: mapping "

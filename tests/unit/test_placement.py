@@ -71,6 +71,9 @@ def test_pods_nest_their_allocations_and_cable_their_hosts():
     ({"cabling": {0: "node[1-"}}, "cabling of ILD 0"),
     ({"cabling": ["node1"]}, "map an ILD number"),
     ({"remote_attach": "route"}, "not one of refuse, slow"),
+    ({"admins": [10 ** 30]}, r"uid 1000000000000000000000000000000 is out of range; a uid is 0 to 4294967294"),
+    ({"grants": {"default": [-1]}}, "uid -1 is out of range"),
+    ({"cabling": {0: "n[1-" + "9" * 200000}}, r"hostlist 'n\[1-9{35}\.\.\.\(200006 characters\): unbalanced"),
     ({"remote_attach_delay": -1}, "0 to 60 seconds"),
     ([1, 2], "expected a mapping"),
 ])
