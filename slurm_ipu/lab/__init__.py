@@ -32,13 +32,13 @@ from .daemons import (
 )
 from .files import build_vipu_fast, context, install_site, install_spank, site_description, write_files
 from .procs import _pid, _run, _running, _stop_pid, say
-from .spec import CLUSTER, FROM_PACKAGES, PREFIX, REAP_INTERVAL, REPO, SBIN, LabSpec, _spec_key, check_spec
+from .spec import CLUSTER, FROM_PACKAGES, PREFIX, REAP_INTERVAL, REPO, SBIN, TWIN_GRES, LabSpec, _spec_key, check_spec
 
 # What callers reach as slurm_ipu.lab.<name> (the CLI, the demo, the tests).
-__all__ = ["CLUSTER", "FROM_PACKAGES", "PREFIX", "REAP_INTERVAL", "REPO", "SBIN", "LabSpec", "build_vipu_fast",
-           "check_trusted", "context", "down", "install_site", "load_pids", "node_states", "restart_reaper",
-           "save_pids", "site_description", "slurm_cli", "status", "stop_reaper", "up", "_run", "_running", "_slurm",
-           "_stop_all", "_stop_pid"]
+__all__ = ["CLUSTER", "FROM_PACKAGES", "PREFIX", "REAP_INTERVAL", "REPO", "SBIN", "TWIN_GRES", "LabSpec",
+           "build_vipu_fast", "check_trusted", "context", "down", "install_site", "load_pids", "node_states",
+           "restart_reaper", "save_pids", "site_description", "slurm_cli", "status", "stop_reaper", "up", "_run",
+           "_running", "_slurm", "_stop_all", "_stop_pid"]
 
 
 def up(spec: LabSpec) -> None:

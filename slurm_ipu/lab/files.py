@@ -20,7 +20,7 @@ from ..fsutil import atomic_write
 from ..hooks.transport import HOOK_SOURCE, build_hook
 from ..slurm import releases
 from .procs import say
-from .spec import CLUSTER, FROM_PACKAGES, MODEL_PARTITIONS, PACKAGES_PLUGIN_DIR, PREFIX, REPO, SBIN, LabSpec
+from .spec import CLUSTER, FROM_PACKAGES, MODEL_PARTITIONS, PACKAGES_PLUGIN_DIR, PREFIX, REPO, SBIN, TWIN_GRES, LabSpec
 
 
 def context(spec: LabSpec) -> dict:
@@ -44,6 +44,7 @@ def context(spec: LabSpec) -> dict:
         # requeue drills should not.
         "cred_expire": 30,
         "configless": spec.configless,
+        "twin": TWIN_GRES if spec.twin_gres else None,
     }
     ctx["accounting"] = None
     if spec.accounting:
@@ -52,6 +53,13 @@ def context(spec: LabSpec) -> dict:
         ctx["accounting"] = accounting.context(spec)
     ctx.update(render.pod_values(spec.pod_ipus))
     return ctx
+
+
+def _twin_gres(spec: LabSpec) -> str:
+    """The site's own gres.conf line for the twin GRES (LabSpec.twin_gres), after slurm-ipu's."""
+    if not spec.twin_gres:
+        return ""
+    return f"# the site's own GRES (no hooks)\nName={TWIN_GRES} Count={spec.ipus_per_node}\n"
 
 
 def _model_partitions(spec: LabSpec) -> list[dict]:
@@ -160,7 +168,7 @@ def install_site(spec: LabSpec):
         atomic_write(path, merged)
     texts = {p.name: p.read_text() for p in texts}
     atomic_write(etc / "slurm-ipu.conf", texts["slurm-ipu.conf"])
-    atomic_write(etc / "gres.conf", texts["gres-ipu.conf"])
+    atomic_write(etc / "gres.conf", texts["gres-ipu.conf"] + _twin_gres(spec))
     (etc / "plugstack.conf.d").mkdir(exist_ok=True)
     atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
     # Configless: slurmctld sends plugstack.conf, never what an absolute include names (docs/admin.md)

@@ -21,6 +21,7 @@ PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix 
 CLUSTER = "ipulab"
 REAP_INTERVAL = 30.0  # the hook service's full reap: short, so drills see orphans go
 MODELS = ("partition", "allocation", "mixed")
+TWIN_GRES = "twin"  # LabSpec.twin_gres's name
 MODEL_PARTITIONS = {"allocation": "ipu-alloc", "partition": "ipu-part"}  # --model mixed: Slurm's, per model
 
 
@@ -61,6 +62,10 @@ class LabSpec:
     configless: bool = False
     # install.poprun of the lab's site: `poprun` on the lab's PATH is ipurun (scripts written for PopRun)
     poprun: bool = False
+    # A site's own GRES beside ipu: `twin`, as many per node as IPUs, which slurm-ipu does not handle
+    # (no hooks, no licence): the storm's plain jobs ask it so that they pack nodes as IPU jobs do and
+    # the ratio measures the hooks alone (tests/bench/storm.py; issue 36, item 6)
+    twin_gres: bool = False
 
     @property
     def pod_ipus(self) -> int:

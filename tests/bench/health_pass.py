@@ -84,9 +84,10 @@ def site(tmp: Path, pods: int, model: str):
 class TimedClient(VipuClient):
     """The pass's client, with the time spent in `vipu-admin` summed."""
 
-    spent = 0.0
+    spent, calls = 0.0, 0
 
     def _once(self, args, timeout, admin=False):
+        self.calls += 1
         start = time.perf_counter()
         try:
             return super()._once(args, timeout, admin)
@@ -147,11 +148,12 @@ def main() -> int:
                     admin.agent_fault(agent, "up")
                 results[model].append(scenario("all back Up", cfg, client, slurm, args.runs))
             used = resource.getrusage(resource.RUSAGE_CHILDREN)
-            calls = sum(1 + args.runs for _ in range(6))
+            calls = client.calls
             per_call = ((used.ru_utime + used.ru_stime) - (children.ru_utime + children.ru_stime)) * 1000 / calls
             steady = results["allocation"][0]["vipu_ms"]
-            print(f" per pass: one `vipu-admin list agents` of {machines} machines ({steady:.1f} ms wall, "
-                  f"{per_call:.1f} ms CPU in the CLI) and one `sinfo -N`, whatever the number of hosts")
+            print(f" per pass: one `vipu-admin list agents` of {machines} machines ({steady:.1f} ms wall; the "
+                  f"emulator's Python CLI, {per_call:.1f} ms CPU a call) and one `sinfo -N`, whatever the number of "
+                  "hosts; with machines failed, one listing of partitions and one of allocations more")
             print(f" the per-node alternative (HealthCheckProgram on each of {hosts} hosts): {hosts} such calls "
                   f"per interval, {hosts * steady / 1000:.1f} s of V-IPU calls and {hosts * per_call / 1000:.1f} s "
                   "CPU across the nodes")
