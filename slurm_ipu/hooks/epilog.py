@@ -1,11 +1,15 @@
-"""EpilogSlurmctld: remove the job's V-IPU partition (in the allocation model: its allocation, with
-the partitions its user made in it), whatever state the job ended in.
+"""EpilogSlurmctld in Python (slurm-ipu-hook runs it when the hook service does not answer): the
+same steps as the service, so a job's end has one semantics whichever runs it. The job's V-IPU
+partition (in the allocation model: its allocation, with the partitions its user made in it) is
+queued in the durable journal first (removal.queue), then the one remover takes it
+(removal.work_off), as the service's removal thread does; this epilog retries while the job's
+prolog still holds the name (a job cancelled while its partition was being made), within
+epilog.deadline.
 
 Only a partition slurm-ipu created for this job (the ledger's record) is removed: one made by
 someone else under the job's name is left alone and logged. Idempotent and never failing: a
-missing partition is success; a half-created one (the job was cancelled while the prolog ran)
-is removed like any other; V-IPU being unreachable puts the partition in the durable journal
-for `slurm-ipu reap` (the record stays with it), and the epilog still exits 0 (an
+missing partition is success; V-IPU being unreachable leaves the entry in the journal for the
+hook service or `slurm-ipu reap` (the record stays with it), and the epilog still exits 0 (an
 EpilogSlurmctld failure is only logged by Slurm, and V-IPU trouble is never a node problem).
 """
 
@@ -13,24 +17,29 @@ from __future__ import annotations
 
 import time
 
-from ..errors import SlurmIpuError
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
-from .removal import describe, remove_recorded
+from .removal import queue, work_off
 
 
-def run(ctx: JobContext, cfg, client, clock=time.monotonic) -> int:
+def run(ctx: JobContext, cfg, client, clock=time.monotonic, sleep=time.sleep) -> int:
     if ctx.ipus == 0:
         return 0
-    name = cfg.job_name(ctx.job_id, ctx.nodes)
-    what = cfg.kind_of(name)
-    try:
-        outcome = remove_recorded(cfg, client, name, ctx.job_id, clock() + cfg["epilog.deadline"])
-    except SlurmIpuError as exc:
-        Journal(cfg["state_dir"]).add(name, ctx.job_id, str(exc))
-        report(cfg["state_dir"], f"job {ctx.job_id}: {what} {name} not removed ({exc}); "
-                                 "journaled for `slurm-ipu reap`")
-        return 0
-    report(cfg["state_dir"], describe(ctx.job_id, name, outcome, what))
+    deadline = clock() + cfg["epilog.deadline"]
+    name = queue(cfg, ctx)
+    journal, pause = Journal(cfg["state_dir"]), 0.05
+    while True:
+        done, failed = work_off(cfg, client, [name], deadline, clock)
+        if done or failed or journal.get(name) is None:  # removed, refused, or settled by another
+            break
+        if clock() + pause >= deadline:  # its prolog held the name throughout: the service's or reap's now
+            report(cfg["state_dir"], f"job {ctx.job_id}: {cfg.kind_of(name)} {name} left queued: its prolog still "
+                                     "holds the name; the hook service or `slurm-ipu reap` removes it")
+            break
+        sleep(pause)
+        pause = min(pause * 2, 1.0)
+    for exc in failed.values():
+        report(cfg["state_dir"], f"job {ctx.job_id}: {cfg.kind_of(name)} {name} not removed ({exc}); journaled for "
+                                 "the hook service or `slurm-ipu reap`")
     return 0

@@ -15,15 +15,24 @@ from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
 
+QUEUED = "queued by the epilog"
 
-def remove_recorded(cfg, client, name: str, job_id, deadline: float, wait: bool = True) -> str:
+
+def queue(cfg, ctx) -> str:
+    """A job's end, as the hook service and the Python epilog both take it: its V-IPU object's
+    removal in the durable journal, for work_off. Returns the object's name."""
+    name = cfg.job_name(ctx.job_id, ctx.nodes)
+    Journal(cfg["state_dir"]).add(name, ctx.job_id, QUEUED)
+    return name
+
+
+def remove_recorded(cfg, client, name: str, job_id, deadline: float) -> str:
     """'removed', 'already gone', or 'not ours' (no creation record for this job: left alone).
     V-IPU failures raise; the record stays so the partition is retried. A prolog still making
-    the partition holds its name: wait for it (until the deadline), or with wait=False raise
-    LockTimeout at once (a caller holding the journal lock must never wait on a prolog that
-    may want that lock)."""
+    the partition holds its name: LockTimeout at once (the caller holds the journal lock, and
+    must never wait on a prolog that may want it; the entry stays queued for the next pass)."""
     ledger = Ledger(cfg["state_dir"])
-    with ledger.lock(name, deadline if wait else time.monotonic()):
+    with ledger.lock(name, time.monotonic()):
         if not ledger.owns(name, job_id):
             return "not ours"
         removed = remove_vipu(cfg, client, name, deadline)
@@ -69,7 +78,7 @@ def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotoni
                 continue
             job = entry.get("job_id")
             try:
-                outcome = remove_recorded(cfg, client, name, job, deadline, wait=False)
+                outcome = remove_recorded(cfg, client, name, job, deadline)
             except LockTimeout:  # its prolog is still making it: the next pass
                 continue
             except SlurmIpuError as exc:

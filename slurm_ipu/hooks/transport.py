@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from ..errors import SlurmIpuError
-from . import jobenv, prolog  # here, not per request: a package's `from . import` runs Python each time
+from . import jobenv, prolog, removal  # here, not per request: a package's `from . import` runs Python each time
 from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
@@ -185,7 +185,7 @@ def _epilog(cfg, env: dict, queued) -> int | None:
     except SlurmIpuError:
         return None
     if ctx.ipus > 0:
-        Journal(cfg["state_dir"]).add(cfg.job_name(ctx.job_id, ctx.nodes), ctx.job_id, "queued by the epilog")
+        removal.queue(cfg, ctx)
         queued()
     return 0
 

@@ -219,6 +219,35 @@ def test_epilog_removes_and_is_idempotent(fake, cfg):
     assert Ledger(cfg["state_dir"]).get("slurm_42") is None
 
 
+def test_the_python_epilog_takes_a_job_s_end_as_the_hook_service_does(fake, cfg):
+    """One semantics (issue 36, item 1): the removal is journaled first and the one remover takes
+    it; a prolog still holding the name (the job was cancelled while its partition was made) is
+    waited for within epilog.deadline, then the partition goes and the journal is empty."""
+    import threading
+
+    prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
+    held, release = threading.Event(), threading.Event()
+
+    def prolog_still_running():
+        with Ledger(cfg["state_dir"]).lock("slurm_42", time.monotonic() + 5):
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=prolog_still_running)
+    holder.start()
+    assert held.wait(5)
+    seen = []
+
+    def pause(seconds):  # the epilog's wait: the entry is queued meanwhile; the prolog ends
+        seen.append([e["reason"] for e in Journal(cfg["state_dir"]).entries()])
+        release.set()
+        holder.join(5)
+
+    assert epilog.run(env(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client(), sleep=pause) == 0
+    assert seen[0] == ["queued by the epilog"] and fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+    assert "partition slurm_42 removed" in hooks_log(cfg)
+
+
 def test_epilog_journals_when_vipu_is_down_and_still_succeeds(fake, cfg):
     prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
