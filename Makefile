@@ -149,9 +149,10 @@ install: install-tools
 	@PYTHONPATH=$(CURDIR) $(SYSTEM_PYTHON) -P -m slurm_ipu.slurm.installation '$(SLURM_PREFIX)'
 	@test -x $(IVENV)/bin/python || $(SYSTEM_PYTHON) -m venv $(IVENV)
 	@$(IVENV)/bin/python -m pip install -q --disable-pip-version-check --upgrade .
-	@$(IVENV)/bin/python -P -m slurm_ipu.deploy.install install --prefix '$(PREFIX)' --destdir '$(DESTDIR)' \
+	@man=$$(mktemp -d) && trap 'rm -rf "$$man"' EXIT && $(IVENV)/bin/python -P -m slurm_ipu.manpages "$$man" && \
+	  $(IVENV)/bin/python -P -m slurm_ipu.deploy.install install --prefix '$(PREFIX)' --destdir '$(DESTDIR)' \
 	  --bindir '$(BINDIR)' --spank-src spank --slurm-prefix '$(SLURM_PREFIX)' --plugin-dir '$(PLUGIN_DIR)' \
-	  $(if $(SITE),--site '$(SITE)')
+	  --manpages "$$man" $(if $(SITE),--site '$(SITE)')
 
 uninstall:
 	@test -x $(IVENV)/bin/python || { echo "uninstall: no slurm-ipu install at $(DESTDIR)$(PREFIX); set PREFIX" >&2; exit 2; }

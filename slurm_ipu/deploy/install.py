@@ -249,6 +249,8 @@ def install(args) -> int:
         inst.check_link(path)
     for path, to in links.items():
         inst.link(path, to)
+    if args.manpages:
+        _install_manpages(inst, args.bindir, Path(args.manpages))
     extra: dict = {"bindir": args.bindir}
     if site is not None:
         _install_site(inst, site, args.site)
@@ -265,6 +267,14 @@ def install(args) -> int:
         print("install: no SITE given: install the site description, the controller hooks and the unit with "
               "`make install SITE=/path/to/site.yaml` (docs/admin.md)")
     return 0
+
+
+def _install_manpages(inst: Installer, bindir: str, made: Path) -> None:
+    """slurm-ipu(1) and ipurun(1) (made by slurm_ipu.manpages) where man looks for the commands on
+    BINDIR."""
+    where = f"{Path(bindir).parent}/share/man/man1"
+    for page in sorted(made.glob("*.1")):
+        inst.file(f"{where}/{page.name}", page.read_bytes(), 0o644)
 
 
 def _install_site(inst: Installer, site, source: str) -> None:
@@ -461,6 +471,7 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--bindir", default="/usr/local/bin")
     i.add_argument("--site")
     i.add_argument("--plugin", help="the built spank_ipu.so")
+    i.add_argument("--manpages", help="a directory of man pages made by `python -m slurm_ipu.manpages DIR`")
     i.add_argument("--spank-src", help="build spank_ipu.so here, against the node's Slurm, and install it")
     i.add_argument("--slurm-prefix", default="", help="where the node's Slurm is installed (default: found from "
                    "its running daemons, else PATH)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_ipu import manpages
 from slurm_ipu.deploy import install
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -30,8 +31,11 @@ def files_under(root: Path) -> set[str]:
 
 
 def run_install(dest: Path, plugin: Path, *extra: str) -> int:
+    man = dest.parent / "man"  # what the Makefile's step before makes (slurm_ipu.manpages)
+    man.mkdir(exist_ok=True)
+    assert manpages.main([str(man)]) == 0
     return install.main(["install", "--prefix", PREFIX, "--destdir", str(dest), "--bindir", "/usr/local/bin",
-                         "--plugin", str(plugin), *extra])
+                         "--plugin", str(plugin), "--manpages", str(man), *extra])
 
 
 def run_uninstall(dest: Path) -> int:
@@ -51,6 +55,8 @@ def test_install_places_every_file_and_uninstall_leaves_nothing(stage, capsys):
     assert (dest / "usr/lib/x86_64-linux-gnu/slurm-wlm/spank_ipu.so").read_bytes() == plugin.read_bytes()
     assert (dest / "etc/systemd/system/slurm-ipu-reaper.service").is_file()
     assert (dest / "var/lib/slurm-ipu").stat().st_mode & 0o777 == 0o700
+    for page in ("slurm-ipu.1", "ipurun.1"):  # where man finds them for /usr/local/bin's commands
+        assert (dest / "usr/local/share/man/man1" / page).read_text().startswith(".TH ")
     manifest = json.loads((dest / "opt/slurm-ipu/share/slurm-ipu/manifest.json").read_text())
     assert manifest["plugin_built_for"] == "23.11.2" and manifest["site"] == "/etc/slurm-ipu/site.yaml"
     assert run_uninstall(dest) == 0
@@ -213,3 +219,24 @@ def test_install_poprun_links_poprun_to_ipurun_and_uninstall_removes_it(stage, t
     link = dest / "usr/local/bin/poprun"
     assert os.readlink(link) == f"{PREFIX}/venv/bin/ipurun"
     assert run_uninstall(dest) == 0 and not link.is_symlink()
+
+
+def test_the_man_pages_say_what_help_says():
+    """slurm-ipu(1) and ipurun(1) are the commands' own help (issue 39, item 6): every command and
+    option is on its page, and groff reads the pages without a warning."""
+    import shutil
+    import subprocess
+
+    from slurm_ipu.cli import build_parser
+    from slurm_ipu.launcher.options import OPTIONS
+    from slurm_ipu.manpages import pages
+
+    made = pages()
+    commands = next(a for a in build_parser()._actions if a.dest == "cmd").choices
+    assert all(f".SH SLURM-IPU {cmd.upper()}" in made["slurm-ipu.1"] for cmd in commands)
+    assert all(row[0] in made["ipurun.1"] for row in OPTIONS)
+    if shutil.which("groff"):
+        for text in made.values():
+            out = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z"], input=text, capture_output=True,
+                                 text=True, timeout=30)
+            assert (out.returncode, out.stderr) == (0, ""), out.stderr
