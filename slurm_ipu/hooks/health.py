@@ -32,6 +32,7 @@ from ..errors import SlurmIpuError
 from ..rules import IPUS_PER_AGENT
 
 REASON_PREFIX = "slurm-ipu: IPU-Machine"
+WAITING = "slurm-ipu: waiting for IPUs: "  # a pending job's AdminComment while machines are held out
 RESERVATION_PREFIX = "slurm-ipu-"  # + the failed machine's agent name
 DRAINED_STATES = ("drain", "drained", "draining", "drng")  # sinfo %T's words for a drained node
 
@@ -236,6 +237,58 @@ def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], out, dry_run: bool
     held = {name: n for name, n in slurm.licence_reservations("ipu").items()
             if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled}
     change, delete = plan_reservations(want, held)
+    changed = _reserve(cfg, slurm, change, delete, held, dry_run, out)
+    if want or held:  # machines failed now, or just back: the waiting jobs' line to write or clear
+        changed += _waiting(slurm, waiting_text(want), out, dry_run)
+    return changed
+
+
+def waiting_text(want: dict[str, int]) -> str:
+    """What a job waiting for the ipu licence is told while machines hold IPUs out of the pool
+    ('' when none do): Slurm's own Reason says only `Licenses`."""
+    if not want:
+        return ""
+    names = sorted(want, key=lambda a: (len(a), a))  # ag2 before ag10
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    machines = f"IPU-Machine{'s' if len(names) > 1 else ''} {shown}"
+    where = f"scontrol show reservation {RESERVATION_PREFIX}{names[0]}" if len(names) == 1 else \
+        "scontrol show reservation"
+    # within what AdminComment keeps (SlurmCli.admin_comment), so the next pass finds it unchanged
+    return f"{WAITING}{machines} not Up: {sum(want.values())} IPUs held out of Slurm's pool until back ({where})"
+
+
+def _waiting(slurm, text: str, out, dry_run: bool) -> int:
+    """Pending IPU jobs waiting for licences get `text` as their AdminComment (one `squeue`; one
+    `scontrol update` per job whose line changes); a line of ours on any other job, or once the
+    machines are back, is cleared. Only an empty AdminComment or one of ours is ever written:
+    the prolog's reasons and an admin's are left as they are."""
+    from ..slurm.commands import parse_squeue
+
+    changed = 0
+    for job in parse_squeue(slurm.output("squeue", "--json")).values():
+        mine = job.admin_comment is not None and job.admin_comment.startswith(WAITING)
+        waits = job.state == "PENDING" and job.reason == "Licenses" and "ipu" in (job.tres or "")
+        if text and waits and (job.admin_comment == "" or mine):
+            new = text
+        elif mine and job.state in ("PENDING", "RUNNING", "SUSPENDED"):
+            new = ""
+        else:
+            continue
+        if new == job.admin_comment:
+            continue
+        out(f"health: job {job.job_id}: " + (new[len("slurm-ipu: "):] if new else "waiting line cleared")
+            + (" (dry run)" if dry_run else ""))
+        changed += 1
+        if not dry_run:
+            try:
+                slurm.admin_comment(job.job_id, new)
+            except SlurmIpuError:  # it started or ended meanwhile: the next pass sees it
+                continue
+    return changed
+
+
+def _reserve(cfg, slurm, change: dict[str, int], delete: list[str], held: dict[str, int], dry_run: bool,
+             out) -> int:
     note = " (dry run)" if dry_run else ""
     for name, ipus in change.items():
         out(f"health: reserve {ipus} IPU licence(s) as {name}: IPU-Machine {name[len(RESERVATION_PREFIX):]} "

@@ -45,6 +45,7 @@ class SqueueJob:
     start: int | None    # epoch seconds, None when unset
     reason: str | None = None  # why it waits (state_reason): BadConstraints, Resources, ...
     tres: str = ""       # tres_per_node as Slurm writes it: gres:ipu:4 (gres/ipu:4 from 23.11)
+    admin_comment: str | None = None  # None where the format has no such field
 
 
 def _number(value):
@@ -62,6 +63,10 @@ def _state(value) -> tuple[str, tuple[str, ...]]:
     return ("RUNNING", (word,)) if word in _RUNNING_FLAGS else (word, ())
 
 
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def parse_squeue(text: str) -> dict[int, SqueueJob]:
     """`squeue --json` of every release from 22.05 (data_parser v0.0.39 to v0.0.45 and 22.05's
     own format; samples of each in tests/unit/fixtures/squeue)."""
@@ -74,7 +79,7 @@ def parse_squeue(text: str) -> dict[int, SqueueJob]:
             start = _number(job.get("start_time"))
             out[job_id] = SqueueJob(job_id, state, flags, job.get("user_name") or None, job.get("nodes") or None,
                                     int(start) if start else None, job.get("state_reason") or None,
-                                    job.get("tres_per_node") or "")
+                                    job.get("tres_per_node") or "", _text(job.get("admin_comment")))
         return out
     except (ValueError, KeyError, TypeError):
         raise SlurmError(f"`squeue --json` printed something unexpected: {text[:120]!r}") from None

@@ -48,6 +48,12 @@ def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
                  until=lambda reason: reason == "Licenses")
         assert lab.state(job) == "PENDING" and lab.job(job).get("Restarts") == "0", lab.job(job)
         assert not lab.partitions()  # no prolog ran: nothing was asked of V-IPU
+        # Slurm's Reason says `Licenses`; the next pass names the machine in the job's AdminComment
+        told = ("waiting for IPUs: IPU-Machine ag0 not Up: 4 IPUs held out of Slurm's pool until back "
+                "(scontrol show reservation slurm-ipu-ag0)")
+        assert f"health: job {job}: {told}" in lab.run("slurm-ipu", "health", check=True).stdout
+        shown = lab.run("scontrol", "show", "job", str(job), check=True).stdout  # AdminComment has spaces
+        assert f"AdminComment=slurm-ipu: {told}" in shown, shown
         seen, status = metrics(lab), json.loads(lab.run("slurm-ipu", "status", "--json", check=True).stdout)
         agents = lab.admin().agents()
         pod = (("pod", status["cluster"]),)
@@ -62,8 +68,9 @@ def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
         assert seen[("slurm_ipu_licence_ipus", (("state", "total"),))] == status["slurm"]["total"]
         assert all(v == 1 for (name, _), v in seen.items() if name == "slurm_ipu_source_up"), seen
         lab.run(*emu, "up", check=True)
-        assert lab.run("slurm-ipu", "health", check=True).stdout.splitlines() == [
-            "health: release slurm-ipu-ag0: IPU-Machine ag0 is Up again"]
+        back = lab.run("slurm-ipu", "health", check=True).stdout.splitlines()
+        assert back[0] == "health: release slurm-ipu-ag0: IPU-Machine ag0 is Up again", back
+        assert back[1:] in ([], [f"health: job {job}: waiting line cleared"]), back  # [] if it ended already
         done = wait_for(f"job {job} completed", lambda: lab.job(job), 120,
                         until=lambda info: info.get("JobState", "COMPLETED") == "COMPLETED")
         assert done.get("Restarts", "0") == "0", done  # {} once slurmctld forgot it: it never restarted

@@ -36,8 +36,10 @@ class FakeSlurm:
             return subprocess.CompletedProcess(argv, 0, out, "")
         if tool != "squeue" and args[:1] != ["show"]:
             self.updates.append([tool, *args])
-        if tool == "squeue":
-            doc = {"jobs": [{"job_id": j, "job_state": st} for j, (st, _) in self.jobs.items()]}
+        if tool == "squeue":  # a job: [state, batch] or [state, batch, state_reason, tres_per_node]
+            doc = {"jobs": [{"job_id": j, "job_state": v[0], "admin_comment": self.comments.get(j, ""),
+                             **({"state_reason": v[2], "tres_per_node": v[3]} if len(v) > 2 else {})}
+                            for j, v in self.jobs.items()]}
             return subprocess.CompletedProcess(argv, 0, json.dumps(doc), "")
         if tool == "scancel":
             self.jobs[int(args[0])][0] = "CANCELLED"
@@ -201,6 +203,32 @@ def test_a_running_batch_job_on_a_failed_machine_is_requeued_and_an_srun_job_tol
     assert "health: job 7: IPU-Machine ag0 failed under its V-IPU partition; requeued" in lines
     assert 10 not in slurm.comments  # pending already (requeued by an earlier pass): left alone
     assert restarts.count(site["state_dir"], 7) == 1  # the hardware's restart: its prolog does not count it
+
+
+def test_jobs_waiting_for_a_failed_machine_s_ipus_are_told_which_and_the_line_goes_when_it_is_back(tmp_path, agents):
+    """Slurm's Reason says only `Licenses`: the pass tells each pending IPU job waiting for licences
+    which machine holds its IPUs out, in AdminComment (scontrol show job), and clears that line
+    when the machine is back; the prolog's reasons and jobs waiting for other reasons are left."""
+    (tmp_path / "state").mkdir()
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    slurm = FakeSlurm(site.hosts, jobs={5: ["PENDING", True, "Licenses", "gres:ipu:16"],
+                                        6: ["PENDING", True, "Licenses", "gres:ipu:4"],
+                                        7: ["PENDING", True, "Priority", "gres:ipu:4"],
+                                        8: ["PENDING", True, "Licenses", ""]})  # another licence
+    slurm.comments[6] = "slurm-ipu: job 6: V-IPU partition slurm_6 (4 IPUs) not created: ...; requeued"
+    agents["ag0"] = "Down"
+    one_pass(site, slurm)
+    told = ("slurm-ipu: waiting for IPUs: IPU-Machine ag0 not Up: 4 IPUs held out of Slurm's pool until back "
+            "(scontrol show reservation slurm-ipu-ag0)")
+    assert slurm.comments[5] == told and slurm.comments[6].startswith("slurm-ipu: job 6: V-IPU")
+    assert 7 not in slurm.comments and 8 not in slurm.comments
+    before = len(slurm.updates)
+    one_pass(site, slurm)
+    assert len(slurm.updates) == before  # nothing changed: no scontrol
+    agents["ag0"] = "Up"
+    slurm.jobs[5][0] = "RUNNING"  # it started as the reservation went
+    one_pass(site, slurm)
+    assert slurm.comments[5] == "" and slurm.comments[6].startswith("slurm-ipu: job 6: V-IPU")
 
 
 def test_an_ipu_in_error_requeues_the_partition_on_it_and_leaves_those_on_the_machine_s_others(tmp_path, agents):
