@@ -7,8 +7,10 @@ of the host is Up again. A job then waits in Slurm's queue for other hosts inste
 its prolog (which could not get the machine) and being requeued onto the same host.
 
 One pass costs one V-IPU call for the whole cluster (`vipu-admin list agents`) and one read-only
-Slurm query (`sinfo`), plus one `scontrol update` per node it changes. Run by the hook service
-every `health.interval` seconds, or by hand (`slurm-ipu health`).
+Slurm query per model (`sinfo`; `scontrol show reservation`), plus one `scontrol` per node,
+reservation or job it changes; while machines are failed, the listings of partitions and
+allocations and one `squeue` more (the jobs on them; the jobs waiting for their IPUs). Run by the
+hook service every `health.interval` seconds, or by hand (`slurm-ipu health`).
 
 Whose drains: the pass resumes only a node it drained itself, recorded in STATE_DIR/health.json,
 and only while the node still carries the reason it wrote; a node drained by an admin or another
@@ -17,10 +19,11 @@ is not a machine failure (the pass raises, the service logs it and tries next ti
 
 The partition model places a partition's IPUs anywhere in the Pod, so no host maps to a machine
 there: instead the pool Slurm schedules from shrinks by the failed IPUs, as a licence-only
-reservation per failed machine, `slurm-ipu-ag3` (`Licenses=ipu:4 Flags=ANY_NODES`, the whole machine
-even when one IPU is in error: see run(); measured on
-22.05: jobs not in it wait with Reason=Licenses, and it can be made while every licence is in
-use). `scontrol show reservation` names the machine; it goes when the machine is Up again.
+reservation per failed machine, `slurm-ipu-ag3` (`Licenses=ipu:4 Flags=ANY_NODES`, the whole
+machine even when one IPU is in error: see run(); measured on 22.05: jobs not in it wait with
+Reason=Licenses, and it can be made while every licence is in use). `scontrol show reservation`
+names the machine, and so does each waiting job's AdminComment (_waiting); both go when the
+machine is Up again.
 """
 
 from __future__ import annotations
@@ -135,8 +138,9 @@ def _drained(state: str) -> bool:
 
 
 def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: bool = False) -> int:
-    """One pass; returns the number of nodes and reservations changed. VipuError and SlurmError
-    propagate: the caller logs them and nothing changes."""
+    """One pass; returns the number of changes (nodes, reservations, jobs requeued or told).
+    VipuError and SlurmError propagate: the caller logs them, and what was not done yet waits
+    for the next pass."""
     hosts, pooled = mapped_hosts(cfg), pooled_agents(cfg)
     if not hosts and not pooled:
         return 0
