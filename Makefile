@@ -138,6 +138,7 @@ bench: deps
 	$(PY) tests/bench/memory.py
 	$(PY) tests/bench/job_submit_cost.py
 	$(PY) tests/bench/health_pass.py
+	$(PY) tests/bench/idle_connections.py
 
 demo: deps
 	$(VENV)/bin/slurm-ipu demo
