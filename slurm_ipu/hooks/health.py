@@ -28,11 +28,14 @@ machine is Up again.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 from ..errors import SlurmIpuError
 from ..rules import IPUS_PER_AGENT
+from ..slurm.commands import parse_squeue
+from . import restarts
 
 REASON_PREFIX = "slurm-ipu: IPU-Machine"
 WAITING = "slurm-ipu: waiting for IPUs: "  # a pending job's AdminComment while machines are held out
@@ -73,14 +76,21 @@ def machines_for(cfg, nodes, model: str) -> set[str]:
     return {a for hosts, agents in cfg.pod_agents() if mine & set(hosts) for a in agents}
 
 
+def broken(agents: list[dict]) -> dict[str, frozenset[int] | None]:
+    """Agent -> the indexes of its IPUs in error, or None when the whole machine is lost (not Up
+    and no IPU named), for every agent not Up."""
+    out: dict[str, frozenset[int] | None] = {}
+    for agent in agents:
+        if str(agent.get("status", "")).lower() == "up":
+            continue
+        bad = frozenset(int(i) for i in agent.get("ipus_in_error") or [] if str(i).isdigit())
+        out[str(agent.get("id"))] = bad or None
+    return out
+
+
 def lost_ipus(agents: list[dict]) -> dict[str, int]:
     """Agent -> how many of its IPUs are unusable: all when it is not Up, else those in error."""
-    out = {}
-    for agent in agents:
-        bad = agent.get("ipus_in_error") or []
-        if str(agent.get("status", "")).lower() != "up":
-            out[str(agent.get("id"))] = len(bad) if bad else IPUS_PER_AGENT
-    return out
+    return {a: len(bad) if bad else IPUS_PER_AGENT for a, bad in broken(agents).items()}
 
 
 def plan_reservations(want: dict[str, int], held: dict[str, int]) -> tuple[dict[str, int], list[str]]:
@@ -146,28 +156,18 @@ def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: b
         return 0
     agents = client.list_agents(deadline)
     failed = failures(agents)
+    queue = functools.cache(lambda: parse_squeue(slurm.output("squeue", "--json")))  # one squeue a pass, if any
     # A whole machine's IPUs even when one is in error: V-IPU makes a partition of 4 IPUs or more
     # from whole machines, so the other three serve only 1- and 2-IPU partitions; counting them
     # would let Slurm start jobs V-IPU cannot place (each then requeued again and again).
-    changed = _pool(cfg, slurm, pooled, {a: IPUS_PER_AGENT for a in failed if a in pooled}, out,
+    changed = _pool(cfg, slurm, pooled, {a: IPUS_PER_AGENT for a in failed if a in pooled}, queue, out,
                     dry_run) if pooled else 0
     changed += _hosts(cfg, slurm, hosts, failed, out, dry_run) if hosts else 0
-    return changed + (_running(cfg, client, slurm, broken(agents), out, deadline, dry_run) if failed else 0)
+    return changed + (_running(cfg, client, slurm, broken(agents), queue, out, deadline, dry_run) if failed else 0)
 
 
-def broken(agents: list[dict]) -> dict[str, frozenset[int] | None]:
-    """Agent -> the indexes of its IPUs in error, or None when the whole machine is lost (not Up
-    and no IPU named), for every agent not Up."""
-    out: dict[str, frozenset[int] | None] = {}
-    for agent in agents:
-        if str(agent.get("status", "")).lower() == "up":
-            continue
-        bad = frozenset(int(i) for i in agent.get("ipus_in_error") or [] if str(i).isdigit())
-        out[str(agent.get("id"))] = bad or None
-    return out
-
-
-def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], out, deadline, dry_run: bool) -> int:
+def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], queue, out, deadline,
+             dry_run: bool) -> int:
     """Jobs running on a failed machine (issue 40, item 3): a batch job is requeued (its epilog
     removes its partition; the drain or the reservation above keeps it off the machine), an
     srun or salloc job is told why and cancelled. Only jobs Slurm says are RUNNING: a job this
@@ -175,10 +175,10 @@ def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], out, 
     hit = jobs_on(cfg, client, failed, deadline)
     if not hit:
         return 0
-    live = slurm.active_jobs()
+    live = queue()
     acted = 0
     for job, (machines, kind) in sorted(hit.items()):
-        if live.get(job) != "RUNNING":
+        if job not in live or live[job].state != "RUNNING":
             continue
         why = f"slurm-ipu: job {job}: IPU-Machine {', '.join(machines)} failed under its V-IPU {kind}"
         out(f"health: {why[len('slurm-ipu: '):]}; requeued" + (" (dry run)" if dry_run else ""))
@@ -186,23 +186,12 @@ def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], out, 
         if dry_run:
             continue
         try:
-            _not_the_jobs_fault(cfg, job)
+            restarts.add(cfg["state_dir"], job)  # the hardware's: the job's next prolog does not count it
             slurm.requeue(job, f"{why}; requeued, it will not start on that machine again")
         except SlurmIpuError:  # srun/salloc: Slurm requeues batch jobs only
             slurm.notify(job, f"{why}: the job is cancelled; submit it again")
             slurm.cancel(job, f"{why}; cancelled (not a batch job, so not requeued)")
     return acted
-
-
-def _not_the_jobs_fault(cfg, job: int) -> None:
-    """The requeue below is the hardware's: the job's next prolog does not count it (restarts.py).
-    A record that cannot be written (a full disk) leaves it counted, as any restart."""
-    from . import restarts
-
-    try:
-        restarts.add(cfg["state_dir"], job)
-    except OSError:
-        pass
 
 
 def jobs_on(cfg, client, failed: dict[str, frozenset[int] | None], deadline) -> dict[int, tuple[list[str], str]]:
@@ -236,14 +225,14 @@ def slots_of(part) -> set[tuple[str, int | None]]:
             for i in ipus if isinstance(i, dict) and i.get("agent")}
 
 
-def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], out, dry_run: bool) -> int:
+def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], queue, out, dry_run: bool) -> int:
     # ours: named after one of the Pods' machines (an admin's `slurm-ipu-maint` is not)
     held = {name: n for name, n in slurm.licence_reservations("ipu").items()
             if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled}
     change, delete = plan_reservations(want, held)
     changed = _reserve(cfg, slurm, change, delete, held, dry_run, out)
     if want or held:  # machines failed now, or just back: the waiting jobs' line to write or clear
-        changed += _waiting(slurm, waiting_text(want), out, dry_run)
+        changed += _waiting(slurm, queue(), waiting_text(want), out, dry_run)
     return changed
 
 
@@ -261,15 +250,13 @@ def waiting_text(want: dict[str, int]) -> str:
     return f"{WAITING}{machines} not Up: {sum(want.values())} IPUs held out of Slurm's pool until back ({where})"
 
 
-def _waiting(slurm, text: str, out, dry_run: bool) -> int:
+def _waiting(slurm, jobs: dict, text: str, out, dry_run: bool) -> int:
     """Pending IPU jobs waiting for licences get `text` as their AdminComment (one `squeue`; one
     `scontrol update` per job whose line changes); a line of ours on any other job, or once the
     machines are back, is cleared. Only an empty AdminComment or one of ours is ever written:
     the prolog's reasons and an admin's are left as they are."""
-    from ..slurm.commands import parse_squeue
-
     changed = 0
-    for job in parse_squeue(slurm.output("squeue", "--json")).values():
+    for job in jobs.values():
         mine = job.admin_comment is not None and job.admin_comment.startswith(WAITING)
         waits = job.state == "PENDING" and job.reason == "Licenses" and "ipu" in (job.tres or "")
         if text and waits and (job.admin_comment == "" or mine):

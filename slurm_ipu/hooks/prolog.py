@@ -359,7 +359,7 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
         why += (f"; held: an admin must remove it (vipu{'-admin' if what == 'allocation' else ''} remove {what} "
                 f"{name}), then `scontrol release {ctx.job_id}`")
         act = "hold"
-    elif isinstance(exc, MachineDown) and cfg["health.interval"] > 0 and _counted(cfg, ctx.job_id):
+    elif isinstance(exc, MachineDown) and cfg["health.interval"] > 0 and restarts.add(cfg["state_dir"], ctx.job_id):
         why += "; requeued: a failed machine is not the job's fault, so this attempt is not counted (the health " \
                "pass keeps jobs off the machine until it is back)"
         act = "admin_comment"
@@ -379,16 +379,6 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
             # cancel just ended (seen on 24.11 when this exit reached slurmctld before the kill).
             return 0
     return 1
-
-
-def _counted(cfg, job_id: int) -> bool:
-    """Record one restart of the job as the hardware's; False if the record cannot be written
-    (the attempt then counts as any other: a full disk must not make a job requeue forever)."""
-    try:
-        restarts.add(cfg["state_dir"], job_id)
-    except OSError:
-        return False
-    return True
 
 
 def refuse_env(env: dict, cfg, slurm, exc: SlurmIpuError) -> None:

@@ -31,11 +31,14 @@ def count(state_dir: str, job_id: int) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def add(state_dir: str, job_id: int) -> int:
-    """One more restart of the job caused by hardware; returns the new count."""
-    n = count(state_dir, job_id) + 1
-    write_into(_dir(state_dir), str(job_id), f"{n}\n")
-    return n
+def add(state_dir: str, job_id: int) -> bool:
+    """One more restart of the job caused by hardware. False when the state directory refused the
+    record (a full disk): that restart then counts as any other, so a job never requeues forever."""
+    try:
+        write_into(_dir(state_dir), str(job_id), f"{count(state_dir, job_id) + 1}\n")
+    except OSError:
+        return False
+    return True
 
 
 def prune(state_dir: str, listed: set[int], before: float) -> int:
