@@ -287,18 +287,21 @@ class Listener:
         request = take(conn, self.cfg)
         if request is None:
             return
-        work = (conn, self.cfg, self.client, self.slurm, self.queued, *request)
         if request[0] == "prolog":
-            self.workers.submit(self._timed, *work)
+            self.workers.submit(self._timed, conn, *request)
         else:
-            self._timed(*work)
+            self._timed(conn, *request)
 
-    def _timed(self, *work) -> None:
+    def _timed(self, conn, verb: str, env: dict[str, str]) -> None:
+        """dispatch, its time counted (hooks/stats.py) before the removal thread is woken: the
+        removal's save of the counters then includes the epilog that queued it."""
+        woken: list[bool] = []
         started = time.monotonic()
-        dispatch(*work)
-        verb = work[5]
+        dispatch(conn, self.cfg, self.client, self.slurm, lambda: woken.append(True), verb, env)
         if self.observe is not None and verb in ("prolog", "epilog"):
             self.observe(verb, time.monotonic() - started)
+        if woken:
+            self.queued()
 
     def close(self) -> None:
         """Stop taking requests: from here on connect fails and the hooks run Python at once."""
