@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test`'s tiers in order, each timed; the times are printed at the end, and on a failure
+# `make test`'s tiers, each timed; the times are printed at the end, and on a failure
 # (which stops the run) up to it. PY: the project's Python; PYTEST_ARGS pass through.
 set -uo pipefail
 PY=${PY:-.venv/bin/python}
@@ -12,39 +12,43 @@ summary() {
   printf '  %-38s %5d s\n' "all" "$SECONDS"
 }
 
-tier() {
+# Two sides at once: side_by_side NAME1 FUNCTION1 NAME2 FUNCTION2. A side is one tier, or a few in
+# sequence (a function that calls `step NAME COMMAND...` for each, each timed). The pairs are chosen
+# so that they share nothing: a chroot is its own filesystem and pid namespace, each side takes
+# loopback ports of its own (SLURM_IPU_TEST_PORTS; the install checks' default range is above the
+# pytest labs', the emulator tier's ports are the kernel's ephemeral ones). Their work mostly waits
+# on Slurm, so on two cores a pair takes about the longer side's time instead of the sum
+# (docs/performance.md). Both sides always run to their end; each one's output follows, with its
+# times, then the verdict.
+step() {
   local name=$1 t=$SECONDS rc
   shift
   "$@"
   rc=$?
-  names+=("$name") secs+=($((SECONDS - t)))
-  if [ $rc != 0 ]; then
-    summary
-    echo "make test: $name failed (exit $rc)"
-    exit $rc
-  fi
+  echo "$((SECONDS - t)) $name" >>"$STEP_TIMES"
+  return $rc
 }
 
-# Two tiers side by side: side_by_side NAME1 FUNCTION1 NAME2 FUNCTION2. The
-# pairs are chosen so that they share nothing: a chroot is its own filesystem and pid namespace, and
-# each side takes loopback ports of its own (SLURM_IPU_TEST_PORTS; the install checks' default range
-# is above the pytest labs'). Their work mostly waits on Slurm, so on two cores a pair takes about the
-# longer one's time instead of the sum (docs/performance.md). Both always run to their end; each
-# one's output follows, with its own time, then the verdict.
 side_by_side() {
-  local t=$SECONDS logs pids=() rcs=() i labels=("$1" "$3") cmds=("$2" "$4")
+  local t=$SECONDS logs pids=() rcs=() i labels=("$1" "$3") cmds=("$2" "$4") name sec
   logs=$(mktemp -d /tmp/slurm-ipu-tiers-XXXXXX)
   # each in a process group of its own (set -m), so that an interrupt stops each whole
   trap 'for i in "${pids[@]}"; do kill -TERM -- "-$i" 2>/dev/null; done; wait; rm -rf "$logs"; exit 130' INT TERM
   set -m
   for i in 0 1; do
-    (s=$SECONDS; "${cmds[$i]}"; rc=$?; echo $((SECONDS - s)) >"$logs/$i.secs"; exit $rc) >"$logs/$i" 2>&1 &
+    # a side of one tier is timed as one step under its own name; a sequence adds its own steps
+    (export STEP_TIMES="$logs/$i.times"; s=$SECONDS; "${cmds[$i]}"; rc=$?
+     [ -s "$STEP_TIMES" ] || echo "$((SECONDS - s)) ${labels[$i]}" >"$STEP_TIMES"
+     exit $rc) >"$logs/$i" 2>&1 &
     pids+=($!)
   done
   set +m
   for i in 0 1; do wait "${pids[$i]}"; rcs+=($?); done
   trap - INT TERM
-  for i in 0 1; do cat "$logs/$i"; names+=("${labels[$i]}") secs+=("$(cat "$logs/$i.secs" 2>/dev/null || echo 0)"); done
+  for i in 0 1; do
+    cat "$logs/$i"
+    while read -r sec name; do names+=("$name") secs+=("$sec"); done <"$logs/$i.times"
+  done
   rm -rf "$logs"
   names+=("  side by side, both") secs+=($((SECONDS - t)))
   for i in 0 1; do
@@ -56,16 +60,22 @@ side_by_side() {
   done
 }
 
-# shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
-tier "unit" "$PY" -m pytest -q tests/unit ${PYTEST_ARGS:-}
-tier "emulator" "$PY" -m pytest -q tests/emulator ${PYTEST_ARGS:-}
 # The host's real-Slurm tier (pytest's range, 20000-29999) beside the bookworm clean-room (the install
-# checks' range above it); then the two release chroots, each with half of pytest's range.
+# checks' range above it), then the unit and emulator tiers (no Slurm; their time fits in the host
+# tier's); then the two release chroots, each with half of pytest's range.
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
 host() { "$PY" -m pytest -q tests/slurm -m "not long" ${PYTEST_ARGS:-}; }
-bookworm() { make -s clean-room; }
+# Each step runs even when the one before it failed; the side fails if any did.
+# shellcheck disable=SC2086
+quick() {
+  local rc=0
+  step "clean-room (bookworm)" make -s clean-room || rc=1
+  step unit "$PY" -m pytest -q tests/unit ${PYTEST_ARGS:-} || rc=1
+  step emulator "$PY" -m pytest -q tests/emulator ${PYTEST_ARGS:-} || rc=1
+  return $rc
+}
 trixie() { SLURM_IPU_TEST_PORTS=20000-24999 make -s slurm-24.11; }
 sid() { SLURM_IPU_TEST_PORTS=25000-29999 make -s slurm-26.05; }
-side_by_side "slurm 22.05 (host)" host "clean-room (bookworm)" bookworm
+side_by_side "slurm 22.05 (host)" host "clean-room, unit, emulator" quick
 side_by_side "slurm 24.11" trixie "slurm 26.05" sid
 summary

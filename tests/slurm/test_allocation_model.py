@@ -247,6 +247,14 @@ def test_graphcore_s_exported_partition_reaches_plain_srun_and_srun_alone_gets_o
     nothing_left(lab, job)
 
 
+def hand_pass(lab, line: str) -> None:
+    """An admin's `slurm-ipu health` says `line` (a line starting so), unless the lab's hook
+    service's own pass (every health.interval) did it first: then the hand pass has nothing to
+    change. Either way what Slurm then shows is the test's to check."""
+    out = lab.run("slurm-ipu", "health", check=True).stdout
+    assert any(said.startswith(line) for said in out.splitlines()) or out.startswith("health: nothing to change"), out
+
+
 def test_a_failed_ipu_machine_drains_its_host_until_it_is_back_and_an_admin_s_drain_stays(clean):
     """Issue 40, item 2 (allocation model): node2's IPU-Machines are ag4-ag7. One going down drains
     node2 with a reason naming it, so a job needing node2 waits in the queue (no prolog, no restart)
@@ -257,8 +265,7 @@ def test_a_failed_ipu_machine_drains_its_host_until_it_is_back_and_an_admin_s_dr
     lab.run(*emu, "down", check=True)
     lab.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=admin: cabling", check=True)
     try:
-        health = lab.run("slurm-ipu", "health", check=True).stdout
-        assert health.splitlines() == ["health: drain node2: slurm-ipu: IPU-Machine ag5 down"], health
+        hand_pass(lab, "health: drain node2: slurm-ipu: IPU-Machine ag5 down")
         node = lab.run("scontrol", "show", "node", "node2", check=True).stdout
         assert "DRAIN" in node and "Reason=slurm-ipu: IPU-Machine ag5 down" in node, node
         job = lab.sbatch("-N1", "-w", "node2", "--gres=ipu:16", "-o", "/dev/null", script="#!/bin/bash\ntrue\n")
@@ -266,7 +273,7 @@ def test_a_failed_ipu_machine_drains_its_host_until_it_is_back_and_an_admin_s_dr
                  until=lambda reason: reason not in (None, "None", "Priority"))
         assert lab.state(job) == "PENDING" and lab.job(job).get("Restarts") == "0", lab.job(job)
         lab.run(*emu, "up", check=True)
-        assert "health: resume node2" in lab.run("slurm-ipu", "health", check=True).stdout
+        hand_pass(lab, "health: resume node2")
         wait_gone(lab, job, 120)
         assert "Reason=admin: cabling" in lab.run("scontrol", "show", "node", "node4", check=True).stdout
         assert lab.run("slurm-ipu", "health", check=True).stdout.startswith("health: nothing to change")
