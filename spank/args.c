@@ -197,21 +197,30 @@ static int opt_instance(int val, const char *optarg, int remote)
     return 0;
 }
 
+/* An option's `val` (its callbacks ignore it) says where it is offered: SRUN_ONLY options are
+ * registered in srun and slurmstepd only, so sbatch/salloc --help do not list them and an
+ * abbreviation typed there (--ipu-i) does not reach them. Slurm has no hidden SPANK options. */
+#define SRUN_ONLY 1
+
 static struct spank_option options[] = {
     {"ipus", "N", "IPUs for the job in all (spread evenly over its nodes; the same as --gres=ipu:N/nodes)", 1, 0,
      opt_ipus},
+    /* without it, --ipu=4 is an ambiguous abbreviation of the others here */
+    {"ipu", "N", "The same as --ipus", 1, 0, opt_ipus},
     {"ipu-gcds", "N", "Split the job's V-IPU partition into N graph compilation domains (power of two)", 1, 0, opt_gcds},
     {"ipu-ilds", "N", "Spread the job's V-IPU partition over N IPU-Link domains (power of two)", 1, 0, opt_ilds},
     {"ipu-reconfigurable", NULL, "Make the job's V-IPU partition reconfigurable", 0, 0, opt_reconf},
     {"ipu-instance", NULL, "(set by ipurun) each task sets up its PopDist instance: environment, cache, binding",
-     0, 0, opt_instance},
+     0, SRUN_ONLY, opt_instance},
     SPANK_OPTIONS_TABLE_END
 };
 
 /* Registered from slurm_spank_init: a static spank_options table is invisible to sbatch/salloc. */
-int ipu_register_options(spank_t sp)
+int ipu_register_options(spank_t sp, spank_context_t ctx)
 {
     for (struct spank_option *o = options; o->name; o++) {
+        if (o->val == SRUN_ONLY && ctx == S_CTX_ALLOCATOR)
+            continue;
         if (spank_option_register(sp, o) != ESPANK_SUCCESS) {
             slurm_error("spank_ipu: cannot register --%s", o->name);
             return -1;

@@ -53,7 +53,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
                    ipu_conf.vipu_port, ipu_conf.prefix);
     }
     if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR || ctx == S_CTX_REMOTE)
-        return ipu_register_options(sp);
+        return ipu_register_options(sp, ctx);
     return 0;
 }
 
@@ -66,6 +66,9 @@ static int step_asks_ipus(void)
 {
     const char *job = getenv("SLURM_JOB_ID");
     const char *own = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_spank_ipu_ipus");
+
+    if (!own)  /* the job was given --ipu=N, --ipus's other name */
+        own = getenv("SLURM_SPANK__SLURM_SPANK_OPTION_spank_ipu_ipu");
 
     if (!job || !job[0] || !ipu_opts.ipus[0] || (own && !strcmp(own, ipu_opts.ipus)))
         return 0;
@@ -88,6 +91,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
     if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR)
         return 0;
+    ipu_hint_gpu_habits();  /* before sbatch's own check of the request, which refuses it bare */
     if (ctx == S_CTX_LOCAL && step_asks_ipus())
         return -1;
     if (ipu_opts.ipus[0] && spank_job_control_setenv(sp, "IPU_IPUS", ipu_opts.ipus, 1) != ESPANK_SUCCESS)

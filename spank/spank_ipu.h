@@ -34,7 +34,10 @@ extern struct ipu_conf ipu_conf;
 extern struct ipu_opts ipu_opts;
 
 int ipu_parse_plugstack(int ac, char **av);
-int ipu_register_options(spank_t sp);
+int ipu_register_options(spank_t sp, spank_context_t ctx);
+int ipu_gpu_habit(int argc, char **argv, char *out, size_t size);
+const char *const *ipu_valued_options(const char **short_ones);
+void ipu_hint_gpu_habits(void);
 int ipu_valid_count(const char *text, long max);
 long ipu_parse_count(const char *text, long max);
 int ipu_opt_count(const char *name, const char *optarg, char *slot, long max);

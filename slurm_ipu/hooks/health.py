@@ -35,7 +35,7 @@ from pathlib import Path
 from ..errors import SlurmIpuError
 from ..rules import IPUS_PER_AGENT
 from ..slurm.commands import parse_squeue
-from . import restarts
+from . import notes, restarts
 
 REASON_PREFIX = "slurm-ipu: IPU-Machine"
 WAITING = "slurm-ipu: waiting for IPUs: "  # a pending job's AdminComment while machines are held out
@@ -253,13 +253,14 @@ def waiting_text(want: dict[str, int]) -> str:
 def _waiting(slurm, jobs: dict, text: str, out, dry_run: bool) -> int:
     """Pending IPU jobs waiting for licences get `text` as their AdminComment (one `squeue`; one
     `scontrol update` per job whose line changes); a line of ours on any other job, or once the
-    machines are back, is cleared. Only an empty AdminComment or one of ours is ever written:
-    the prolog's reasons and an admin's are left as they are."""
+    machines are back, is cleared. Only an empty AdminComment, a waiting line or a partition note
+    is ever written over: the prolog's reasons and an admin's are left as they are."""
     changed = 0
     for job in jobs.values():
         mine = job.admin_comment is not None and job.admin_comment.startswith(WAITING)
         waits = job.state == "PENDING" and job.reason == "Licenses" and "ipu" in (job.tres or "")
-        if text and waits and (job.admin_comment == "" or mine):
+        # a requeued job's note of its last partition is stale while it waits
+        if text and waits and (job.admin_comment == "" or mine or notes.is_note(job.admin_comment)):
             new = text
         elif mine and job.state in ("PENDING", "RUNNING", "SUSPENDED"):
             new = ""

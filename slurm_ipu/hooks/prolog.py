@@ -8,8 +8,9 @@ and adopts it if it still fits the job, or replaces it if not (requeued to other
 partition under the job's name that slurm-ipu did not create is never adopted or removed.
 Bounded: prolog.deadline covers every V-IPU call.
 
-Failures, by who can fix them (the reason goes to hooks.log first, then the job's AdminComment,
-which `scontrol show job` shows and which leaves the user's own Comment alone):
+A started job's AdminComment names its partition (notes.py). Failures, by who can fix them (the
+reason goes to hooks.log first, then the job's AdminComment, which `scontrol show job` shows and
+which leaves the user's own Comment alone):
 - the request itself (a shape V-IPU refuses): the job is cancelled at once, no requeue;
 - V-IPU trouble (unreachable, not ready, out of IPUs): exit 1, so Slurm requeues a batch job;
   after prolog.max_attempts the job is held for an admin;
@@ -29,7 +30,7 @@ import time
 
 from .. import pods, rules
 from ..errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
-from . import removal, restarts
+from . import notes, removal, restarts
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
@@ -97,8 +98,8 @@ def _run(ctx: JobContext, cfg, client, slurm, clock, sleep) -> int:
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
                              f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)}"
                              f"{f', allocation {allocation}' if allocation else ''} ({clock() - started:.2f}s)")
-    if ctx.restart_count > 0 and slurm is not None:
-        _tell(cfg, slurm.admin_comment, ctx.job_id, "")  # a reason from a failed earlier attempt is stale now
+    if slurm is not None:  # which partition is the job's (a failed attempt's reason goes with it)
+        _tell(cfg, slurm.note, ctx.job_id, notes.text("partition", name, part.size))
     return 0
 
 
@@ -270,8 +271,8 @@ def run_allocation(ctx: JobContext, cfg, client, slurm=None, clock=time.monotoni
         return _fail(ctx, cfg, slurm, name, exc, "allocation")
     report(cfg["state_dir"], f"job {ctx.job_id}: allocation {name} of {','.join(agents)} ({_ipus(ctx.ipus)}) "
                              f"for uid {ctx.uid}, hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
-    if ctx.restart_count > 0 and slurm is not None:
-        _tell(cfg, slurm.admin_comment, ctx.job_id, "")
+    if slurm is not None:
+        _tell(cfg, slurm.note, ctx.job_id, notes.text("allocation", name, ctx.ipus))
     return 0
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import SlurmIpuError
 from .hooklog import report
 from .journal import Journal
+from .notes import BatchedNotes
 from .removal import entry_only, work_off
 from .stats import Stats
 
@@ -30,6 +31,7 @@ from .stats import Stats
 JOURNAL_POLL_S = 1.0
 BUSY_POLL_S = 0.1  # an entry whose prolog still holds its name: soon again
 BACKOFF_MAX_S = 60.0
+NOTES_S = 1.0  # started jobs' notes (notes.py) wait at most this long: one scontrol for all of them
 
 
 def service_lock(state_dir: str) -> Path:
@@ -44,13 +46,15 @@ class Service:
     and the prologs slurm-ipu-hook hands over (transport.py), each in a thread of its own."""
 
     def __init__(self, cfg, client, slurm, clock=time.monotonic, after_health=None):
-        self.cfg, self.client, self.slurm, self.clock = cfg, client, slurm, clock
+        self.cfg, self.client, self.clock = cfg, client, clock
+        self.slurm = BatchedNotes(slurm)  # what the prologs, reap and health pass use
         self.after_health = after_health  # e.g. the metrics textfile (cli.py: deploy is above the hooks)
         self.retry_at = 0.0  # V-IPU unreachable: no entry is tried before then
         self.backoff = 1.0
         self.later: dict[str, tuple[float, float]] = {}  # an entry V-IPU refused: (retry at, its backoff)
         self.next_reap = clock()  # a full reap at start: whatever happened while we were down
         self.next_health = clock() if cfg["health.interval"] > 0 else float("inf")
+        self.next_notes = clock()
         self.stopping = False
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
         self.stats = Stats(cfg["state_dir"])  # for `slurm-ipu metrics`: saved after removals and each pass
@@ -76,7 +80,17 @@ class Service:
         if now >= self.next_health:
             self.next_health = now + self.cfg["health.interval"]
             self._health()
-        return max(0.0, min(pause, self.next_reap - self.clock(), self.next_health - self.clock()))
+        if now >= self.next_notes:  # not at every epilog's wake: a storm's notes then go in one scontrol
+            self.next_notes = now + NOTES_S
+            self._notes()
+        now = self.clock()
+        return max(0.0, min(pause, self.next_reap - now, self.next_health - now, self.next_notes - now))
+
+    def _notes(self) -> None:
+        try:
+            self.slurm.flush()
+        except SlurmIpuError as exc:  # a job ended before its note: the others were written
+            report(self.cfg["state_dir"], f"hook service: a job's partition note not written: {exc}")
 
     def _work_off(self, names: list[str], now: float) -> float:
         done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock,
@@ -162,6 +176,7 @@ class Service:
             self.wake.set()
             removals.join(self.cfg["epilog.deadline"] + 5)
             listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
+            self._notes()
             self._save_stats()
             os.close(lock)
             report(self.cfg["state_dir"], "hook service: stopped")

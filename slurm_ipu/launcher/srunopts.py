@@ -27,6 +27,10 @@ threads threads-per-core time time-min tmp uid wait wckey with-pmix tres-per-tas
 ipu-gcds ipu-ilds
 """.split())
 
+# sbatch's and salloc's own long options that take a value, beyond srun's: with VALUED, what the
+# SPANK plugin's scan for GPU options steps over (spank/habits.c; a test holds the two equal).
+SUBMIT_VALUED = frozenset({"array", "batch", "export-file", "wrap"})
+
 # What ipurun sets itself on the srun line: a second value would silently win over the plan.
 OWNED = {
     "nodes": "ipurun sets it from the hosts; use --host", "ntasks": "use --num-instances",

@@ -17,6 +17,7 @@ from ..errors import SlurmError
 class SlurmBackend(Protocol):
     def active_jobs(self) -> dict[int, str]: ...
     def admin_comment(self, job_id: int, text: str) -> None: ...
+    def note(self, job_id: int, text: str) -> None: ...
     def hold(self, job_id: int, text: str) -> None: ...
     def cancel(self, job_id: int, text: str) -> None: ...
     def node_reasons(self) -> dict[str, tuple[str, str]]: ...
@@ -128,15 +129,16 @@ class SlurmCli:
                 errors[key] = str(exc)
             return None
 
-    def _run(self, tool: str, *args: str, extra: dict | None = None) -> str:
+    def _run(self, tool: str, *args: str, extra: dict | None = None, stdin: str | None = None) -> str:
         argv = [str(Path(self.bin_dir) / tool), *args]
         env = dict(self.environ) if self.environ is not None else {"PATH": f"{self.bin_dir}:/usr/bin:/bin"}
         if self.conf:
             env["SLURM_CONF"] = self.conf
         env.update(extra or {})
         try:
+            given = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
             proc = (self.runner or subprocess.run)(argv, env=env, capture_output=True, text=True,
-                                                   timeout=self.timeout, stdin=subprocess.DEVNULL)
+                                                   timeout=self.timeout, **given)
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]} not found; set slurm.bin_dir in the site description") from None
         except OSError as exc:
@@ -166,6 +168,16 @@ class SlurmCli:
     # sees ours in `scontrol show job` (measured on 22.05).
     def admin_comment(self, job_id: int, text: str) -> None:
         self._run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text[:250]}")
+
+    def note(self, job_id: int, text: str) -> None:
+        """A started job's note (hooks/notes.py): its AdminComment at once."""
+        self.admin_comment(job_id, text)
+
+    def admin_comments(self, notes: dict[int, str]) -> None:
+        """Several jobs' AdminComments with one scontrol, its commands on stdin (a text holds no
+        blank: scontrol's own tokens keep quotes). A failed line fails alone; scontrol exits 1."""
+        lines = "".join(f"update JobId={job} AdminComment={text[:250]}\n" for job, text in notes.items())
+        self._run("scontrol", stdin=lines)
 
     def hold(self, job_id: int, text: str) -> None:
         self.admin_comment(job_id, text)

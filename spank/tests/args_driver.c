@@ -4,7 +4,10 @@
  *   args_driver plugstack ARG...        -> "rc=R host=H port=P prefix=X debug=D helper=C alloc=A" and the error
  *   args_driver gres TRES               -> "ipus=N" (the IPUs a step's or job's TRES request names)
  *   args_driver count NAME VALUE MAX    -> "rc=R slot=S" and the error
- *   args_driver total VALUE             -> "rc=R slot=S" and the error (--ipus) */
+ *   args_driver total VALUE             -> "rc=R slot=S" and the error (--ipus)
+ *   args_driver options CONTEXT         -> the options registered there (allocator, local, remote), one a line
+ *   args_driver habit PROGRAM ARG...    -> the hint a GPU option on that command line gets, or nothing
+ *   args_driver valued                  -> the options the habit scan takes a value after, one a line */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,9 +37,13 @@ spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
     return ESPANK_NOT_AVAIL;
 }
 
+static int show_registered;
+
 spank_err_t spank_option_register(spank_t sp, struct spank_option *opt)
 {
-    (void)sp; (void)opt;
+    (void)sp;
+    if (show_registered)
+        printf("--%s%s%s\n", opt->name, opt->arginfo ? "=" : "", opt->arginfo ? opt->arginfo : "");
     return ESPANK_SUCCESS;
 }
 
@@ -63,10 +70,34 @@ int main(int argc, char **argv)
         printf("rc=%d slot=%s\n", rc, slot);
         return 0;
     }
+    if (argc == 3 && !strcmp(argv[1], "options")) {
+        static const char *names[] = {"allocator", "local", "remote"};
+        static const spank_context_t ctxs[] = {S_CTX_ALLOCATOR, S_CTX_LOCAL, S_CTX_REMOTE};
+        show_registered = 1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(argv[2], names[i]))
+                return ipu_register_options(NULL, ctxs[i]) ? 1 : 0;
+        return 2;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "habit")) {
+        char text[512];
+        if (ipu_gpu_habit(argc - 2, argv + 2, text, sizeof(text)))
+            puts(text);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "valued")) {
+        const char *letters = NULL;
+        for (const char *const *o = ipu_valued_options(&letters); *o; o++)
+            puts(*o);
+        for (; *letters; letters++)
+            printf("-%c\n", *letters);
+        return 0;
+    }
     if (argc == 3 && !strcmp(argv[1], "gres")) {
         printf("ipus=%ld\n", ipu_gres_count(argv[2]));
         return 0;
     }
-    fputs("usage: args_driver plugstack ARG... | count NAME VALUE MAX | total VALUE | gres TRES\n", stderr);
+    fputs("usage: args_driver plugstack ARG... | count NAME VALUE MAX | total VALUE | gres TRES | options CONTEXT | "
+          "habit PROGRAM ARG... | valued\n", stderr);
     return 2;
 }

@@ -134,6 +134,8 @@ def test_a_cancel_removes_the_allocation_and_the_partitions_the_job_made(clean):
     doctor = lab.run("slurm-ipu", "doctor")  # its canary takes a machine no job holds, and gives it back
     assert doctor.returncode == 0 and "1-IPU-Machine allocation" in doctor.stdout, doctor.stdout + doctor.stderr
     assert allocations(lab) == {"default", f"c{job}"}
+    wait_for("the job's allocation named in scontrol show job", lambda: lab.job(job).get("AdminComment"), 30,
+             until=lambda note: note == f"slurm-ipu:allocation=c{job},ipus=16")
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
     nothing_left(lab, job)

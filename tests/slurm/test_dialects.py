@@ -109,9 +109,15 @@ def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
     (["--ipus=8", "-N3"], "for 8 IPUs use -N 1, 2, 4", ["--ipus=8", "-N2"]),
     (["--ipus=7", "-N2"], "on 2 node(s) ask for one of 2, 4, 8, 16, 32 IPUs", ["--ipus=8", "-N2"]),
     (["--gres=ipu:4", "-N3"], "no partition size spreads evenly over 3 nodes: use -N 1, 2, 4", ["--gres=ipu:4", "-N4"]),
+    # GPU habits on a cluster without GPUs (the lab's GresTypes has none): Slurm alone says only
+    # "Invalid generic resource (gres) specification"
+    (["--gpus=4"], "--gpus=4 asks for GPUs, and this cluster has none: ask for IPUs with --ipus=4", ["--ipus=4"]),
+    (["--gpus-per-node=ipu:4", "-N2"], "asks for GPUs of type ipu: ask for IPUs with --gres=ipu:4 (IPUs per node)",
+     ["--gres=ipu:4", "-N2"]),
 ])
 def test_a_refusal_s_advice_when_followed_is_accepted(clean_lab, refused, advice, followed):
-    """Issue 39, item 4: `-N3 --ipus=8` used to say 'use a multiple of 3 IPUs', which no size is."""
+    """Issue 39, item 4: `-N3 --ipus=8` used to say 'use a multiple of 3 IPUs', which no size is;
+    `--gpus=4` got no hint."""
     lab = clean_lab
     proc = lab.run_as(USER, "sbatch", "--test-only", *refused, "--wrap", "true")
     assert proc.returncode != 0 and advice in proc.stderr, proc.stderr
@@ -133,3 +139,20 @@ def test_bad_ipus_requests_are_refused_at_submit(clean_lab, args, line, tool):
     proc = lab.run_as(USER, tool, *args, *(["--wrap", "true"] if tool == "sbatch" else ["true"]))
     assert proc.returncode != 0 and line in proc.stderr, proc.stderr
     assert lab.run("squeue", "-h").stdout == ""
+
+
+def test_ipu_4_is_ipus_4_and_only_srun_offers_ipurun_s_own_option(clean_lab):
+    """Issue 39, item 4: `--ipu=4` was an ambiguous abbreviation, and sbatch/salloc --help listed
+    ipurun's internal --ipu-instance (Slurm has no hidden SPANK options: it is offered to srun only)."""
+    lab = clean_lab
+    for tool in ("sbatch", "salloc"):
+        shown = lab.run_as(USER, tool, "--help").stdout
+        assert "--ipu=N" in shown and "--ipus=N" in shown and "--ipu-instance" not in shown, shown
+    assert "--ipu-instance" in lab.run_as(USER, "srun", "--help").stdout
+    # inside the job, srun re-reads the job's --ipu=8 (not --ipus) and must not take it for a new ask
+    proc = lab.run_as(USER, "salloc", "--ipu=8", "-N2", "srun", "bash", "-c", PROBE)
+    assert proc.returncode == 0, proc.stderr
+    seen = probes(proc.stdout)
+    assert len(seen) == 2 and len({p[2] for p in seen}) == 1, seen
+    assert ", 8 IPUs," in created(lab, int(seen[0][2].removeprefix("slurm_")))
+    wait_no_partitions(lab, 30, "its partition removed")

@@ -121,13 +121,19 @@ def test_request_is_visible_to_admins(clean_lab):
     assert lab.state(job) == "COMPLETED"
 
 
-def test_gcds_option_shapes_the_partition(clean_lab, tmp_path):
+def test_gcds_option_shapes_the_partition_and_the_job_names_it(clean_lab, users, tmp_path):
     lab = clean_lab
     job = lab.sbatch("-N", "1", "--gres=ipu:8", "--ipu-gcds=2", "--wrap", "sleep 300")
     wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
     part = lab.partitions()[f"slurm_{job}"]
     assert (part["spec"]["size"], part["spec"]["num_gcds"], part["status"]["state"]) == (8, 2, "PS_ACTIVE")
     assert part["spec"]["hosts"] == [lab.job(job)["NodeList"]]
+    # Which partition is the job's (issue 39, item 6): in `scontrol show job`, for any user, within
+    # the hook service's next pass (its notes go to Slurm in one scontrol a second at most)
+    note = f"AdminComment=slurm-ipu:partition=slurm_{job},ipus=8"
+    wait_for("the job's partition named in scontrol show job",
+             lambda: lab.run_as("slurmipu-b", "scontrol", "show", "job", str(job)).stdout, 30,
+             until=lambda shown: note in shown.split())
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
     wait_no_partitions(lab, 30, "partition removed")
@@ -277,6 +283,7 @@ def test_without_the_service_the_epilog_removes_it_and_reap_is_the_backstop(with
     wait_gone(lab, job)
     assert f"job {job}: partition slurm_{job} ACTIVE" in lab.spec.path("state", "hooks.log").read_text()
     assert not _served(lab, job)  # the wrapper ran the Python prolog itself
+    assert lab.job(job).get("AdminComment") == f"slurm-ipu:partition=slurm_{job},ipus=4"  # written at once
     wait_no_partitions(lab, 30, "partition removed by the epilog itself")
     assert not _queued(lab)
     job, admin = _cancel_while_vipu_is_down(lab)

@@ -214,13 +214,16 @@ def test_jobs_waiting_for_a_failed_machine_s_ipus_are_told_which_and_the_line_go
     slurm = FakeSlurm(site.hosts, jobs={5: ["PENDING", True, "Licenses", "gres:ipu:16"],
                                         6: ["PENDING", True, "Licenses", "gres:ipu:4"],
                                         7: ["PENDING", True, "Priority", "gres:ipu:4"],
-                                        8: ["PENDING", True, "Licenses", ""]})  # another licence
+                                        8: ["PENDING", True, "Licenses", ""],  # another licence
+                                        9: ["PENDING", True, "Licenses", "gres:ipu:1"]})
     slurm.comments[6] = "slurm-ipu: job 6: V-IPU partition slurm_6 (4 IPUs) not created: ...; requeued"
+    slurm.comments[9] = "slurm-ipu:partition=slurm_9,ipus=1"  # requeued by the pass: its last partition
     agents["ag0"] = "Down"
     one_pass(site, slurm)
     told = ("slurm-ipu: waiting for IPUs: IPU-Machine ag0 not Up: 4 IPUs held out of Slurm's pool until back "
             "(scontrol show reservation slurm-ipu-ag0)")
     assert slurm.comments[5] == told and slurm.comments[6].startswith("slurm-ipu: job 6: V-IPU")
+    assert slurm.comments[9] == told
     assert 7 not in slurm.comments and 8 not in slurm.comments
     before = len(slurm.updates)
     one_pass(site, slurm)

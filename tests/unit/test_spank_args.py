@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/usr/in
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    return build_driver(tmp_path_factory, "args_driver", "args.c", "step.c")
+    return build_driver(tmp_path_factory, "args_driver", "args.c", "step.c", "habits.c")
 
 
 def run(driver: str, *args: str) -> str:
@@ -86,3 +86,46 @@ def test_plugstack_refusals_name_the_argument_and_what_is_accepted(driver, args,
 def test_the_ipus_a_tres_request_names(driver, tres, ipus):
     """spank/step.c: what srun reads from slurmctld's step and job records."""
     assert run(driver, "gres", tres) == f"ipus={ipus}\n"
+
+
+def test_ipurun_s_own_option_is_offered_in_srun_only_and_ipu_means_ipus(driver):
+    """Issue 39, item 4: sbatch/salloc --help listed ipurun's internal --ipu-instance, and --ipu=4
+    was an ambiguous abbreviation. tests/slurm/test_dialects.py checks both as Slurm shows them."""
+    allocator = run(driver, "options", "allocator").split()
+    assert "--ipu-instance" not in allocator and "--ipu=N" in allocator and "--ipus=N" in allocator
+    for ctx in ("local", "remote"):  # slurmstepd must know it, or srun's value never reaches the task
+        assert set(run(driver, "options", ctx).split()) == set(allocator) | {"--ipu-instance"}
+
+
+@pytest.mark.parametrize("argv,said", [
+    (["sbatch", "--gpus=4", "--wrap", "true"], "--gpus=4 asks for GPUs, and this cluster has none: ask for IPUs "
+                                                "with --ipus=4 (the job's total)"),
+    (["sbatch", "-N", "2", "-G", "8", "job.sh"], "--gpus=8 asks for GPUs"),
+    (["salloc", "-G2"], "--gpus=2 asks for GPUs, and this cluster has none: ask for IPUs with --ipus=2"),
+    (["srun", "--gpus-per-node", "ipu:4", "-N2", "app"], "--gpus-per-node=ipu:4 asks for GPUs of type ipu: ask for "
+                                                         "IPUs with --gres=ipu:4 (IPUs per node)"),
+    (["sbatch", "--gres=gpu:a100:2,ipu:4", "x.sh"], "--gres=gpu:a100:2,ipu:4 asks for GPUs, and this cluster has "
+                                                    "none: ask for IPUs with --gres=ipu:2 (IPUs per node)"),
+    (["srun", "--gres", "gpu", "app"], "--gres=gpu asks for GPUs, and this cluster has none: ask for IPUs with "
+                                       "--gres=ipu:1"),
+    (["srun", "--gpus-per-task=1", "app"], "ask for IPUs with --gres=ipu:N (IPUs per node) or --ipus=N"),
+    # the command's own arguments are not Slurm's: the scan stops at the command
+    (["srun", "-N", "2", "--job-name", "x", "python", "train.py", "--gpus", "4"], ""),
+    (["srun", "--exclusive", "python", "train.py", "--gpus=4"], ""),
+    (["sbatch", "--", "--gpus=4"], ""),
+    (["sbatch", "--gres=ipu:4", "--gres-flags=enforce-binding", "job.sh"], ""),
+    (["sbatch", "--gpus-per-node"], "--gpus-per-node= asks for GPUs"),  # a value missing: Slurm's own error follows
+])
+def test_gpu_habits_on_the_command_line_get_the_ipu_spelling(driver, argv, said):
+    """Issue 39, item 4: sbatch itself refuses `--gpus=4` where GresTypes has no gpu, before
+    job_submit.lua could hint; the plugin reads the command line first (the RPC for GresTypes is
+    tests/slurm/test_dialects.py's)."""
+    out = run(driver, "habit", *argv).strip()
+    assert (said in out) if said else out == "", out
+
+
+def test_the_habit_scan_steps_over_exactly_the_values_srun_and_sbatch_take(driver):
+    from slurm_ipu.launcher import srunopts
+
+    short = {letter for letter, name in srunopts.SHORT.items() if name in srunopts.VALUED} | {"-a"}  # sbatch --array
+    assert set(run(driver, "valued").split()) == srunopts.VALUED | srunopts.SUBMIT_VALUED | short

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "67542e5ee9de08c4"
+local CODE_ID = "99054cc7700e4498"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 128
@@ -66,14 +66,18 @@ local function refuse_modify(fmt, ...)
   return slurm.ESLURM_INVALID_LICENSES or slurm.ERROR
 end
 
--- One item of a TRES list names ipu: "gres:ipu:4", "gres/ipu:4" (23.11+ spelling), "gres:ipu:mk2:4",
--- "gres:ipu" -> the count (1 when none is given) and the GRES type it names, if any; nil for any
--- other item.
-local function ipu_item(item)
-  local rest = string.match(item, "^gres[:/]ipu(.*)$")
+-- One item of a TRES list names the GRES `name`: "gres:ipu:4", "gres/ipu:4" (23.11+ spelling),
+-- "gres:ipu:mk2:4", "gres:ipu" -> the count (1 when none is given) and the GRES type it names, if
+-- any; nil for any other item.
+local function gres_item(item, name)
+  local rest = string.match(item, "^gres[:/]" .. name .. "(.*)$")
   if rest == nil or (rest ~= "" and string.sub(rest, 1, 1) ~= ":") then return nil end
   local kind = string.match(rest, "^:([^:]+):%d+$") or string.match(rest, "^:(%D[^:]*)$")
   return tonumber(string.match(rest, ":(%d+)$")) or 1, kind
+end
+
+local function ipu_item(item)
+  return gres_item(item, "ipu")
 end
 
 -- IPUs per node in a TRES list, how many of its items name ipu (Slurm keeps the last of a
@@ -98,6 +102,33 @@ local function other_paths(job_desc, refuse)
     local value = job_desc[field]
     if value ~= nil and value ~= "" and select(2, gres_ipus(value)) > 0 then
       return (refuse or reject)("%s=%s: ask for IPUs per node with --gres=ipu:N instead", flag, value)
+    end
+  end
+  return nil
+end
+
+-- GPU habits: GPUs asked for where GresTypes has none (it has no gpu here), or GPUs of type ipu
+-- (--gpus-per-node=ipu:4), get Slurm's bare "Invalid generic resource (gres) specification";
+-- say how IPUs are asked for instead. A site's own GPU jobs pass untouched.
+local SITE_GPUS = false
+local IPU_WAYS = "--gres=ipu:N (IPUs per node) or --ipus=N (the job's total)"
+local GPU_FIELDS = {  -- where the request lands, how the user wrote it, its IPU spelling
+  { "tres_per_job", "--gpus=%s", "--ipus=%s (the job's total)" },
+  { "tres_per_node", "--gpus-per-node=%s (or --gres=gpu:%s)", "--gres=ipu:%s (IPUs per node)" },
+  { "tres_per_task", "--gpus-per-task=%s", nil },
+  { "tres_per_socket", "--gpus-per-socket=%s", nil },
+}
+
+local function gpu_habit(job_desc)
+  for _, f in ipairs(GPU_FIELDS) do
+    for item in string.gmatch(job_desc[f[1]] or "", "[^,]+") do
+      local n, kind = gres_item(item, "gpu")
+      if n ~= nil and n > 0 and (kind == "ipu" or not SITE_GPUS) then
+        local typed = (kind and (kind .. ":") or "") .. n
+        local what = kind == "ipu" and "asks for GPUs of type ipu" or "asks for GPUs, and this cluster has none"
+        return reject("%s %s: ask for IPUs with %s", string.format(f[2], typed, typed), what,
+                      f[3] and string.format(f[3], n) or IPU_WAYS)
+      end
     end
   end
   return nil
@@ -449,7 +480,8 @@ local function job_submit(job_desc, part_list, submit_uid)
   if job_desc.name == PROBE_NAME and submit_uid == 0 then
     job_desc.admin_comment = "slurm-ipu-job_submit.lua:" .. CODE_ID
   end
-  local refused = oversized(job_desc, reject) or bad_count(job_desc, reject) or other_paths(job_desc)
+  local refused = oversized(job_desc, reject) or bad_count(job_desc, reject) or other_paths(job_desc) or
+                  gpu_habit(job_desc)
   if refused then return refused end
   local per, err = requested(job_desc.tres_per_node)
   if err then return err end

@@ -1,0 +1,64 @@
+"""Which V-IPU partition is mine? A started IPU job's AdminComment names it, so `scontrol show job`
+(and `sacct -o AdminComment`) answers every user: `AdminComment=slurm-ipu:partition=slurm_55,ipus=8`,
+or `slurm-ipu:allocation=c55,ipus=32` in the allocation model (a step's own partition is in its
+tasks' IPUOF_VIPU_API_PARTITION_ID).
+
+Why batched: a `scontrol update` per job costs a process start and slurmctld's config read each
+time, which in a storm of short jobs would double the hooks' CPU (docs/performance.md). The hook
+service queues each note and writes all of them at its next pass (at most a second later) with one
+`scontrol` reading its commands from stdin. scontrol's tokens keep quotes verbatim, so a note holds
+no blank. The Python prolog (no service) writes its one note at once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+PREFIXES = ("slurm-ipu:partition=", "slurm-ipu:allocation=")
+
+# The SlurmBackend calls that write a job's AdminComment themselves: a queued note of that job is
+# dropped first, so a later word (a failed attempt's reason) is never overwritten by an older one.
+JOB_WRITES = frozenset({"admin_comment", "hold", "requeue", "cancel"})
+
+
+def text(kind: str, name: str, ipus: int) -> str:
+    """The note: `kind` is partition or allocation; `name` is a V-IPU name (no blank)."""
+    return f"slurm-ipu:{kind}={name},ipus={ipus}"
+
+
+def is_note(comment: str | None) -> bool:
+    return comment is not None and comment.startswith(PREFIXES)
+
+
+class BatchedNotes:
+    """The SlurmBackend the hook service hands its prologs: every call goes to Slurm at once but
+    `note`, which waits for `flush` (the removal thread's next pass)."""
+
+    def __init__(self, slurm):
+        self._slurm = slurm
+        self._lock = threading.Lock()
+        self._queued: dict[int, str] = {}
+
+    def note(self, job_id: int, text: str) -> None:
+        with self._lock:
+            self._queued[job_id] = text
+
+    def flush(self) -> dict[int, str]:
+        """Writes what is queued in one scontrol; returns it. A job that ended meanwhile fails
+        alone (scontrol goes on with the next line) and SlurmError says so."""
+        with self._lock:
+            queued, self._queued = self._queued, {}
+        if queued:
+            self._slurm.admin_comments(queued)
+        return queued
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._slurm, name)
+        if name not in JOB_WRITES:
+            return attr
+
+        def write(job_id: int, *args):
+            with self._lock:
+                self._queued.pop(job_id, None)
+            return attr(job_id, *args)
+        return write
