@@ -20,8 +20,17 @@
 
 #include "spank_ipu.h"
 
-#pragma weak slurm_load_ctl_conf
+#include <slurm/slurm_version.h>
+
+/* 26.05 renamed slurm_free_ctl_conf */
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
+#define free_conf slurm_free_conf
+#pragma weak slurm_free_conf
+#else
+#define free_conf slurm_free_ctl_conf
 #pragma weak slurm_free_ctl_conf
+#endif
+#pragma weak slurm_load_ctl_conf
 
 #define CMDLINE_MAX 65536
 
@@ -157,10 +166,10 @@ static int cluster_has_gpus(void)
     char item[64];
     int found = 1;
 
-    if (!slurm_load_ctl_conf || !slurm_free_ctl_conf || slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS)
+    if (!slurm_load_ctl_conf || !free_conf || slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS)
         return 1;
     found = conf->gres_plugins && gres_gpu(conf->gres_plugins, item, sizeof(item));
-    slurm_free_ctl_conf(conf);
+    free_conf(conf);
     return found;
 }
 

@@ -35,6 +35,7 @@ from .service import CODES, OPS, Service, code_of, fault_seconds
 log = logging.getLogger("slurm_ipu.emulator")
 MAX_BODY = 1 << 20
 PER_CALLER = 256  # connections open at once per user (_Capped)
+ALL_CALLERS = 1024  # ... and for all users together: the threads users can make are bounded
 IDLE_S = 300.0  # a connection with no request for this long is closed
 ROUTES: list[tuple[str, re.Pattern, str]] = [
     (m, re.compile(p), h)
@@ -343,9 +344,11 @@ class Handler(BaseHTTPRequestHandler):
 
 class _Capped(socketserver.ThreadingMixIn):
     """A thread per connection, at most PER_CALLER of them open per caller (all anonymous TCP
-    callers count as one): a user holding thousands of connections idle gets the rest closed
-    unanswered, and every other user's calls go on. Root and the server's owner (the hooks, the
-    lab) are not counted. An idle connection is closed after IDLE_S."""
+    callers count as one) and ALL_CALLERS for all callers together: a user holding thousands of
+    connections idle gets the rest closed unanswered, and every other user's calls go on; many
+    users doing so fill ALL_CALLERS, past which users' new connections are closed too. Root and
+    the server's owner (the hooks, the lab) are not counted, so jobs still start and end. An idle
+    connection is closed after IDLE_S."""
 
     daemon_threads = True
     request_queue_size = 1024  # a storm's hooks and tasks connect at once
@@ -354,18 +357,22 @@ class _Capped(socketserver.ThreadingMixIn):
     def server_activate(self) -> None:
         super().server_activate()
         self.open: dict[int, int] = {}
+        self.total = 0  # sum(self.open.values()), kept: the check at accept is O(1)
         self.open_lock = threading.Lock()
 
     def process_request(self, request, client_address) -> None:
         uid = identity.unix_peer_uid(request) if self.address_family == socket.AF_UNIX else identity.ANONYMOUS
         counted = uid not in (0, os.getuid())
         with self.open_lock:
-            if counted and self.open.get(uid, 0) >= PER_CALLER:
-                log.warning("uid %s holds %d connections already; closing a new one", uid, PER_CALLER)
+            full = counted and (self.open.get(uid, 0) >= PER_CALLER or self.total >= ALL_CALLERS)
+            if full:
+                log.warning("uid %s holds %d connections, users %d; closing a new one", uid, self.open.get(uid, 0),
+                            self.total)
                 self.shutdown_request(request)
                 return
             if counted:
                 self.open[uid] = self.open.get(uid, 0) + 1
+                self.total += 1
         threading.Thread(target=self._serve_counted, args=(request, client_address, uid if counted else None),
                          daemon=True).start()
 
@@ -376,10 +383,11 @@ class _Capped(socketserver.ThreadingMixIn):
             if uid is not None:
                 with self.open_lock:
                     self.open[uid] -= 1
+                    self.total -= 1
 
     def connections(self) -> int:
         with self.open_lock:
-            return sum(self.open.values())
+            return self.total
 
 
 class _TcpServer(_Capped, ThreadingHTTPServer):
