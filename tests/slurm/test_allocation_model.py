@@ -7,6 +7,7 @@ allocation and every partition in it are gone after the job."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -215,6 +216,49 @@ def test_a_cancelled_step_s_partition_goes_with_it_while_the_job_runs(clean):
     assert lab.state(job) == "RUNNING"
     lab.run("scancel", str(job), check=True)
     wait_gone(lab, job)
+    nothing_left(lab, job)
+
+
+# A user on a login node making partitions in their job's allocation as fast as they can, until
+# told to stop (bounded: 120 s).
+CREATE_LOOP = """i=0
+while [ ! -e {stop} ] && [ $SECONDS -lt 120 ]; do
+  vipu create partition z{job}_$i --allocation c{job} --size 1 >/dev/null 2>&1 && echo "made z{job}_$i"
+  i=$((i+1))
+done
+"""
+
+
+def test_a_user_s_creates_in_the_job_s_allocation_cannot_keep_it_past_the_job(clean):
+    """Issue 35, item 2: two such loops kept c<job> and its IPUs past the job (the epilog listed
+    and removed its partitions, the loop made new ones, and the allocation could not go); the
+    user still attached after the job. The removal now first takes the user's grant away: while
+    the loop still runs, the allocation goes within the epilog's deadline, and nothing the user
+    made in it can be attached after."""
+    lab = clean
+    user = ensure_users()[0]
+    proc = lab.run_as(user, "sbatch", "--parsable", "-N1", "--gres=ipu:16", "-o", "/dev/null", "--wrap", "sleep 300")
+    assert proc.returncode == 0, proc.stderr
+    job = int(proc.stdout.strip().split(";")[0])
+    wait_for(f"job {job} running", lambda: lab.state(job) == "RUNNING", 60)
+    stop = lab.spec.path("users", f"stop-{job}")
+    env = dict(lab.env, HOME=str(lab.spec.path("users")), USER=user, LOGNAME=user)
+    loop = subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", "bash", "-c",
+                             CREATE_LOOP.format(stop=stop, job=job)], env=env, cwd=lab.spec.path("users"),
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        made = loop.stdout.readline().split()  # its first partition: the loop is at work
+        assert made == ["made", f"z{job}_0"], made
+        lab.run("scancel", str(job), check=True)
+        wait_gone(lab, job)
+        wait_for(f"c{job} removed while the user's loop runs", lambda: f"c{job}" not in allocations(lab), 60)
+        assert loop.poll() is None, "the loop ended before the allocation went: the test proved nothing"
+        attach = lab.run_as(user, "env", f"IPUOF_VIPU_API_PARTITION_ID=z{job}_0", "vipu-emu", "attach")
+        assert attach.returncode != 0, attach.stdout
+    finally:
+        stop.touch()
+        loop.wait(30)
+        stop.unlink()
     nothing_left(lab, job)
 
 
