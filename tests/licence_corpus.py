@@ -55,3 +55,31 @@ def corpus(count: int, seed: int = 2305) -> list[tuple[str, tuple[int, int] | No
         if text not in seen:
             seen[text] = rng.choice(GRES)
     return list(seen.items())[:count]
+
+
+# TRES requests as `scontrol update` takes them (issue 35, item 4): every field that can name a
+# GRES, and values built from IPU items in each spelling (22.05's `gres:`, 23.11's `gres/`, Gres='s
+# bare name), counts Slurm reads in surprising ways, a GRES type, other GRES and TRES beside them.
+TRES_FIELDS = ["Gres", "TresPerNode", "TresPerJob", "TresPerTask"]
+TRES_NAMES = ["gres/ipu", "gres:ipu", "ipu", "gres/IPU", "gres/ipu:mk2", "gres/ipux", "gres/twin", "cpu", "gres/gpu"]
+TRES_COUNTS = ["", ":1", ":2", ":4", ":16", ":64", ":0", ":04", ":+4", ": 4", ":4294967297", ":-4", ":4x"]
+TRES_SEPARATORS = [",", ",", ";", ",,"]
+
+
+def tres_item(rng: random.Random) -> str:
+    return rng.choice(TRES_NAMES) + rng.choice(TRES_COUNTS)
+
+
+def tres_corpus(count: int, seed: int = 3505) -> list[tuple[str, str]]:
+    """`count` distinct (field, value) updates."""
+    rng = random.Random(seed)
+    seen: dict[tuple[str, str], None] = {}
+    for _ in range(count * 20):
+        if len(seen) >= count:
+            break
+        items = [tres_item(rng) for _ in range(rng.choice((1, 1, 2, 3)))]
+        value = items[0]
+        for part in items[1:]:
+            value += rng.choice(TRES_SEPARATORS) + part
+        seen.setdefault((rng.choice(TRES_FIELDS), value), None)
+    return list(seen)[:count]

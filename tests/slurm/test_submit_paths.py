@@ -8,6 +8,7 @@ import re
 import pytest
 
 from slurm_ipu.slurm import releases
+from tests.licence_corpus import tres_corpus
 
 from .conftest import GRES, SLURM_VERSION, wait_for, wait_gone, wait_logged
 
@@ -99,6 +100,33 @@ def test_no_tres_update_gives_a_job_ipus_or_changes_them(clean_lab):
     assert held_ipus(lab, one) == (2, 2), lab.job(one)
     assert len(lab.partitions()[f"slurm_{one}"]["spec"]["ipus"]) == 2
     for job in (plain, one):
+        lab.run("scancel", str(job), check=True)
+        wait_gone(lab, job)
+
+
+TRES_STRINGS = 150
+
+
+def test_no_tres_update_string_moves_the_licence_or_the_gres(clean_lab, capsys):
+    """The licence fuzz's update half, for TRES (issue 35, item 4): a seeded corpus of `scontrol
+    update` TRES fields and values (tests/licence_corpus.py), set by the job's user on a pending job
+    without IPUs and on one with 4. After each, accepted or not, Slurm holds the licence and the
+    GRES the job was submitted with: IPUs are fixed at submit, and a refused update leaves no
+    licence behind (22.05 did)."""
+    lab = clean_lab
+    jobs = {submit_held(lab): (0, 0), submit_held(lab, "--gres=ipu:4"): (4, 4)}
+    wrong, accepted = [], 0
+    for i, (field, value) in enumerate(tres_corpus(TRES_STRINGS)):
+        job = list(jobs)[i % 2]
+        accepted += update(lab, job, f"{field}={value}").returncode == 0
+        if held_ipus(lab, job) != jobs[job]:
+            wrong.append(f"{field}={value!r} on a job of {jobs[job][1]} IPUs: licence, GRES = {held_ipus(lab, job)}")
+            jobs[job] = held_ipus(lab, job)  # judge the next update from here
+    with capsys.disabled():
+        print(f"\nTRES update fuzz, Slurm {SLURM_VERSION}: {TRES_STRINGS} updates, {accepted} accepted, "
+              f"{len(wrong)} mismatch(es)")
+    assert not wrong, f"{len(wrong)} mismatch(es):\n" + "\n".join(wrong[:30])
+    for job in jobs:
         lab.run("scancel", str(job), check=True)
         wait_gone(lab, job)
 
