@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import random
+import re
+import shutil
+import subprocess
 
-from .conftest import wait_for, wait_idle, wait_no_partitions
+import pytest
+
+from .conftest import started_lab, wait_for, wait_idle, wait_no_partitions
 
 SHAPES = [(1, 1), (1, 2), (1, 4), (2, 4), (2, 8), (1, 16), (4, 4), (2, 1), (1, 0), (2, 0)]  # (nodes, ipus/node)
 
@@ -97,3 +102,79 @@ def test_two_hundred_jobs_through_cancels_failures_timeouts_and_an_outage_leave_
     final = wait_for("accounting has the time-limited jobs' ends", ends, 60,
                      until=lambda states: len(states) == 3 and not {"RUNNING", "PENDING"} & set(states))
     assert final == ["TIMEOUT"] * 3
+
+
+@pytest.fixture
+def small_state_lab():
+    """A lab whose state directory is a tmpfs of its own (8 MiB), so a test can fill it to the last
+    block: mounted before the lab starts, unmounted after it is down."""
+    mounted = []
+
+    def mount(spec):
+        where = spec.path("state")
+        where.mkdir(parents=True)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0755", "slurm-ipu-storm", str(where)],
+                       check=True, timeout=30)
+        mounted.append(where)
+
+    try:
+        with started_lab(prepare=mount) as lab:
+            yield lab
+    finally:  # started_lab removed what it could: the mount point stays until unmounted
+        for where in mounted:
+            subprocess.run(["umount", str(where)], timeout=30)
+            shutil.rmtree(where.parents[1], ignore_errors=True)
+
+
+def restarts(lab, jobs: list[int]) -> dict[int, int]:
+    """Each job's Restarts while slurmctld still shows it (MinJobAge: 120 s in the lab)."""
+    out = {}
+    for line in lab.run("scontrol", "show", "job", "-o", check=True).stdout.splitlines():
+        job, count = re.search(r"JobId=(\d+)", line), re.search(r" Restarts=(\d+)", line)
+        if job and count and int(job.group(1)) in jobs:
+            out[int(job.group(1))] = int(count.group(1))
+    return out
+
+
+FULL = "the hooks cannot write their state directory"
+
+
+def shown(lab, job: int) -> str:
+    """`scontrol show job` as printed: its AdminComment holds blanks, which lab.job() splits."""
+    return lab.run("scontrol", "show", "job", str(job)).stdout
+
+
+def test_a_full_state_directory_in_a_storm_holds_jobs_at_once_and_loses_nothing(small_state_lab):
+    """Issue 35, item 5's storm: the hooks' state directory fills to the last block while jobs
+    start and end. A prolog that cannot write its creation record holds its job at once, with the
+    reason (never a requeue loop past prolog.max_attempts); an epilog that cannot journal leaves
+    the partition to the service's reap. The admin frees space and releases the held jobs, as
+    their AdminComment says: every job ends, and nothing is left in V-IPU or the journal."""
+    lab = small_state_lab
+    rng = random.Random(35)
+    jobs = [submit(lab, rng) for _ in range(30)]
+    filler = lab.spec.path("state", "filler")
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True, timeout=60)
+    try:
+        full = [submit(lab, rng, script="sleep 1") for _ in range(30)]
+        held = wait_for("an IPU job held for the full disk", lambda: queue(lab, "PD"), 120, interval=0.5,
+                        until=lambda pending: any(FULL in shown(lab, j) for j in pending))
+    finally:
+        filler.unlink()  # the admin frees space
+    jobs += full
+    told = [j for j in held if FULL in shown(lab, j)]
+    assert all(lab.job(j).get("JobState") == "PENDING" and lab.job(j).get("Reason") == "JobHeldAdmin" for j in told)
+    wait_for("every job ended or held", lambda: [j for j in queue(lab) if lab.job(j).get("Reason") != "JobHeldAdmin"],
+             300, interval=1.0, until=lambda running: running == [])
+    for job in queue(lab):
+        lab.run("scontrol", "release", str(job), check=True)
+    wait_for("every job out of the queue", lambda: not queue(lab), 300, interval=1.0)
+    limit = 3  # prolog.max_attempts, the lab's default
+    counts = restarts(lab, jobs)
+    assert counts and max(counts.values()) <= limit, counts
+    lab.run("slurm-ipu", "reap", "--site", lab.site, check=True)
+    wait_no_partitions(lab, 60, "no partition left")
+    journal = lab.spec.path("state", "pending-removal")
+    assert sorted(p.name for p in journal.glob("*.json")) == []
+    states = lab.node_states()
+    assert not [n for n, s in states.items() if s.startswith(("drain", "down", "fail"))], states
