@@ -7,12 +7,17 @@ no job left in the queue."""
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 
 import pytest
+
+from slurm_ipu import lab as labmod
+from slurm_ipu.lab import daemons
 
 from .conftest import started_lab, wait_for, wait_idle, wait_no_partitions
 
@@ -144,37 +149,68 @@ def shown(lab, job: int) -> str:
     return lab.run("scontrol", "show", "job", str(job)).stdout
 
 
-def test_a_full_state_directory_in_a_storm_holds_jobs_at_once_and_loses_nothing(small_state_lab):
-    """Issue 35, item 5's storm: the hooks' state directory fills to the last block while jobs
-    start and end. A prolog that cannot write its creation record holds its job at once, with the
-    reason (never a requeue loop past prolog.max_attempts); an epilog that cannot journal leaves
-    the partition to the service's reap. The admin frees space and releases the held jobs, as
-    their AdminComment says: every job ends, and nothing is left in V-IPU or the journal."""
+def running(lab, jobs: list[int]) -> bool:
+    return all(lab.state(j) == "RUNNING" for j in jobs)
+
+
+def test_a_storm_with_every_fault_and_a_full_disk_holds_or_ends_every_job_and_loses_nothing(small_state_lab):
+    """Issue 35's storm: while 80 jobs start and end, a running IPU job is suspended and resumed,
+    another requeued, a pending one held and released, the hook service SIGKILLed and restarted
+    while V-IPU is slow, a slurmd SIGKILLed under its running job and started again, and at last
+    the hooks' state directory fills to the last block. A prolog that cannot write its creation
+    record holds its job at once, with the reason (never a requeue loop past
+    prolog.max_attempts); an epilog that cannot journal leaves the partition to the service's
+    reap. The admin frees space and releases the held jobs, as their AdminComment says: every job
+    ends, none restarted more than max_attempts, nothing is left in V-IPU or the journal."""
     lab = small_state_lab
+    admin = lab.admin()
     rng = random.Random(35)
-    jobs = [submit(lab, rng) for _ in range(30)]
+    suspended = lab.sbatch("-N1", "-w", "node1", "--gres=ipu:4", "-o", "/dev/null", "--wrap", "sleep 15")
+    on_node4 = lab.sbatch("-N1", "-w", "node4", "--gres=ipu:4", "-o", "/dev/null", "--wrap", "sleep 15")
+    requeued = lab.sbatch("-N1", "--gres=ipu:2", "-o", "/dev/null", "--wrap", "sleep 15")
+    held = lab.sbatch("--hold", "-N1", "--gres=ipu:1", "-o", "/dev/null", "--wrap", "true")
+    jobs = [suspended, on_node4, requeued, held] + [submit(lab, rng) for _ in range(20)]
+    wait_for("the jobs to be faulted running", lambda: running(lab, [suspended, on_node4, requeued]), 60)
+    lab.run("scontrol", "suspend", str(suspended), check=True)
+    assert f"slurm_{suspended}" in lab.partitions()  # a suspended job keeps its IPUs
+    lab.run("scontrol", "requeue", str(requeued), check=True)
+    # the hook service killed under the storm while V-IPU is slow, then started again
+    labmod.stop_reaper(lab.spec, signal.SIGKILL)
+    admin.faults(create_delay=1)
+    jobs += [submit(lab, rng) for _ in range(10)]
+    labmod.restart_reaper(lab.spec)
+    admin.clear_faults()
+    # node4's slurmd killed under its running job, then started again (its slurmstepd goes on)
+    pids = labmod.load_pids(lab.spec)
+    os.kill(pids["slurmd-node4"]["pid"], signal.SIGKILL)
+    jobs += [submit(lab, rng) for _ in range(10)]
+    daemons.start_slurm(lab.spec, pids)
+    labmod.save_pids(lab.spec, pids)
+    # the state directory full
     filler = lab.spec.path("state", "filler")
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True, timeout=60)
     try:
-        full = [submit(lab, rng, script="sleep 1") for _ in range(30)]
-        held = wait_for("an IPU job held for the full disk", lambda: queue(lab, "PD"), 120, interval=0.5,
+        jobs += [submit(lab, rng, script="sleep 1") for _ in range(30)]
+        told = wait_for("an IPU job held for the full disk", lambda: queue(lab, "PD"), 120, interval=0.5,
                         until=lambda pending: any(FULL in shown(lab, j) for j in pending))
     finally:
         filler.unlink()  # the admin frees space
-    jobs += full
-    told = [j for j in held if FULL in shown(lab, j)]
-    assert all(lab.job(j).get("JobState") == "PENDING" and lab.job(j).get("Reason") == "JobHeldAdmin" for j in told)
-    wait_for("every job ended or held", lambda: [j for j in queue(lab) if lab.job(j).get("Reason") != "JobHeldAdmin"],
-             300, interval=1.0, until=lambda running: running == [])
-    for job in queue(lab):
+    told = [j for j in told if FULL in shown(lab, j)]
+    assert all(lab.job(j).get("Reason") == "JobHeldAdmin" for j in told), [lab.job(j) for j in told]
+    lab.run("scontrol", "resume", str(suspended), check=True)
+    wait_for("every job ended or held", lambda: [(j, lab.job(j).get("JobState"), lab.job(j).get("Reason"))
+                                                 for j in queue(lab)
+                                                 if lab.job(j).get("Reason") not in ("JobHeldAdmin", "JobHeldUser")],
+             300, interval=1.0, until=lambda left: left == [])
+    for job in queue(lab):  # held for the disk, and the one held at submit
         lab.run("scontrol", "release", str(job), check=True)
     wait_for("every job out of the queue", lambda: not queue(lab), 300, interval=1.0)
     limit = 3  # prolog.max_attempts, the lab's default
     counts = restarts(lab, jobs)
-    assert counts and max(counts.values()) <= limit, counts
+    assert len(counts) == len(jobs) and max(counts.values()) <= limit, counts
+    assert counts[requeued] >= 1 and held in counts
     lab.run("slurm-ipu", "reap", "--site", lab.site, check=True)
     wait_no_partitions(lab, 60, "no partition left")
     journal = lab.spec.path("state", "pending-removal")
     assert sorted(p.name for p in journal.glob("*.json")) == []
-    states = lab.node_states()
-    assert not [n for n, s in states.items() if s.startswith(("drain", "down", "fail"))], states
+    wait_idle(lab, 60, "every node idle")
