@@ -3,10 +3,10 @@
 or `slurm-ipu:allocation=c55,ipus=32` in the allocation model (a step's own partition is in its
 tasks' IPUOF_VIPU_API_PARTITION_ID).
 
-Why batched: a `scontrol update` per job costs a process start and slurmctld's config read each
-time, which in a storm of short jobs would double the hooks' CPU (docs/performance.md). The hook
-service queues each note and writes all of them at its next pass (at most a second later) with one
-`scontrol` reading its commands from stdin. scontrol's tokens keep quotes verbatim, so a note holds
+Why batched: a `scontrol update` per job would add a process start and its config read to every
+job start, the costs the hook service exists to save (docs/performance.md keeps the hooks' CPU
+under half of slurmctld's). The hook service queues each note and writes all of them at its next
+pass (at most a second later) with one `scontrol` reading its commands from stdin. scontrol's tokens keep quotes verbatim, so a note holds
 no blank. The Python prolog (no service) writes its one note at once.
 """
 
