@@ -77,9 +77,8 @@ def prolog_wait(deadline: float, slurm_timeout: int) -> int:
 
 
 def context(site: Site, merged: merge.Merged | None = None, merged_from: str | None = None) -> dict:
-    conf = (merged or merge.merge(site, None)).values
     return {
-        "conf": conf, "merged_from": merged_from,
+        "conf": (merged or merge.merge(site, None)).values, "merged_from": merged_from,
         "site": site.values, "source": Path(site.source).name,
         "site_path": site.path("site"), "plugin": site.path("plugin"),
         "python": site.python, "ipuof_host": site.ipuof_host, "ipuof_port": site.ipuof_port,
@@ -91,7 +90,6 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         **render.pod_values(site["pod.ipus"]),
         "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),
         "ipus_per_host": site["pod.ipus_per_host"], "gres_prefix": releases.tres_prefix(site["slurm.version"]),
-        "site_gpus": "gpu" in merge.items(conf["GresTypes"]),  # job_submit.lua: GPU habits get a hint
         "whole_hosts": site.models == {"allocation"}, "mixed": len(site.models) > 1,
         "allocation_model": "allocation" in site.models, "helper": site.path("helper"),  # spank/step.c
         "host_models": site.host_models() if len(site.models) > 1 else {},

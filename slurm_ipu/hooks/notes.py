@@ -6,8 +6,9 @@ tasks' IPUOF_VIPU_API_PARTITION_ID).
 Why batched: a `scontrol update` per job would add a process start and its config read to every
 job start, the costs the hook service exists to save (docs/performance.md keeps the hooks' CPU
 under half of slurmctld's). The hook service queues each note and writes all of them at its next
-pass (at most a second later) with one `scontrol` reading its commands from stdin. scontrol's tokens keep quotes verbatim, so a note holds
-no blank. The Python prolog (no service) writes its one note at once.
+pass (at most a second later) with one `scontrol` reading its commands from stdin. scontrol's
+tokens keep quotes verbatim, so a note holds no blank. The Python prolog (no service) writes its
+one note at once.
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ def test_every_hostlist_reads_as_slurm_reads_it(lab, tmp_path):
     lua.write_text(render.render("job_submit.lua", render.pod_values(64) | {
         "licences": licences.lua_values(SLURM_VERSION), "limits": limits.lua_values(), "ipus_per_host": 16,
         "gres_prefix": releases.tres_prefix(SLURM_VERSION), "whole_hosts": False, "mixed": False,
-        "host_models": {}, "site_gpus": False}))
+        "host_models": {}}))
     from_lua = lua_names(str(lua), exprs, tmp_path)
     # Slurm's own hostlists: all three read the same names. By hand: Python reads Slurm's names or
     # refuses in one line (Slurm takes `node[1-` or `node]1[` as literal names no node has: a typo

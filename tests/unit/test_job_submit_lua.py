@@ -35,11 +35,11 @@ print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. tostring(job.min_nodes) 
 
 def values(pod_ipus: int, version: str = "22.05", per_host: int | None = None) -> dict:
     """What the site's render gives job_submit.lua.j2: the Pod's sizes, its hosts' IPUs (here all
-    of the Pod's unless given) and Slurm's syntax; the site has GPUs too."""
+    of the Pod's unless given) and Slurm's syntax."""
     return render.pod_values(pod_ipus) | {"licences": licences.lua_values(version), "limits": limits.lua_values(),
                                           "ipus_per_host": per_host or pod_ipus,
                                           "gres_prefix": releases.tres_prefix(version), "whole_hosts": False,
-                                          "mixed": False, "host_models": {}, "site_gpus": True}
+                                          "mixed": False, "host_models": {}}
 
 
 @pytest.fixture(scope="module")
@@ -131,30 +131,25 @@ def test_submit_refuses_with_one_line(lua_file, job, words):
 
 
 @pytest.mark.parametrize("job,words", [
-    ({"tres_per_job": "gres:gpu:4"}, "--gpus=4 asks for GPUs, and this cluster has none: ask for IPUs with --ipus=4 "
-                                     "(the job's total)"),
+    ({"tres_per_job": "gres:gpu:ipu:8"}, "--gpus=ipu:8 asks for GPUs of type ipu: ask for IPUs with --ipus=8 "
+                                         "(the job's total)"),
     ({"tres_per_node": "gres/gpu:ipu:4"}, "--gpus-per-node=ipu:4 (or --gres=gpu:ipu:4) asks for GPUs of type ipu: ask "
                                           "for IPUs with --gres=ipu:4 (IPUs per node)"),
-    ({"tres_per_node": "gres/gpu"}, "--gpus-per-node=1 (or --gres=gpu:1) asks for GPUs"),
-    ({"tres_per_task": "cpu:2,gres/gpu:a100:1"}, "--gpus-per-task=a100:1 asks for GPUs, and this cluster has none: ask "
-                                                 "for IPUs with --gres=ipu:N (IPUs per node) or --ipus=N"),
-    ({"tres_per_socket": "gres:gpu:2", "tres_per_node": "gres:ipu:4"}, "--gpus-per-socket=2 asks for GPUs"),
+    ({"tres_per_task": "cpu:2,gres/gpu:ipu:1"}, "--gpus-per-task=ipu:1 asks for GPUs of type ipu: ask for IPUs with "
+                                                "--gres=ipu:N (IPUs per node) or --ipus=N"),
+    ({"tres_per_socket": "gres:gpu:ipu", "tres_per_node": "gres:ipu:4"}, "--gpus-per-socket=ipu:1 asks for GPUs"),
 ])
-def test_gpu_habits_on_a_cluster_without_gpus_are_told_how_to_ask_for_ipus(tmp_path, job, words):
-    """Issue 39, item 4: Slurm's own answer is a bare 'Invalid generic resource (gres) specification'."""
-    path = tmp_path / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(64) | {"site_gpus": False}))
-    rc, _lic, _nodes, msg = run(str(path), job)
+def test_gpus_of_type_ipu_are_told_how_to_ask_for_ipus(lua_file, job, words):
+    """Issue 39, item 4: on a site with GPUs the client passes them, and Slurm's own answer is a
+    bare 'Invalid generic resource (gres) specification'."""
+    rc, _lic, _nodes, msg = run(lua_file, job)
     assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg, msg
 
 
-def test_a_site_with_gpus_keeps_its_gpu_jobs_but_not_gpus_of_type_ipu(lua_file):
-    path = lua_file
+def test_a_site_s_gpu_jobs_pass_untouched(lua_file):
     for job in ({"tres_per_job": "gres:gpu:4"}, {"tres_per_node": "gres/gpu:a100:2,gres/ipu:4"},
-                {"tres_per_task": "gres/gpu:1"}):
-        assert run(path, job)[0] == 0, job
-    rc, _lic, _nodes, msg = run(path, {"tres_per_job": "gres/gpu:ipu:8"})
-    assert rc == -1 and "--gpus=ipu:8 asks for GPUs of type ipu: ask for IPUs with --ipus=8" in msg, msg
+                {"tres_per_task": "gres/gpu:1"}, {"tres_per_node": "gres/gpu"}):
+        assert run(lua_file, job)[0] == 0, job
 
 
 @pytest.mark.parametrize("change,rec,result", [

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "0e6286cfacbb7555"
+local CODE_ID = "4d2ee6d86c81fd52"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -105,10 +105,11 @@ local function other_paths(job_desc, refuse)
   return nil
 end
 
--- GPU habits: GPUs asked for where GresTypes has none (it has no gpu here), or GPUs of type ipu
--- (--gpus-per-node=ipu:4), get Slurm's bare "Invalid generic resource (gres) specification";
--- say how IPUs are asked for instead. A site's own GPU jobs pass untouched.
-local SITE_GPUS = false
+-- GPU habits: GPUs of type ipu (--gpus-per-node=ipu:4) reach this script on a site with GPUs (the
+-- client checks only that gpu is a GRES) and would get Slurm's bare "Invalid generic resource
+-- (gres) specification"; say how IPUs are asked for instead. Plain GPU requests are the site's
+-- own: on a cluster without GPUs sbatch refuses them before this script runs, and the SPANK plugin
+-- hints there (spank/habits.c). A script rendered alike on every site: doctor renders it too.
 local IPU_WAYS = "--gres=ipu:N (IPUs per node) or --ipus=N (the job's total)"
 local GPU_FIELDS = {  -- where the request lands, how the user wrote it, its IPU spelling
   { "tres_per_job", "--gpus=%s", "--ipus=%s (the job's total)" },
@@ -121,10 +122,9 @@ local function gpu_habit(job_desc)
   for _, f in ipairs(GPU_FIELDS) do
     for item in string.gmatch(job_desc[f[1]] or "", "[^,]+") do
       local n, kind = gres_item(item, "gpu")
-      if n ~= nil and n > 0 and (kind == "ipu" or not SITE_GPUS) then
-        local typed = (kind and (kind .. ":") or "") .. n
-        local what = kind == "ipu" and "asks for GPUs of type ipu" or "asks for GPUs, and this cluster has none"
-        return reject("%s %s: ask for IPUs with %s", string.format(f[2], typed, typed), what,
+      if n ~= nil and n > 0 and kind == "ipu" then
+        local typed = "ipu:" .. n
+        return reject("%s asks for GPUs of type ipu: ask for IPUs with %s", string.format(f[2], typed, typed),
                       f[3] and string.format(f[3], n) or IPU_WAYS)
       end
     end
