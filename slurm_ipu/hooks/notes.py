@@ -7,8 +7,13 @@ Why batched: a `scontrol update` per job would add a process start and its confi
 job start, the costs the hook service exists to save (docs/performance.md keeps the hooks' CPU
 under half of slurmctld's). The hook service queues each note and writes all of them at its next
 pass (at most a second later) with one `scontrol` reading its commands from stdin. scontrol's
-tokens keep quotes verbatim, so a note holds no blank. The Python prolog (no service) writes its
-one note at once.
+tokens keep quotes verbatim, so a note holds no blank. Before writing, one `squeue` of just those
+jobs: a note goes only to a job still RUNNING whose AdminComment is empty or one of ours (an
+earlier attempt's reason, stale now that it runs). So a site's or admin's own AdminComment stays,
+and a reason written meanwhile by another process (an admin's `slurm-ipu health` requeuing the
+job) is not overwritten, but for the moment between that squeue and the write. The service's own
+passes run in the thread that flushes, and drop a job's queued note when they write its reason.
+The Python prolog (no service) writes its one note at once.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import threading
 
 PREFIXES = ("slurm-ipu:partition=", "slurm-ipu:allocation=")
+OURS = "slurm-ipu:"  # every AdminComment slurm-ipu writes starts so: notes, reasons, waiting lines
 
 # The SlurmBackend calls that write a job's AdminComment themselves: a queued note of that job is
 # dropped first, so a later word (a failed attempt's reason) is never overwritten by an older one.
@@ -45,13 +51,18 @@ class BatchedNotes:
             self._queued[job_id] = text
 
     def flush(self) -> dict[int, str]:
-        """Writes what is queued in one scontrol; returns it. A job that ended meanwhile fails
-        alone (scontrol goes on with the next line) and SlurmError says so."""
+        """Writes what is queued and still due (one squeue of those jobs, one scontrol); returns
+        what it wrote. A job that ended between the two fails alone (scontrol goes on with the next
+        line) and SlurmError says so."""
         with self._lock:
             queued, self._queued = self._queued, {}
-        if queued:
-            self._slurm.admin_comments(queued)
-        return queued
+        if not queued:
+            return {}
+        now = self._slurm.jobs(sorted(queued))
+        due = {job: text for job, text in queued.items() if _due(now.get(job))}
+        if due:
+            self._slurm.admin_comments(due)
+        return due
 
     def __getattr__(self, name: str):
         attr = getattr(self._slurm, name)
@@ -63,3 +74,8 @@ class BatchedNotes:
                 self._queued.pop(job_id, None)
             return attr(job_id, *args)
         return write
+
+
+def _due(job) -> bool:
+    """A started job's note still applies: it runs, and its AdminComment is empty or ours."""
+    return job is not None and job.state == "RUNNING" and (not job.admin_comment or job.admin_comment.startswith(OURS))

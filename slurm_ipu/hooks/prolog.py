@@ -98,8 +98,7 @@ def _run(ctx: JobContext, cfg, client, slurm, clock, sleep) -> int:
     report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
                              f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)}"
                              f"{f', allocation {allocation}' if allocation else ''} ({clock() - started:.2f}s)")
-    if slurm is not None:  # which partition is the job's (a failed attempt's reason goes with it)
-        _tell(cfg, slurm.note, ctx.job_id, notes.text("partition", name, part.size))
+    _name_it(cfg, slurm, ctx, notes.text("partition", name, part.size))
     return 0
 
 
@@ -271,9 +270,16 @@ def run_allocation(ctx: JobContext, cfg, client, slurm=None, clock=time.monotoni
         return _fail(ctx, cfg, slurm, name, exc, "allocation")
     report(cfg["state_dir"], f"job {ctx.job_id}: allocation {name} of {','.join(agents)} ({_ipus(ctx.ipus)}) "
                              f"for uid {ctx.uid}, hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
-    if slurm is not None:
-        _tell(cfg, slurm.note, ctx.job_id, notes.text("allocation", name, ctx.ipus))
+    _name_it(cfg, slurm, ctx, notes.text("allocation", name, ctx.ipus))
     return 0
+
+
+def _name_it(cfg, slurm, ctx: JobContext, text: str) -> None:
+    """The job's AdminComment names what it got (notes.py). A restarted job's comment is a failed
+    attempt's reason, stale as it starts: replaced now, as the prolog used to clear it; a first
+    attempt's note waits for the hook service's next pass."""
+    if slurm is not None:
+        _tell(cfg, slurm.admin_comment if ctx.restart_count > 0 else slurm.note, ctx.job_id, text)
 
 
 def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str], deadline: float) -> None:

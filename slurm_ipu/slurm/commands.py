@@ -164,6 +164,13 @@ class SlurmCli:
     def active_jobs(self) -> dict[int, str]:
         return parse_squeue_json(self._run("squeue", "--json"))
 
+    def jobs(self, job_ids: list[int]) -> dict[int, SqueueJob]:
+        """These jobs as squeue shows them (state, AdminComment); those that left are absent."""
+        try:
+            return parse_squeue(self._run("squeue", "--json", "--jobs", ",".join(map(str, job_ids))))
+        except SlurmError:  # all of them gone ("Invalid job id specified"), or slurmctld not answering
+            return {}
+
     # AdminComment, not Comment: the user's own --comment stays theirs, and every user still
     # sees ours in `scontrol show job` (measured on 22.05).
     def admin_comment(self, job_id: int, text: str) -> None:

@@ -91,6 +91,9 @@ def test_a_batch_job_on_a_machine_that_fails_is_requeued_and_waits_until_it_is_b
     emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent", "ag0"]
     job = lab.sbatch("-N4", "--gres=ipu:16", "-o", "/dev/null", script="#!/bin/bash\nsleep 300\n")
     wait_for(f"job {job} running", lambda: lab.state(job) == "RUNNING", 60)
+    # the hook service names its partition within a second; the reason the pass writes after it stays
+    wait_for(f"job {job}'s partition note", lambda: lab.job(job).get("AdminComment"), 30,
+             until=lambda note: note == f"slurm-ipu:partition=slurm_{job},ipus=64")
     lab.run(*emu, "down", check=True)
     try:
         said = lab.run("slurm-ipu", "health", check=True).stdout

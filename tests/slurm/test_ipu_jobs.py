@@ -159,7 +159,8 @@ def test_scancel_while_prolog_is_creating_leaves_nothing(clean_lab):
 
 def test_prolog_failure_requeues_batch_job_and_leaks_nothing(clean_lab):
     """V-IPU trouble: requeued, the user's own --comment untouched, the reason in AdminComment;
-    when the next attempt succeeds the stale reason is gone (issue 14, item 3)."""
+    when the next attempt succeeds the stale reason is gone (issue 14, item 3): the partition's
+    name is there instead, as soon as the job runs."""
     lab = clean_lab
     lab.admin().faults(fail={"count": 3, "code": "UNAVAILABLE", "op": "create"})  # every retry of one attempt
     job = lab.sbatch("--gres=ipu:4", "--comment=my experiment 7", "--wrap", "sleep 300")
@@ -170,8 +171,8 @@ def test_prolog_failure_requeues_batch_job_and_leaks_nothing(clean_lab):
     assert "not created: injected fault" in lab.spec.path("state", "hooks.log").read_text()
     wait_for("the job running on its second attempt", lambda: lab.state(job) == "RUNNING", 120)
     assert f"slurm_{job}" in lab.partitions()
-    shown = lab.run("scontrol", "show", "job", str(job)).stdout
-    assert "Comment=my experiment 7" in shown and "AdminComment=slurm-ipu" not in shown, shown
+    shown = lab.run("scontrol", "show", "job", str(job)).stdout  # the stale reason gave way to the partition
+    assert "Comment=my experiment 7" in shown and f"AdminComment=slurm-ipu:partition=slurm_{job},ipus=4" in shown, shown
     cancel_and_expect_clean(lab, job)
 
 

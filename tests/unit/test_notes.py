@@ -4,6 +4,7 @@ subprocess boundary, as scontrol would take them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -15,14 +16,21 @@ from slurm_ipu.slurm.commands import SlurmCli
 
 class FakeScontrol:
     """scontrol: one command from argv, or (none given) one per line of stdin, as its own
-    tokenizer splits them; a job not in `live` fails its line alone and the exit is 1."""
+    tokenizer splits them; a job not in `live` fails its line alone and the exit is 1. squeue
+    --json: the live jobs, RUNNING unless `pending` says otherwise, with their AdminComment."""
 
     def __init__(self, live):
         self.live = set(live)
+        self.pending: set[int] = set()
+        self.vanishing: set[int] = set()  # listed by squeue, gone by the update
         self.comments: dict[int, str] = {}
         self.processes = 0
 
     def __call__(self, argv, env=None, capture_output=True, text=True, timeout=None, stdin=None, input=None):
+        if argv[0].endswith("squeue"):
+            doc = {"jobs": [{"job_id": j, "job_state": "PENDING" if j in self.pending else "RUNNING",
+                             "admin_comment": self.comments.get(j, "")} for j in sorted(self.live | self.vanishing)]}
+            return subprocess.CompletedProcess(argv, 0, json.dumps(doc), "")
         self.processes += 1
         commands = [argv[1:]] if len(argv) > 1 else [line.split() for line in (input or "").splitlines()]
         failed = False
@@ -66,9 +74,10 @@ def test_a_later_word_on_a_job_is_never_overwritten_by_its_queued_note(scontrol)
     assert scontrol.comments == {55: "slurm-ipu: job 55: requeued (attempt 1 of 3)"}
 
 
-def test_a_job_that_ended_before_its_note_fails_alone(scontrol):
+def test_a_job_that_ended_before_its_note_is_skipped_or_fails_alone(scontrol):
     slurm = batched(scontrol)
-    for job in (55, 99, 57):
+    scontrol.vanishing = {98}  # it ends between the squeue and the write
+    for job in (55, 98, 99, 57):  # 99 ended before the pass: squeue no longer lists it
         slurm.note(job, notes.text("partition", f"slurm_{job}", 1))
     with pytest.raises(SlurmError, match="Invalid job id"):
         slurm.flush()
@@ -81,3 +90,17 @@ def test_a_note_is_one_token_and_told_from_the_prolog_s_reasons():
         assert text.split() == [text] and notes.is_note(text)
     assert not notes.is_note("slurm-ipu: job 5: V-IPU partition slurm_5 (4 IPUs) not created: ...")
     assert not notes.is_note(None) and not notes.is_note("")
+
+
+def test_a_note_never_covers_an_admin_s_comment_or_a_job_that_stopped_running(scontrol):
+    """One squeue before the write: a job requeued meanwhile (by an admin's `slurm-ipu health`, in
+    another process) keeps its reason, and an AdminComment not of slurm-ipu's stays; an earlier
+    attempt's reason of ours gives way, the job runs now."""
+    slurm = batched(scontrol)
+    scontrol.comments = {55: "site: billed to project X", 56: "slurm-ipu: job 56: IPU-Machine ag0 failed under "
+                         "its V-IPU partition; requeued", 57: "slurm-ipu: job 57: ...; requeued (attempt 1 of 3)"}
+    scontrol.pending = {56}
+    for job in (55, 56, 57):
+        slurm.note(job, notes.text("partition", f"slurm_{job}", 4))
+    assert slurm.flush() == {57: "slurm-ipu:partition=slurm_57,ipus=4"}
+    assert scontrol.comments[55] == "site: billed to project X" and scontrol.comments[56].endswith("requeued")
