@@ -4,7 +4,6 @@ subprocess boundary, as scontrol would take them."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 
 import pytest
@@ -27,10 +26,12 @@ class FakeScontrol:
         self.processes = 0
 
     def __call__(self, argv, env=None, capture_output=True, text=True, timeout=None, stdin=None, input=None):
-        if argv[0].endswith("squeue"):
-            doc = {"jobs": [{"job_id": j, "job_state": "PENDING" if j in self.pending else "RUNNING",
-                             "admin_comment": self.comments.get(j, "")} for j in sorted(self.live | self.vanishing)]}
-            return subprocess.CompletedProcess(argv, 0, json.dumps(doc), "")
+        if argv[0].endswith("squeue"):  # --noheader --jobs IDS --Format=JobID:20,State:16,admin_comment:300
+            asked = {int(j) for j in argv[argv.index("--jobs") + 1].split(",")}
+            out = "".join(f"{j:<20}{'PENDING' if j in self.pending else 'RUNNING':<16}"
+                          f"{self.comments.get(j) or '(null)':<300}\n"
+                          for j in sorted((self.live | self.vanishing) & asked))
+            return subprocess.CompletedProcess(argv, 0, out, "")
         self.processes += 1
         commands = [argv[1:]] if len(argv) > 1 else [line.split() for line in (input or "").splitlines()]
         failed = False
