@@ -10,17 +10,15 @@
  * said, and the site's GPU jobs go on as before.
  */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <slurm/slurm.h>
+#include <slurm/slurm_version.h>
 
 #include "spank_ipu.h"
-
-#include <slurm/slurm_version.h>
 
 /* 26.05 renamed slurm_free_ctl_conf */
 #if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
@@ -164,7 +162,7 @@ static int cluster_has_gpus(void)
 {
     slurm_conf_t *conf = NULL;
     char item[64];
-    int found = 1;
+    int found;
 
     if (!slurm_load_ctl_conf || !free_conf || slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS)
         return 1;

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import threading
 
-PREFIXES = ("slurm-ipu:partition=", "slurm-ipu:allocation=")
 OURS = "slurm-ipu:"  # every AdminComment slurm-ipu writes starts so: notes, reasons, waiting lines
+PREFIXES = tuple(f"{OURS}{kind}=" for kind in ("partition", "allocation"))
 
 # The SlurmBackend calls that write a job's AdminComment themselves: a queued note of that job is
 # dropped first, so a later word (a failed attempt's reason) is never overwritten by an older one.
@@ -30,7 +30,7 @@ JOB_WRITES = frozenset({"admin_comment", "hold", "requeue", "cancel"})
 
 def text(kind: str, name: str, ipus: int) -> str:
     """The note: `kind` is partition or allocation; `name` is a V-IPU name (no blank)."""
-    return f"slurm-ipu:{kind}={name},ipus={ipus}"
+    return f"{OURS}{kind}={name},ipus={ipus}"
 
 
 def is_note(comment: str | None) -> bool:

@@ -86,6 +86,7 @@ def parse_squeue(text: str) -> dict[int, SqueueJob]:
         raise SlurmError(f"`squeue --json` printed something unexpected: {text[:120]!r}") from None
 
 
+COMMENT_MAX = 250  # what slurm-ipu writes into an AdminComment, at most
 _ID_W, _STATE_W = 20, 16  # squeue --Format widths: a job id and a state fit; the comment is the rest
 
 
@@ -192,7 +193,7 @@ class SlurmCli:
     # AdminComment, not Comment: the user's own --comment stays theirs, and every user still
     # sees ours in `scontrol show job` (measured on 22.05).
     def admin_comment(self, job_id: int, text: str) -> None:
-        self._run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text[:250]}")
+        self._run("scontrol", "update", f"JobId={job_id}", f"AdminComment={text[:COMMENT_MAX]}")
 
     def note(self, job_id: int, text: str) -> None:
         """A started job's note (hooks/notes.py): its AdminComment at once."""
@@ -201,7 +202,7 @@ class SlurmCli:
     def admin_comments(self, notes: dict[int, str]) -> None:
         """Several jobs' AdminComments with one scontrol, its commands on stdin (a text holds no
         blank: scontrol's own tokens keep quotes). A failed line fails alone; scontrol exits 1."""
-        lines = "".join(f"update JobId={job} AdminComment={text[:250]}\n" for job, text in notes.items())
+        lines = "".join(f"update JobId={job} AdminComment={text[:COMMENT_MAX]}\n" for job, text in notes.items())
         self._run("scontrol", stdin=lines)
 
     def hold(self, job_id: int, text: str) -> None:

@@ -130,12 +130,20 @@ class Lab:
             raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
 
+    def _as(self, user: str, argv: tuple[str, ...]) -> tuple[list[str], dict]:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
+        return cmd, dict(self.env, HOME=str(self.spec.path("users")), USER=user, LOGNAME=user)
+
     def run_as(self, user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """argv as a non-root user, in the lab's shared submit directory."""
-        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
-        env = dict(self.env, HOME=str(self.spec.path("users")), USER=user, LOGNAME=user)
+        cmd, env = self._as(user, argv)
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                               cwd=self.spec.path("users"))
+
+    def popen_as(self, user: str, *argv: str, **kwargs) -> subprocess.Popen:
+        """run_as, started and left running (the caller stops it)."""
+        cmd, env = self._as(user, argv)
+        return subprocess.Popen(cmd, env=env, cwd=self.spec.path("users"), text=True, **kwargs)
 
     def sbatch(self, *args: str, script: str | None = None) -> int:
         argv = ["sbatch", "--parsable", *args]

@@ -242,10 +242,8 @@ def test_a_user_s_creates_in_the_job_s_allocation_cannot_keep_it_past_the_job(cl
     job = int(proc.stdout.strip().split(";")[0])
     wait_for(f"job {job} running", lambda: lab.state(job) == "RUNNING", 60)
     stop = lab.spec.path("users", f"stop-{job}")
-    env = dict(lab.env, HOME=str(lab.spec.path("users")), USER=user, LOGNAME=user)
-    loop = subprocess.Popen(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", "bash", "-c",
-                             CREATE_LOOP.format(stop=stop, job=job)], env=env, cwd=lab.spec.path("users"),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    loop = lab.popen_as(user, "bash", "-c", CREATE_LOOP.format(stop=stop, job=job), stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL)
     try:
         made = loop.stdout.readline().split()  # its first partition: the loop is at work
         assert made == ["made", f"z{job}_0"], made
