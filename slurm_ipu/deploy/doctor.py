@@ -843,11 +843,10 @@ def check_accounting(site: Site, facts: Facts) -> Finding:
 
 
 def check_service(site: Site, facts: Facts) -> Finding:
-    from ..hooks.service import service_lock
+    from ..hooks import remover
     from ..hooks.transport import socket_path
-    from ..locks import is_held
 
-    if not is_held(service_lock(site["state_dir"])):
+    if not remover.is_service(remover.holder(site["state_dir"])):
         return Finding("service", False, "the hook service is not running: every IPU job's prolog and epilog "
                        "start Python (slower job turnover) and orphans wait for a manual reap",
                        "systemctl enable --now slurm-ipu-reaper")

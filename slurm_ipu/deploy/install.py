@@ -403,12 +403,15 @@ def _stop_service(doc: dict) -> None:
     if site is None:
         return
     from ..fsutil import pid_alive, poll
-    from ..hooks.service import service_lock
+    from ..hooks import remover
 
     try:
-        pid = int(service_lock(site["state_dir"]).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        who = remover.holder(site["state_dir"])
+    except OSError:
         return
+    if not remover.is_service(who):
+        return
+    pid = who[0]
     cmdline = Path(f"/proc/{pid}/cmdline")
     try:
         if b"reap" not in cmdline.read_bytes():  # the pid is no longer the service's

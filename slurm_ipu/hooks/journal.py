@@ -12,9 +12,10 @@ loses (an entry gone, or left empty and so read as unreadable and dropped), the 
 the hook service's full reap at start removes every recorded partition whose job is over. An
 fsync per ended job was the hook service's largest kernel cost.
 
-Whoever works an entry off (the service, the prolog short of IPUs, `slurm-ipu reap`) does it
-under `lock()`, and so does a prolog dropping its own job's stale entry: an entry is never
-acted on after the job's next attempt has claimed the name.
+Epilogs (and the service giving back a partition nobody waited for) only add entries. Acting on
+one, dropping it, or adding it again with V-IPU's refusal is the remover's alone (remover.py),
+under the name's lock (removal.settle). A prolog never touches the journal: an entry queued
+before the job's next attempt began is recognised by the record's `began` and left alone.
 """
 
 from __future__ import annotations
@@ -25,21 +26,20 @@ import os
 import time
 from pathlib import Path
 
-from .. import locks
 from ..fsutil import read_json, remove, write_into
 
 
 @functools.lru_cache(maxsize=8)
-def _paths(state_dir: str) -> tuple[Path, str, str]:
+def _paths(state_dir: str) -> tuple[Path, str]:
     """Built once per state directory: the hook service makes a Journal per request, and works
     in plain strings (no Path per entry)."""
     where = os.path.join(state_dir, "pending-removal")
-    return Path(where), where, os.path.join(state_dir, "pending-removal.lock")
+    return Path(where), where
 
 
 class Journal:
     def __init__(self, state_dir: str | Path):
-        self.dir, self._dir, self.lock_path = _paths(str(state_dir))
+        self.dir, self._dir = _paths(str(state_dir))
 
     def add(self, partition: str, job_id: int, reason: str, since: float | None = None) -> None:
         """Queue (or re-queue with the latest reason) a removal. `since`: when it was first queued,
@@ -72,6 +72,3 @@ class Journal:
 
     def drop(self, partition: str) -> None:
         remove(os.path.join(self._dir, f"{partition}.json"))
-
-    def lock(self, deadline: float):
-        return locks.hold(self.lock_path, deadline)

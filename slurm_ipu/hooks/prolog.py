@@ -33,7 +33,6 @@ from ..errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmI
 from . import notes, removal, restarts
 from .hooklog import report
 from .jobenv import JobContext
-from .journal import Journal
 from .ledger import Ledger
 
 
@@ -60,34 +59,39 @@ class Abandoned(SlurmIpuError):
     slurm-ipu-hook because the job was cancelled)."""
 
 
-def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
+def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep, room=None) -> int:
+    """room(name, deadline) -> how many journaled removals it settled: what a prolog short of IPUs
+    asks of the remover (remover.py). By default it removes them itself if nobody else removes
+    now (a Python prolog); the hook service wakes its removal thread instead."""
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
+    def alone(name: str, deadline: float) -> int:
+        return removal.make_room(cfg, client, name, deadline, clock)
+
     try:
-        return _run(ctx, cfg, client, slurm, clock, sleep)
+        return _run(ctx, cfg, client, slurm, clock, sleep, room or alone)
     except OSError as exc:  # the state directory: a record, a lock or the journal could not be written
         name = ctx.partition(cfg["partition.prefix"])
         return _fail(ctx, cfg, slurm, name, StateUnwritable(
             f"the hooks cannot write their state directory {cfg['state_dir']}: {exc.strerror or exc}"))
 
 
-def _run(ctx: JobContext, cfg, client, slurm, clock, sleep) -> int:
+def _run(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room) -> int:
     name = ctx.partition(cfg["partition.prefix"])
     try:
         model = cfg.model_for(ctx.nodes)  # Pods of both models: the same on every attempt
     except SlurmIpuError as exc:
         return _fail(ctx, cfg, slurm, name, exc)
     if model == "allocation":
-        return run_allocation(ctx, cfg, client, slurm, clock, sleep)
-    started = clock()
+        return run_allocation(ctx, cfg, client, slurm, clock, sleep, make_room)
+    started, began = clock(), time.time()
     deadline = started + cfg["prolog.deadline"]
     try:
         allocation, ilds, room, expect = _where(ctx, cfg)
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ilds, cluster_ilds=room)
-        _claim_name(cfg, name, deadline)
         try:
-            part = _ensure_with_room(cfg, client, name, deadline, clock, sleep,
-                                     lambda: _ensure(ctx, shape, allocation, cfg, client, name, deadline),
+            part = _ensure_with_room(cfg, name, deadline, clock, sleep, make_room,
+                                     lambda: _ensure(ctx, shape, allocation, cfg, client, name, deadline, began),
                                      lambda: _machine_down(ctx, cfg, client, model, deadline))
             _check_ilds(part, expect)
         except SlurmIpuError:
@@ -139,10 +143,10 @@ def _check_ilds(part, expect: set[int] | None) -> None:
 MACHINE_GRACE_S = 2.0  # refused this long for lack of IPUs, the prolog asks whether a machine failed
 
 
-def _ensure_with_room(cfg, client, name: str, deadline: float, clock, sleep, make, down):
+def _ensure_with_room(cfg, name: str, deadline: float, clock, sleep, make_room, make, down):
     """Slurm granted the IPUs (the licence), so V-IPU being short of them is V-IPU lagging:
-    removals V-IPU refused earlier (the journal), or one still under way. Work the journal off,
-    then retry make() until the IPUs are there or the deadline passes; unless a machine the job
+    removals V-IPU refused earlier (the journal), or one still under way. Ask the remover for
+    room (make_room()), then retry make() until the IPUs are there or the deadline passes; unless a machine the job
     needs has failed (down(): asked once, after MACHINE_GRACE_S of refusals: a removal under way
     frees its IPUs well within it), which waiting cannot mend."""
     pause, asked, since = 0.05, False, None
@@ -156,7 +160,7 @@ def _ensure_with_room(cfg, client, name: str, deadline: float, clock, sleep, mak
             with ledger.lock(name, deadline):
                 return make()
         except InsufficientIpus:
-            if _work_off_journal(cfg, client, name, deadline, clock):
+            if make_room(name, deadline):
                 continue  # freed some: try again at once (each pass settles entries, so this ends)
             since = clock() if since is None else since
             if not asked and clock() - since >= MACHINE_GRACE_S:
@@ -186,26 +190,6 @@ def _machine_down(ctx: JobContext, cfg, client, model: str, deadline: float) -> 
                        "V-IPU cannot place the job's IPUs until it is back")
 
 
-def _claim_name(cfg, name: str, deadline: float) -> None:
-    """A removal queued by this job's previous attempt (requeue) must never take the partition
-    this attempt adopts or creates: drop it under the journal lock, so the hook service
-    either finished it already or never starts it. Slurm runs this job's epilog before its
-    next prolog, so no new entry for the name can appear after this."""
-    journal = Journal(cfg["state_dir"])
-    if journal.get(name) is None:
-        return
-    with journal.lock(deadline):
-        journal.drop(name)
-
-
-def _work_off_journal(cfg, client, name: str, deadline: float, clock) -> int:
-    others = [n for n in Journal(cfg["state_dir"]).names() if n != name]
-    freed, _ = removal.work_off(cfg, client, others, deadline, clock)
-    if freed:
-        report(cfg["state_dir"], f"removed {len(freed)} journaled partition(s) to make room for {name}")
-    return len(freed)
-
-
 def _args(ctx: JobContext, shape, allocation: str | None) -> dict:
     """The create's arguments: the shape with the rule table's defaults filled in (a partition
     over several ILDs needs a GCD per ILD, which V-IPU's own default of one GCD would break)."""
@@ -213,12 +197,12 @@ def _args(ctx: JobContext, shape, allocation: str | None) -> dict:
             "allocation": allocation, "hosts": list(ctx.nodes), "owner_uid": ctx.uid}
 
 
-def _ensure(ctx: JobContext, shape, allocation, cfg, client, name: str, deadline: float):
+def _ensure(ctx: JobContext, shape, allocation, cfg, client, name: str, deadline: float, began: float):
     ledger = Ledger(cfg["state_dir"])
     ours = ledger.owns(name, ctx.job_id)  # a record left by an earlier attempt of this same job
     # Recorded before the create: a prolog killed mid-create leaves a trace for epilog and reap.
-    ledger.put(name, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=shape.size, gcds=shape.num_gcds,
-               ilds=shape.num_ilds)
+    ledger.put(name, began=began, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=shape.size,
+               gcds=shape.num_gcds, ilds=shape.num_ilds)
     try:
         created = client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, allocation))
     except PartitionExists:
@@ -249,19 +233,18 @@ def _fits(part, shape, ctx: JobContext) -> bool:
 
 # --- the allocation model (Graphcore's host-IPU mapping) ----------------------------------------
 
-def run_allocation(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep) -> int:
+def run_allocation(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room) -> int:
     """The job's allocation: the IPU-Machines mapped to its hosts (cfg.agents_of), granted to its
     user (and the hooks' own user), named allocation.prefix + job id. The job makes its own
     partitions in it. The same record, lock, journal and failure rules as a partition's."""
-    started = clock()
+    started, began = clock(), time.time()
     deadline = started + cfg["prolog.deadline"]
     name = ctx.partition(cfg["allocation.prefix"])
     try:
         agents = cfg.agents_of(ctx.nodes)  # a host in no Pod: an admin's to fix (requeue, then hold)
-        _claim_name(cfg, name, deadline)
         try:
-            _ensure_with_room(cfg, client, name, deadline, clock, sleep,
-                              lambda: _ensure_allocation(ctx, cfg, client, name, agents, deadline),
+            _ensure_with_room(cfg, name, deadline, clock, sleep, make_room,
+                              lambda: _ensure_allocation(ctx, cfg, client, name, agents, deadline, began),
                               lambda: _machine_down(ctx, cfg, client, "allocation", deadline))
         except SlurmIpuError:
             _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
@@ -282,10 +265,11 @@ def _name_it(cfg, slurm, ctx: JobContext, text: str) -> None:
         _tell(cfg, slurm.admin_comment if ctx.restart_count > 0 else slurm.note, ctx.job_id, text)
 
 
-def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str], deadline: float) -> None:
+def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str], deadline: float,
+                       began: float) -> None:
     ledger = Ledger(cfg["state_dir"])
     ours = ledger.owns(name, ctx.job_id)
-    ledger.put(name, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=ctx.ipus, agents=agents)
+    ledger.put(name, began=began, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=ctx.ipus, agents=agents)
     grants = sorted({ctx.uid, os.getuid()})  # the job's user, and the hooks (a requeue's cleanup)
     try:
         client.create_allocation(name, agents, grants, deadline=deadline)

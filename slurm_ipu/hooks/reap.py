@@ -1,23 +1,23 @@
 """`slurm-ipu reap`: remove partitions no running job owns, and work off the epilog's journal.
 
-Safe from cron or a systemd timer: one V-IPU listing, one Slurm query, a lock so runs never
-overlap, a deadline, and --dry-run. A partition is ours if its name is prefix + digits; it is
-an orphan unless its job is live: its base state is RUNNING (with any flag: CONFIGURING,
-SIGNALING, STOPPED, RESIZING; the parser recovers the base state where 22.05 and 23.02 print only
-the flag) or SUSPENDED. A job that is gone, finished (squeue --json still lists finished jobs,
-with COMPLETING only as a flag), or back to PENDING after a requeue (its epilog ran) owns nothing;
-removing a partition its epilog is removing too is harmless, both are idempotent.
+The hook service runs it every reap.interval; by hand it is safe at any time: one V-IPU
+listing, one Slurm query, a deadline, --dry-run, and it runs only as the remover (remover.py),
+so never beside another reap or the service (which then reaps on its behalf). A partition is
+ours if its name is prefix + digits; it is an orphan unless its job is live: its base state is
+RUNNING (with any flag: CONFIGURING, SIGNALING, STOPPED, RESIZING; the parser recovers the base
+state where 22.05 and 23.02 print only the flag) or SUSPENDED. A job that is gone, finished
+(squeue --json still lists finished jobs, with COMPLETING only as a flag), or back to PENDING
+after a requeue (its epilog ran) owns nothing; removing a partition its epilog is removing too is
+harmless, both are idempotent.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
-from ..errors import SlurmIpuError
-from ..locks import LockTimeout, try_lock
-from . import restarts
+from ..errors import ConfigError, SlurmIpuError
+from ..locks import LockTimeout
+from . import remover, restarts
 from .journal import Journal
 from .ledger import Ledger
 from .removal import remove_vipu
@@ -38,12 +38,6 @@ def _settle_records(ledger: Ledger, before: float, existing: set[str], jobs: dic
         if path.stem not in existing and path.stem not in kept and jobs.get(job, "GONE") not in LIVE_STATES \
                 and not ledger.busy(path.stem):  # its prolog may be creating it after the listing
             ledger.drop(path.stem)
-
-
-def _lock(state_dir: str, wait: float) -> int:
-    return try_lock(Path(state_dir) / "reap.lock",
-                    f"another `slurm-ipu reap` still holds {state_dir}/reap.lock after {wait:g}s; let it finish",
-                    wait)
 
 
 def job_of(name: str, prefixes: str | tuple[str, ...]) -> int | None:
@@ -83,55 +77,82 @@ def job_objects(cfg, client, deadline: float) -> list:
 
 
 def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic, wait: float | None = None) -> int:
-    """wait: seconds to wait for a reap already running (the hook service's periodic one)
-    to finish; by default as long as one reap may take."""
-    lock = _lock(cfg["state_dir"], cfg["epilog.deadline"] * 4 if wait is None else wait)
+    """`slurm-ipu reap` by hand. A dry run only reads. Otherwise it becomes the remover
+    (remover.py) for its run, waiting `wait` seconds (by default as long as one reap may take)
+    for an epilog or another reap that is; while the hook service is the remover, the service
+    reaps now on its behalf (transport.ask_reap) and its lines are printed here."""
+    if dry_run:
+        return sweep(cfg, client, slurm, True, out, clock)
+    from . import transport
+
     try:
-        deadline = clock() + cfg["epilog.deadline"] * 4
-        journal, ledger = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"])
-        # Only entries older than the listings below are settled: one queued after them (a job
-        # that ended meanwhile) is the hook service's, or the next run's.
-        queued = journal.names()
-        recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
-        before = time.time()
-        parts = [p.name for p in job_objects(cfg, client, deadline)]
-        jobs = slurm.active_jobs()
-        found = []
-        for name, job in orphans(parts, jobs, cfg.job_prefixes):
-            if ledger.owns(name, job):
-                found.append((name, job))
-            elif name in recorded:  # ours, removed meanwhile by its epilog or the hook service
-                continue
-            else:  # made under our prefix by someone else: not ours to remove
-                out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not create it")
-        failed = 0
-        for name, job in found:
-            state = jobs.get(job, "gone")
-            if dry_run:
-                out(f"reap: would remove {name} (job {job} {state.lower()})")
-                continue
-            try:
-                with ledger.lock(name, time.monotonic()):  # held: its prolog is still making it
-                    remove_vipu(cfg, client, name, deadline)
-                    out(f"reap: removed {name} (job {job} {state.lower()})")
-                    journal.drop(name)
-                    ledger.drop(name)
-            except LockTimeout:
-                out(f"reap: left {name} for now (job {job} {state.lower()}): its prolog is still running")
-            except SlurmIpuError as exc:
-                failed += 1
-                out(f"reap: could not remove {name}: {exc}")
-        # Journal entries whose partition is gone, or now belongs to a running (requeued) job,
-        # are settled; orphans that failed to go stay journaled for the next run.
-        left = {name for name, _ in found}
-        if not dry_run:
-            with journal.lock(deadline):
-                for name in queued:
-                    if name not in left and not ledger.busy(name):
-                        journal.drop(name)
-        if not dry_run:
-            _settle_records(ledger, before, set(parts), jobs, left)
-            restarts.prune(cfg["state_dir"], set(jobs), before)
-        return 1 if failed else 0
+        fd = remover.take(cfg["state_dir"], "reap", cfg["epilog.deadline"] * 4 if wait is None else wait)
+    except remover.Busy as busy:
+        if not remover.is_service(busy.holder):
+            raise ConfigError(f"reap: {busy}; let it finish, or run `slurm-ipu reap --dry-run`") from None
+        return transport.ask_reap(cfg, out, busy)
+    try:
+        return sweep(cfg, client, slurm, False, out, clock)
     finally:
-        os.close(lock)
+        remover.give_up(fd)
+
+
+def sweep(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic) -> int:
+    """One reap, by the remover (the hook service every reap.interval, or `run` above)."""
+    deadline = clock() + cfg["epilog.deadline"] * 4
+    journal, ledger = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"])
+    # Only entries older than the listings below are settled: one queued after them (a job
+    # that ended meanwhile) is the hook service's, or the next run's.
+    queued = journal.names()
+    recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
+    before = time.time()
+    parts = [p.name for p in job_objects(cfg, client, deadline)]
+    jobs = slurm.active_jobs()
+    found = []
+    for name, job in orphans(parts, jobs, cfg.job_prefixes):
+        if ledger.owns(name, job):
+            found.append((name, job))
+        elif name in recorded:  # ours, removed meanwhile by its epilog or the hook service
+            continue
+        else:  # made under our prefix by someone else: not ours to remove
+            out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not create it")
+    failed = sum(not _remove(cfg, client, name, job, jobs.get(job, "gone").lower(), dry_run, out, deadline)
+                 for name, job in found)
+    # Journal entries whose partition is gone, or now belongs to a running (requeued) job,
+    # are settled; orphans that failed to go stay journaled for the next run.
+    left = {name for name, _ in found}
+    if not dry_run:
+        _settle_entries(journal, ledger, queued, left, before)
+        _settle_records(ledger, before, set(parts), jobs, left)
+        restarts.prune(cfg["state_dir"], set(jobs), before)
+    return 1 if failed else 0
+
+
+def _remove(cfg, client, name: str, job: int, state: str, dry_run: bool, out, deadline: float) -> bool:
+    """One orphan of ours; False when V-IPU failed (it stays for the next run)."""
+    if dry_run:
+        out(f"reap: would remove {name} (job {job} {state})")
+        return True
+    ledger = Ledger(cfg["state_dir"])
+    try:
+        with ledger.lock(name, time.monotonic()):  # held: its prolog is still making it
+            remove_vipu(cfg, client, name, deadline)
+            out(f"reap: removed {name} (job {job} {state})")
+            Journal(cfg["state_dir"]).drop(name)
+            ledger.drop(name)
+    except LockTimeout:
+        out(f"reap: left {name} for now (job {job} {state}): its prolog is still running")
+    except SlurmIpuError as exc:
+        out(f"reap: could not remove {name}: {exc}")
+        return False
+    return True
+
+
+def _settle_entries(journal: Journal, ledger: Ledger, queued: list[str], left: set[str], before: float) -> None:
+    """Entries older than the listings whose partition is gone, or now belongs to a running
+    (requeued) job, are settled; orphans that failed to go stay for the next run. An entry queued
+    after the listings (the job ended meanwhile) is the next pass's."""
+    for name in queued:
+        entry = journal.get(name) or {}
+        if name not in left and entry.get("time", 0) < before and not ledger.busy(name):
+            journal.drop(name)

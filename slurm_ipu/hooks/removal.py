@@ -1,5 +1,6 @@
 """Removing ended jobs' partitions (or, in the allocation model, their allocations): the one rule
-the epilog, the hook service (service.py), the prolog's capacity path and `slurm-ipu reap` share.
+whoever is the remover (remover.py: the hook service, else a Python epilog, a Python prolog short
+of IPUs, or `slurm-ipu reap`) follows.
 
 Only a partition with slurm-ipu's creation record for that job is removed; anything else
 under our prefix is left alone and logged.
@@ -11,6 +12,7 @@ import time
 
 from ..errors import SlurmIpuError, VipuError
 from ..locks import LockTimeout
+from . import remover
 from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
@@ -26,18 +28,38 @@ def queue(cfg, ctx) -> str:
     return name
 
 
-def remove_recorded(cfg, client, name: str, job_id, deadline: float) -> str:
-    """'removed', 'already gone', or 'not ours' (no creation record for this job: left alone).
-    V-IPU failures raise; the record stays so the partition is retried. A prolog still making
-    the partition holds its name: LockTimeout at once (the caller holds the journal lock, and
-    must never wait on a prolog that may want it; the entry stays queued for the next pass)."""
+def settle(cfg, client, journal: Journal, name: str, deadline: float) -> tuple[str, dict] | None:
+    """The remover's one step for one entry, under the name's lock (so nothing of this name is
+    made meanwhile): (outcome, entry), or None when there was no entry. Outcomes: 'removed',
+    'already gone', 'not ours' (no creation record for the entry's job: left alone), 'taken back'
+    (the record is of the job's next attempt, whose prolog began after the entry was queued: a
+    requeued job keeps what it now runs on). V-IPU failures re-queue the entry with the reason
+    and raise; the record stays. A prolog holding the name: LockTimeout at once (the next pass)."""
     ledger = Ledger(cfg["state_dir"])
     with ledger.lock(name, time.monotonic()):
-        if not ledger.owns(name, job_id):
-            return "not ours"
-        removed = remove_vipu(cfg, client, name, deadline)
-        ledger.drop(name)
-    return "removed" if removed else "already gone"
+        entry = journal.get(name)
+        if entry is None:
+            return None
+        job, record = entry.get("job_id"), ledger.get(name)
+        if record is None or record.get("job_id") != job:
+            outcome = "not ours"
+        elif _time(record.get("began"), 0.0) > _time(entry.get("time"), float("inf")):
+            outcome = "taken back"
+        else:
+            try:
+                outcome = "removed" if remove_vipu(cfg, client, name, deadline) else "already gone"
+            except SlurmIpuError as exc:
+                journal.add(name, job, str(exc), since=entry.get("time"))
+                raise
+            ledger.drop(name)
+        journal.drop(name)
+    return outcome, entry
+
+
+def _time(value, absent: float) -> float:
+    """A time field, or `absent`: a record of an older slurm-ipu has no `began` (older than any
+    entry), and an entry without a time cannot be placed after anything (it is worked off)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else absent
 
 
 def remove_vipu(cfg, client, name: str, deadline: float) -> bool:
@@ -51,6 +73,8 @@ def remove_vipu(cfg, client, name: str, deadline: float) -> bool:
 def describe(job_id, name: str, outcome: str, what: str = "partition") -> str:
     if outcome == "not ours":
         return f"job {job_id}: no {what} of slurm-ipu's to remove ({name} is not ours, if it exists)"
+    if outcome == "taken back":
+        return f"job {job_id}: {what} {name} kept: the job's next attempt runs on it"
     return f"job {job_id}: {what} {name} {outcome}"
 
 
@@ -62,34 +86,47 @@ def entry_only(exc: SlurmIpuError) -> bool:
 
 def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotonic,
              observe=None) -> tuple[list[str], dict[str, SlurmIpuError]]:
-    """Work the journal's entries for `names` off, each under the journal lock (a prolog taking
-    its own job's name back waits for it, and then finds the entry gone). Returns the names
+    """The remover (remover.py) works the journal's entries for `names` off. Returns the names
     settled, and those V-IPU failed with each one's error (they stay queued). A transient failure
     (V-IPU unreachable) ends the pass: the rest would fail the same way. V-IPU refusing one
-    removal does not hold up the others. observe(seconds): told how long each settled entry
-    waited since it was first queued (the hook service's removal histogram)."""
+    removal does not hold up the others. An entry whose prolog still holds the name stays for
+    the next pass. observe(seconds): told how long each settled entry waited since it was first
+    queued (the hook service's removal histogram)."""
     journal, done, failed = Journal(cfg["state_dir"]), [], {}
     for name in names:
         if clock() >= deadline:
             break
-        with journal.lock(deadline):
-            entry = journal.get(name)
-            if entry is None:  # settled meanwhile (a prolog took the name back, or reap)
-                continue
-            job = entry.get("job_id")
-            try:
-                outcome = remove_recorded(cfg, client, name, job, deadline)
-            except LockTimeout:  # its prolog is still making it: the next pass
-                continue
-            except SlurmIpuError as exc:
-                journal.add(name, job, str(exc), since=entry.get("time"))
-                failed[name] = exc
-                if not entry_only(exc):
-                    break
-                continue
-            journal.drop(name)
-        report(cfg["state_dir"], describe(job, name, outcome, cfg.kind_of(name)))
+        try:
+            settled = settle(cfg, client, journal, name, deadline)
+        except LockTimeout:  # its prolog is still making it: the next pass
+            continue
+        except SlurmIpuError as exc:
+            failed[name] = exc
+            if not entry_only(exc):
+                break
+            continue
+        if settled is None:  # settled meanwhile (reap)
+            continue
+        outcome, entry = settled
+        report(cfg["state_dir"], describe(entry.get("job_id"), name, outcome, cfg.kind_of(name)))
         if observe is not None and isinstance(entry.get("time"), (int, float)):
             observe(time.time() - entry["time"])
         done.append(name)
     return done, failed
+
+
+def make_room(cfg, client, name: str, deadline: float, clock=time.monotonic) -> int:
+    """A Python prolog short of IPUs: the journal's other entries worked off, if nobody else
+    removes now (never waiting: whoever removes frees the IPUs as well). How many went."""
+    try:
+        fd = remover.take(cfg["state_dir"], "prolog", 0.0)
+    except remover.Busy:
+        return 0
+    try:
+        others = [n for n in Journal(cfg["state_dir"]).names() if n != name]
+        freed, _ = work_off(cfg, client, others, deadline, clock)
+    finally:
+        remover.give_up(fd)
+    if freed:
+        report(cfg["state_dir"], f"removed {len(freed)} journaled partition(s) to make room for {name}")
+    return len(freed)

@@ -13,12 +13,13 @@ the service slurm-ipu-hook runs both hooks in Python, and nothing waits on the s
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import threading
 import time
-from pathlib import Path
 
-from ..errors import SlurmIpuError
+from ..errors import ConfigError, SlurmIpuError
+from . import remover, transport
 from .hooklog import report
 from .journal import Journal
 from .notes import BatchedNotes
@@ -32,12 +33,6 @@ JOURNAL_POLL_S = 1.0
 BUSY_POLL_S = 0.1  # an entry whose prolog still holds its name: soon again
 BACKOFF_MAX_S = 60.0
 NOTES_S = 1.0  # started jobs' notes (notes.py) wait at most this long: one scontrol for all of them
-
-
-def service_lock(state_dir: str) -> Path:
-    """Held by the running service (one per state directory); doctor probes it."""
-    return Path(state_dir) / "reaper.lock"
-
 
 
 class Service:
@@ -57,6 +52,8 @@ class Service:
         self.next_notes = clock()
         self.stopping = False
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
+        self.hurry = False  # a prolog is short of IPUs: every entry is due, backoffs or not
+        self.asked: queue.SimpleQueue = queue.SimpleQueue()  # admins' `slurm-ipu reap`, for the removal thread
         self.stats = Stats(cfg["state_dir"])  # for `slurm-ipu metrics`: saved after removals and each pass
         client.observer = self.stats.vipu_error
 
@@ -66,9 +63,10 @@ class Service:
         names = Journal(self.cfg["state_dir"]).names()
         queued = set(names)
         self.later = {n: v for n, v in self.later.items() if n in queued}  # settled by a prolog or reap
-        due = [n for n in names if n not in self.later or self.later[n][0] <= now]
+        hurry, self.hurry = self.hurry, False
+        due = [n for n in names if hurry or n not in self.later or self.later[n][0] <= now]
         pause = JOURNAL_POLL_S
-        if due and now < self.retry_at:
+        if due and now < self.retry_at and not hurry:
             pause = self.retry_at - now  # backing off: V-IPU was unreachable on the last pass
         elif due:
             pause = self._work_off(due, now)
@@ -77,6 +75,8 @@ class Service:
         if now >= self.next_reap:
             self.next_reap = now + self.cfg["reap.interval"]
             self._reap()
+        while not self.asked.empty():  # an admin's reap: at once, in this thread (the one remover)
+            transport.answer_reap(self.asked.get(), self.cfg, self._sweep)
         if now >= self.next_health:
             self.next_health = now + self.cfg["health.interval"]
             self._health()
@@ -92,8 +92,8 @@ class Service:
         except SlurmIpuError as exc:  # a job ended before its note: the others were written
             report(self.cfg["state_dir"], f"hook service: a job's partition note not written: {exc}")
 
-    def _work_off(self, names: list[str], now: float) -> float:
-        done, failed = work_off(self.cfg, self.client, names, now + self.cfg["epilog.deadline"], self.clock,
+    def _work_off(self, names: list[str], now: float, by: float = float("inf")) -> float:
+        done, failed = work_off(self.cfg, self.client, names, min(by, now + self.cfg["epilog.deadline"]), self.clock,
                                 lambda seconds: self.stats.observe("removal", seconds))
         for name in done:
             self.later.pop(name, None)
@@ -114,14 +114,25 @@ class Service:
         return BUSY_POLL_S if len(done) + len(failed) < len(names) else JOURNAL_POLL_S
 
     def _reap(self) -> None:
+        self._sweep(lambda line: report(self.cfg["state_dir"], line))
+
+    def _sweep(self, out) -> int:
         from . import reap
 
         try:
-            reap.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line),
-                     wait=0)  # an admin's reap is running: it does the same work
-        except SlurmIpuError as exc:  # slurmctld or V-IPU down, or a cron reap running: next time
-            report(self.cfg["state_dir"], f"hook service: periodic reap skipped: {exc}")
-        self._save_stats()
+            return reap.sweep(self.cfg, self.client, self.slurm, out=out)
+        except SlurmIpuError as exc:  # slurmctld or V-IPU down: next time
+            out(f"hook service: reap skipped: {exc}")
+            return 1
+        finally:
+            self._save_stats()
+
+    def room(self, name: str, deadline: float) -> int:
+        """A prolog short of IPUs (prolog.run's room): the removal thread retries every entry now.
+        Nothing is settled here (the prolog waits and retries its create)."""
+        self.hurry = True
+        self.wake.set()
+        return 0
 
     def _save_stats(self) -> None:
         try:
@@ -145,21 +156,16 @@ class Service:
                 report(self.cfg["state_dir"], f"hook service: metrics not written: {exc}")
 
     def run(self) -> int:
-        from ..locks import try_lock
-        from . import transport
-
-        # A short wait: doctor probes the lock by taking it for an instant, which must not stop a start.
-        lock = try_lock(service_lock(self.cfg["state_dir"]),
-                        f"a hook service already runs for {self.cfg['state_dir']} (it holds reaper.lock)", wait=2.0)
+        lock = self._become_remover()
         Journal(self.cfg["state_dir"]).dir.mkdir(parents=True, exist_ok=True)
         transport.remove_legacy(self.cfg["state_dir"])
-        listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set, self.stats.observe)
+        listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set, self.stats.observe,
+                                      self._ask, self.room)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
         # A stop signal writes here, which ends the accept loop's wait at once.
         stop_r, stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(stop_w)
-        os.write(lock, f"{os.getpid()}\n".encode())
         report(self.cfg["state_dir"], f"hook service: started, pid {os.getpid()}")
         # Removals in their own thread: a slow V-IPU removal never delays a waiting prolog.
         removals = threading.Thread(target=self._removals, name="removals", daemon=True)
@@ -172,15 +178,42 @@ class Service:
             os.close(stop_r)
             os.close(stop_w)
             self.stopping = True
+            # Within the unit's TimeoutStopSec (prolog.deadline + epilog.deadline + 15).
+            stop_by = self.clock() + self.cfg["prolog.deadline"] + self.cfg["epilog.deadline"] + 12
             listener.close()  # from here on slurm-ipu-hook runs the Python hooks itself
             self.wake.set()
             removals.join(self.cfg["epilog.deadline"] + 5)
             listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
-            self._notes()
-            self._save_stats()
-            os.close(lock)
+            self._last_pass(stop_by)
+            remover.give_up(lock)
             report(self.cfg["state_dir"], "hook service: stopped")
         return 0
+
+    def _become_remover(self) -> int:
+        """The remover role for the service's life. An epilog or a reap holding it finishes first
+        (within a reap's deadline); another service holding it is an error at once."""
+        state = self.cfg["state_dir"]
+        try:
+            return remover.take(state, remover.SERVICE, self.cfg["epilog.deadline"] * 4 + 5)
+        except remover.Busy as busy:
+            raise ConfigError(f"hook service: {busy}; a hook service already runs for {state}, or stop "
+                              "what holds it") from None
+
+    def _last_pass(self, stop_by: float) -> None:
+        """What Python epilogs queued while this service stopped (they leave it to the service,
+        which holds the role until here), as far as `stop_by` allows; the last notes and counters."""
+        while not self.asked.empty():
+            self.asked.get().close()  # the asker says so, and runs again
+        self.retry_at, self.later = 0.0, {}
+        names = Journal(self.cfg["state_dir"]).names()
+        if names and self.clock() < stop_by:
+            self._work_off(names, self.clock(), stop_by)
+        self._notes()
+        self._save_stats()
+
+    def _ask(self, conn) -> None:
+        self.asked.put(conn)
+        self.wake.set()
 
     def _removals(self) -> None:
         while not self.stopping:

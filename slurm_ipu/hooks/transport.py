@@ -8,8 +8,10 @@ its environment on STATE_DIR/hooks.sock and exits with the status the service an
 
 - prolog: the service runs the very same `prolog.run` in a thread of its own and answers its
   exit status;
-- epilog: the service journals the job's partition (the journal's one writer; the entry is on
-  disk before the answer) and answers 0; its removal thread removes it at once.
+- epilog: the service journals the job's partition (the entry is on disk before the answer) and
+  answers 0; its removal thread, the state directory's one remover (remover.py), removes it at once;
+- reap: an admin's `slurm-ipu reap` while the service is the remover (ask_reap): the removal
+  thread reaps at once and sends its lines.
 
 No answer means no service: nothing listens (connect fails), or the connection ends without an
 answer (the service died or restarts). slurm-ipu-hook then runs the same hook in Python at once,
@@ -29,8 +31,13 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import SlurmIpuError
-from . import jobenv, prolog, removal  # here, not per request: a package's `from . import` runs Python each time
+from ..errors import ConfigError, SlurmIpuError
+from . import (  # here, not per request: a package's `from . import` runs Python each time
+    jobenv,
+    prolog,
+    removal,
+    remover,
+)
 from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
@@ -128,14 +135,14 @@ def take(conn: socket.socket, cfg) -> tuple[str, dict[str, str]] | None:
     return None
 
 
-def dispatch(conn: socket.socket, cfg, client, slurm, queued, verb: str, env: dict[str, str]) -> None:
+def dispatch(conn: socket.socket, cfg, client, slurm, queued, verb: str, env: dict[str, str], room=None) -> None:
     """A taken request answered, and its connection closed. Never raises (the accept loop runs
     epilogs itself): a failure here (the state directory full, say) closes the connection
     unanswered, and slurm-ipu-hook runs the hook in Python, which says why."""
     with conn:
         try:
             if verb == "prolog":
-                code = _prolog(conn, cfg, client, slurm, env)
+                code = _prolog(conn, cfg, client, slurm, env, room)
             elif verb == "epilog":
                 code = _epilog(cfg, env, queued)
             else:
@@ -159,7 +166,7 @@ def _answer(conn: socket.socket, cfg, env: dict, code: int) -> None:
             _give_back(cfg, int(job))
 
 
-def _prolog(conn, cfg, client, slurm, env: dict) -> int | None:
+def _prolog(conn, cfg, client, slurm, env: dict, room=None) -> int | None:
     try:
         ctx = jobenv.from_env(env)
     except SlurmIpuError as exc:
@@ -169,7 +176,8 @@ def _prolog(conn, cfg, client, slurm, env: dict) -> int | None:
         report(cfg["state_dir"], f"job {ctx.job_id}: prolog request in context {ctx.script_context!r} refused")
         return 2
     try:
-        return prolog.run(ctx, cfg, client.with_sleep(_watching(conn, client.sleep)), slurm, sleep=client.sleep)
+        return prolog.run(ctx, cfg, client.with_sleep(_watching(conn, client.sleep)), slurm, sleep=client.sleep,
+                          room=room)
     except Exception as exc:  # noqa: BLE001 - a bug must still answer the client, not hang it
         report(cfg["state_dir"], f"job {ctx.job_id}: prolog failed in the hook service: {exc!r}")
         return 1
@@ -215,9 +223,54 @@ def _give_back(cfg, job: int) -> None:
             Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
 
 
+def ask_reap(cfg, out, busy) -> int:
+    """`slurm-ipu reap` while the hook service is the remover: it reaps now and sends each line,
+    then "exit N". Only root and the service's own user are answered (as for the hooks)."""
+    path, wait = socket_path(cfg["state_dir"]), cfg["epilog.deadline"] * 4 + 30
+    who = remover.describe(busy.holder)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(wait)
+        try:
+            sock.connect(str(path))
+            sock.sendall(b"reap\n")
+            sock.shutdown(socket.SHUT_WR)
+            lines = sock.makefile("r", encoding="utf-8", errors="replace")
+            for line in lines:
+                if line.startswith("exit ") and line[5:].strip().isdigit():
+                    return int(line[5:])
+                out(line.rstrip("\n"))
+        except TimeoutError:
+            raise ConfigError(f"reap: {who} did not finish its reap within {wait:g}s; see its log "
+                              f"({cfg['state_dir']}/hooks.log)") from None
+        except OSError as exc:
+            raise ConfigError(f"reap: {who} removes for {cfg['state_dir']} but does not take requests on {path} "
+                              f"({exc.strerror or exc}): it starts or stops; run again in a moment") from None
+    raise ConfigError(f"reap: {who} closed {path} without an answer: only root and the service's own user may ask "
+                      "it; run `slurm-ipu reap` as one of them")
+
+
+def answer_reap(conn: socket.socket, cfg, run) -> None:
+    """The service's side of ask_reap: run(out) reaps, each line goes to the asker as well."""
+    def out(line: str) -> None:
+        report(cfg["state_dir"], line)
+        try:
+            conn.sendall(f"{line}\n".encode())
+        except OSError:
+            pass  # the asker gave up: the reap goes on
+
+    with conn:
+        code = run(out)
+        try:
+            conn.sendall(f"exit {code}\n".encode())
+        except OSError:
+            pass
+
+
 def remove_legacy(state_dir: str) -> None:
-    """What an older service's FIFO handoff left (requests.fifo, prolog-requests/): gone at start."""
-    Path(state_dir, "requests.fifo").unlink(missing_ok=True)
+    """What an older service left (its FIFO handoff: requests.fifo, prolog-requests/; the lock
+    files the remover's replaced): gone at start."""
+    for name in ("requests.fifo", "reaper.lock", "reap.lock", "pending-removal.lock"):
+        Path(state_dir, name).unlink(missing_ok=True)
     shutil.rmtree(Path(state_dir, "prolog-requests"), ignore_errors=True)
 
 
@@ -267,9 +320,11 @@ class Listener:
     it whole at once, and only root's or the service user's is read); an epilog, a journal entry,
     is answered here too; a prolog, which waits on V-IPU, goes to a thread of its own."""
 
-    def __init__(self, cfg, client, slurm, queued, observe=None):
+    def __init__(self, cfg, client, slurm, queued, observe=None, reap=None, room=None):
         self.cfg, self.client, self.slurm, self.queued = cfg, client, slurm, queued
         self.observe = observe  # observe(verb, seconds): each hook's time here (hooks/stats.py)
+        self.reap = reap  # reap(conn): an admin's `slurm-ipu reap`, answered by the removal thread
+        self.room = room  # the prologs' way to the remover (prolog.run)
         self.sock = listen(cfg["state_dir"])
         self.workers = Workers()
 
@@ -287,7 +342,9 @@ class Listener:
         request = take(conn, self.cfg)
         if request is None:
             return
-        if request[0] == "prolog":
+        if request[0] == "reap" and self.reap is not None:
+            self.reap(conn)
+        elif request[0] == "prolog":
             self.workers.submit(self._timed, conn, *request)
         else:
             self._timed(conn, *request)
@@ -297,7 +354,7 @@ class Listener:
         removal's save of the counters then includes the epilog that queued it."""
         woken: list[bool] = []
         started = time.monotonic()
-        dispatch(conn, self.cfg, self.client, self.slurm, lambda: woken.append(True), verb, env)
+        dispatch(conn, self.cfg, self.client, self.slurm, lambda: woken.append(True), verb, env, self.room)
         if self.observe is not None and verb in ("prolog", "epilog"):
             self.observe(verb, time.monotonic() - started)
         if woken:

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import LabError
 from ..fsutil import atomic_write, pid_alive, poll
 from ..hooks.journal import Journal
-from ..hooks.service import service_lock
+from ..hooks.remover import lock_path as remover_lock
 from ..hooks.transport import socket_path
 from . import trust
 from .procs import _log_tail, _pid, _pid_in, _record, _run, _running, _stop_pid, _wait_pidfile, say
@@ -169,10 +169,10 @@ def _slurmd_argv(spec: LabSpec, conf: str, name: str) -> list[str]:
 
 def start_reaper(spec: LabSpec, pids: dict) -> None:
     """The hook service, as a site runs it from systemd: slurm-ipu-hook queues ended jobs'
-    partitions for it while it holds its lock."""
+    partitions for it while it is the remover (it holds remover.lock)."""
     if _running(pids.get("reaper")):
         return
-    lock = service_lock(spec.path("state"))
+    lock = remover_lock(spec.path("state"))
     with open(spec.path("log", "reaper.log"), "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"], env=spec.env(),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
@@ -180,8 +180,8 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
     sock = socket_path(spec.path("state"))
 
     def started() -> bool:
-        """The service writes its pid into its lock file once it holds the lock and listens. Read,
-        never probed: taking the lock to test it can make the starting service find it held."""
+        """The service writes its pid into the remover's lock file once it holds it, then listens.
+        Read, never probed: taking the lock to test it would delay the starting service."""
         try:
             return lock.read_text().split()[0] == str(proc.pid) and sock.exists()
         except (OSError, IndexError):

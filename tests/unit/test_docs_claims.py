@@ -58,3 +58,45 @@ def test_each_claim_is_in_the_render(doc, key, value):
 def test_every_key_the_fragment_sets_is_one_the_merge_knows():
     site = config.load(str(ROOT / "etc" / "site-pod128.yaml"), environ={})
     assert set(merge.ours(site)) <= set(ALL_KEYS) == set(rendered())
+
+
+# --- the names the docs give: paths in the repository, slurm-ipu's commands, make's targets ----
+
+PATH_CLAIM = re.compile(r"`((?:slurm_ipu|spank|templates|tests|etc|docs|examples|\.ci)/[A-Za-z0-9_./-]*[A-Za-z0-9_/])`")
+COMMAND_CLAIM = re.compile(r"`(?:sudo )?slurm-ipu ([a-z][a-z-]*)")
+MAKE_CLAIM = re.compile(r"`(?:[A-Z_]+=\S+ )*make ([a-z][a-z0-9.-]*[a-z0-9])")
+# Paths the docs give inside another directory (the lab's), not in the repository.
+ELSEWHERE = {"etc/site.yaml"}
+
+
+def _named(pattern: re.Pattern) -> list[tuple[str, str]]:
+    return sorted({(doc.name, m.group(1)) for doc in DOCS for m in pattern.finditer(doc.read_text())})
+
+
+def test_the_docs_name_paths_commands_and_targets():
+    assert len(_named(PATH_CLAIM)) >= 20 and len(_named(COMMAND_CLAIM)) >= 10 and len(_named(MAKE_CLAIM)) >= 5
+
+
+@pytest.mark.parametrize("doc,path", [(d, p) for d, p in _named(PATH_CLAIM) if p not in ELSEWHERE])
+def test_each_path_the_docs_name_exists(doc, path):
+    assert (ROOT / path).exists(), f"{doc} names `{path}`, which is not in the repository"
+
+
+def _commands() -> set[str]:
+    import argparse
+
+    from slurm_ipu import cli
+
+    subs = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return set(subs.choices) | {"step"}  # the SPANK plugin's, taken before the parser (cli.main)
+
+
+@pytest.mark.parametrize("doc,command", _named(COMMAND_CLAIM))
+def test_each_slurm_ipu_command_the_docs_name_exists(doc, command):
+    assert command in _commands(), f"{doc} names `slurm-ipu {command}`, which slurm-ipu does not have"
+
+
+@pytest.mark.parametrize("doc,target", _named(MAKE_CLAIM))
+def test_each_make_target_the_docs_name_exists(doc, target):
+    targets = set(re.findall(r"^([a-z][a-z0-9.-]*):", (ROOT / "Makefile").read_text(), re.M))
+    assert target in targets, f"{doc} names `make {target}`, which the Makefile does not have"

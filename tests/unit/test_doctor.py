@@ -359,18 +359,20 @@ def test_accounting_is_checked_only_when_the_site_has_slurmdbd(here, tmp_path):
 def test_the_service_item_says_whether_prologs_are_handed_over(here):
     """Running with its socket and the client installed: ok. Running without the socket (an older
     service left after an upgrade): a problem with the restart. Not running: the enable."""
-    import fcntl
     import os
 
-    from slurm_ipu.hooks import transport
-    from slurm_ipu.hooks.service import service_lock
+    from slurm_ipu.hooks import remover, transport
 
     desc, facts = here
     state = desc["state_dir"]
     os.makedirs(state, exist_ok=True)
     assert not items(doctor.diagnose(desc, facts))["service"].ok
-    lock = os.open(service_lock(state), os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(lock, fcntl.LOCK_EX)
+    epilog = remover.take(state, "epilog", 0)  # a Python epilog removing for a moment is no service
+    try:
+        assert not items(doctor.diagnose(desc, facts))["service"].ok
+    finally:
+        remover.give_up(epilog)
+    lock = remover.take(state, remover.SERVICE, 0)
     try:
         older = items(doctor.diagnose(desc, facts))["service"]
         assert not older.ok and "without its hook socket" in older.line()
@@ -380,7 +382,7 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
         assert now.ok and "takes IPU jobs' prologs and epilogs" in now.line()
         sock.close()
     finally:
-        os.close(lock)
+        remover.give_up(lock)
 
 
 @pytest.mark.parametrize("tried,ok,words", [

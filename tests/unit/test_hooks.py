@@ -10,7 +10,7 @@ import pytest
 
 from slurm_ipu import config
 from slurm_ipu.errors import ConfigError, SlurmError
-from slurm_ipu.hooks import epilog, jobenv, prolog, reap, restarts
+from slurm_ipu.hooks import epilog, jobenv, prolog, reap, removal, restarts
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 
@@ -299,23 +299,26 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
     assert (restarts.count(cfg["state_dir"], 1), restarts.count(cfg["state_dir"], 2)) == (0, 1)
 
 
-def test_reap_never_overlaps_another_it_waits_for_it_or_says_so(fake, cfg):
-    """An admin's reap while the hook service's periodic one runs waits for it to finish; the
-    service's own (wait=0) skips its turn instead."""
-    import os
+def test_reap_never_overlaps_another_remover_it_waits_for_it_or_says_so(fake, cfg):
+    """An admin's reap while a Python epilog or another reap is the remover (remover.py) waits
+    for it to finish, or says who holds the role; a dry run only reads and never waits."""
     import threading
 
-    fd = reap._lock(cfg["state_dir"], 0)
-    release = threading.Timer(0.3, os.close, (fd,))  # the other reap finishes
+    from slurm_ipu.hooks import remover
+
+    fd = remover.take(cfg["state_dir"], "epilog", 0)
+    release = threading.Timer(0.3, remover.give_up, (fd,))  # the epilog finishes
     try:
-        with pytest.raises(ConfigError, match="another `slurm-ipu reap` still holds .* after 0s"):
+        with pytest.raises(ConfigError, match=r"a Python epilog \(pid \d+\) removes for .*let it finish"):
             reap.run(cfg, cfg.vipu_client(), FakeSlurm(), wait=0)
+        assert reap.run(cfg, cfg.vipu_client(), FakeSlurm(), dry_run=True, wait=0, out=lambda _: None) == 0
     except BaseException:
-        os.close(fd)
+        remover.give_up(fd)
         raise
     release.start()
     assert reap.run(cfg, cfg.vipu_client(), FakeSlurm(), out=lambda _: None) == 0
     release.join()
+    assert remover.holder(cfg["state_dir"]) is None
 
 
 # --- trust: only what slurm-ipu created for the job (issue 14, items 2-4) -----------------
@@ -355,7 +358,10 @@ def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, 
     assert prolog.run(env(SLURM_JOB_NODELIST="node[3-4]", SLURM_JOB_RESTART_COUNT="1"), cfg, cfg.vipu_client(),
                       slurm) == 0
     assert fake.partitions["slurm_42"]["hosts"] == ["node3", "node4"]
-    assert Journal(cfg["state_dir"]).entries() == []  # reap can no longer take the running job's partition
+    # the first run's removal, worked off by the next prolog short of IPUs, leaves what the job now runs on
+    assert removal.make_room(cfg, cfg.vipu_client(), "slurm_44", time.monotonic() + 5) == 1
+    assert fake.partitions["slurm_42"]["hosts"] == ["node3", "node4"] and Journal(cfg["state_dir"]).entries() == []
+    assert "job 42: partition slurm_42 kept: the job's next attempt runs on it" in hooks_log(cfg)
     # the stale reason of the failed run gives way to the partition's name (hooks/notes.py)
     assert slurm.comments[42] == "slurm-ipu:partition=slurm_42,ipus=16"
 

@@ -5,7 +5,6 @@ V-IPU trouble loses nothing. The wrapper is the real rendered shell script."""
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
 
@@ -23,11 +22,8 @@ from .test_hooks import FakeSlurm, env, hooks_log
 
 
 def queue(cfg, job: int) -> None:
-    """What the wrapper's fast path writes (no time field, no fsync)."""
-    journal = Journal(cfg["state_dir"])
-    journal.dir.mkdir(parents=True, exist_ok=True)
-    (journal.dir / f"slurm_{job}.json").write_text(json.dumps(
-        {"partition": f"slurm_{job}", "job_id": job, "reason": "queued by the epilog"}))
+    """What the hook service's epilog writes: the job's end, now."""
+    Journal(cfg["state_dir"]).add(f"slurm_{job}", job, "queued by the epilog")
 
 
 class Clock:
@@ -133,8 +129,11 @@ def test_a_removal_v_ipu_keeps_refusing_ages_and_its_wait_is_counted(fake, cfg):
 
     client = cfg.vipu_client()
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    ledger = Ledger(cfg["state_dir"])
+    record = {k: v for k, v in ledger.get("slurm_42").items() if k not in ("partition", "time")}
+    ledger.put("slurm_42", **dict(record, began=time.time() - 7200))  # it ran two hours ago
     journal = Journal(cfg["state_dir"])
-    journal.add("slurm_42", 42, "queued by the epilog", since=time.time() - 3600)  # an hour ago
+    journal.add("slurm_42", 42, "queued by the epilog", since=time.time() - 3600)  # and ended an hour ago
     clock = Clock()
     service = Service(cfg, client, FakeSlurm({}), clock=clock)
     service.next_reap = service.next_health = float("inf")
@@ -181,20 +180,70 @@ def test_a_requeued_job_keeps_the_partition_it_adopted(fake, cfg):
 
 
 def test_the_prolog_waits_for_a_removal_of_its_name_under_way(fake, tmp_path):
-    """The service holds the journal lock while it removes: the prolog waits for it (bounded
-    by its deadline) instead of adopting a partition that is about to go."""
+    """The remover holds the name's lock while it removes: the prolog waits for it (bounded by
+    its deadline) instead of adopting a partition that is about to go."""
     cfg = config.load(str(write_conf(tmp_path, prolog={"deadline": 0.3})), environ={})
     client = cfg.vipu_client()
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
     queue(cfg, 42)
-    journal = Journal(cfg["state_dir"])
-    fd = _hold(journal.lock_path)
+    fd = _hold(Ledger(cfg["state_dir"])._lock_path("slurm_42"))
     try:
         assert prolog.run(env(SLURM_JOB_RESTART_COUNT="1"), cfg, client, FakeSlurm()) == 1
     finally:
         os.close(fd)
     assert "stayed locked past the deadline" in hooks_log(cfg)
-    assert journal.names() == ["slurm_42"]  # untouched: that removal is still the service's
+    assert Journal(cfg["state_dir"]).names() == ["slurm_42"]  # untouched: that removal is still the remover's
+
+
+def test_an_epilog_leaves_its_entry_to_the_service_and_the_service_works_it_off_as_it_stops(fake, cfg):
+    """A Python epilog never waits on the hook service (which holds the remover's role while it
+    stops, its socket closed already): it queues and returns, and the service's last pass removes
+    what was queued so."""
+    from slurm_ipu.hooks import epilog, remover
+
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    service = Service(cfg, client, FakeSlurm({}), clock=Clock())
+    fd = remover.take(cfg["state_dir"], remover.SERVICE, 0)
+    try:
+        started = time.monotonic()
+        assert epilog.run(env(), cfg, client) == 0
+        assert time.monotonic() - started < 1.0 and "slurm_42" in fake.partitions
+        assert f"left queued: the hook service (pid {os.getpid()}) removes it" in hooks_log(cfg)
+        service._last_pass(time.monotonic() + 10)
+    finally:
+        remover.give_up(fd)
+    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+
+
+def test_reap_by_hand_while_the_service_runs_is_the_service_s_reap(fake, cfg):
+    """One remover: `slurm-ipu reap` asks the running hook service, whose removal thread reaps at
+    once; the admin sees its lines and its exit status."""
+    import threading
+
+    from slurm_ipu.hooks import remover, transport
+
+    client = cfg.vipu_client()
+    client.create_partition("slurm_7", 1)
+    Ledger(cfg["state_dir"]).put("slurm_7", job_id=7)  # recorded, and job 7 is gone
+    service = Service(cfg, client, FakeSlurm({}), clock=Clock())
+    service.next_health = float("inf")
+    fd = remover.take(cfg["state_dir"], remover.SERVICE, 0)
+    listener = transport.Listener(cfg, client, service.slurm, service.wake.set, None, service._ask, service.room)
+    lines, codes = [], []
+    asker = threading.Thread(target=lambda: codes.append(reap.run(cfg, client, FakeSlurm({}), out=lines.append)))
+    try:
+        asker.start()
+        deadline = time.monotonic() + 10
+        while service.asked.empty() and time.monotonic() < deadline:
+            listener.serve(0.2)
+        service.next_reap = float("inf")  # only the admin's reap runs in this pass
+        service.step()
+        asker.join(10)
+    finally:
+        listener.close()
+        remover.give_up(fd)
+    assert codes == [0] and lines == ["reap: removed slurm_7 (job 7 gone)"] and fake.partitions == {}
 
 
 def test_reap_leaves_an_entry_queued_after_its_listings(fake, cfg):
