@@ -284,3 +284,24 @@ def test_reap_keeps_the_record_of_a_partition_created_after_its_listing(fake, cf
     queue(cfg, 42)
     Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
     assert fake.partitions == {}
+
+
+def test_a_dead_service_s_words_in_the_lock_file_never_turn_an_epilog_away(fake, tmp_path):
+    """The remover's lock file still names a service killed -9, while someone else holds the lock
+    and has not written its own words yet: the epilog waits for the role (it is no service, which
+    would remove the entry within a second) and removes its partition itself."""
+    import subprocess
+    import threading
+
+    from slurm_ipu.hooks import epilog, remover
+
+    cfg = config.load(str(write_conf(tmp_path, epilog={"deadline": 5})), environ={})
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    remover.lock_path(cfg["state_dir"]).write_text(f"{dead.pid} service\n")
+    fd = _hold(remover.lock_path(cfg["state_dir"]))
+    threading.Timer(0.3, os.close, (fd,)).start()  # the other holder finishes
+    assert epilog.run(env(), cfg, client) == 0
+    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
