@@ -193,17 +193,24 @@ class Service:
         """The remover role for the service's life. An epilog or a reap holding it finishes first
         (within a reap's deadline); another service holding it is an error at once."""
         state = self.cfg["state_dir"]
+        wait = self.cfg["epilog.deadline"] * 4 + 5
         try:
-            return remover.take(state, remover.SERVICE, self.cfg["epilog.deadline"] * 4 + 5)
+            return remover.take(state, remover.SERVICE, wait)
         except remover.Busy as busy:
-            raise ConfigError(f"hook service: {busy}; a hook service already runs for {state}, or stop "
-                              "what holds it") from None
+            if remover.is_service(busy.holder):
+                raise ConfigError(f"hook service: one already runs for {state} (pid {busy.holder[0]})") from None
+            raise ConfigError(f"hook service: {busy}, and still after {wait:g}s; stop it, then start the "
+                              "service again") from None
 
     def _last_pass(self, stop_by: float) -> None:
         """What Python epilogs queued while this service stopped (they leave it to the service,
         which holds the role until here), as far as `stop_by` allows; the last notes and counters."""
-        while not self.asked.empty():
-            self.asked.get().close()  # the asker says so, and runs again
+        while not self.asked.empty():  # asked as it stopped: the asker runs again, and removes itself
+            with self.asked.get() as conn:
+                try:
+                    conn.sendall(b"hook service: stopping; run `slurm-ipu reap` again once it has stopped\nexit 1\n")
+                except OSError:
+                    pass
         self.retry_at, self.later = 0.0, {}
         names = Journal(self.cfg["state_dir"]).names()
         if names and self.clock() < stop_by:

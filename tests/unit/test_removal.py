@@ -305,3 +305,26 @@ def test_a_dead_service_s_words_in_the_lock_file_never_turn_an_epilog_away(fake,
     threading.Timer(0.3, os.close, (fd,)).start()  # the other holder finishes
     assert epilog.run(env(), cfg, client) == 0
     assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+
+
+def test_a_second_service_is_refused_and_a_service_waits_for_an_epilog_removing(fake, cfg):
+    """One remover: a hook service started beside a running one says so at once; one started while
+    a Python epilog removes takes the role when that epilog is done."""
+    import threading
+
+    from slurm_ipu.errors import ConfigError
+    from slurm_ipu.hooks import remover
+
+    running = remover.take(cfg["state_dir"], remover.SERVICE, 0)
+    try:
+        with pytest.raises(ConfigError, match=rf"hook service: one already runs for .* \(pid {os.getpid()}\)"):
+            Service(cfg, cfg.vipu_client(), FakeSlurm())._become_remover()
+    finally:
+        remover.give_up(running)
+    epilog_fd = remover.take(cfg["state_dir"], "epilog", 0)
+    threading.Timer(0.3, remover.give_up, (epilog_fd,)).start()
+    fd = Service(cfg, cfg.vipu_client(), FakeSlurm())._become_remover()
+    try:
+        assert remover.holder(cfg["state_dir"]) == (os.getpid(), remover.SERVICE)
+    finally:
+        remover.give_up(fd)
