@@ -42,3 +42,25 @@ def c_default(path: str, field: str) -> str:
 ], ids=["port", "port-option", "prefix", "prefix-chars", "no-service", "cache-root", "mpol-bind"])
 def test_the_c_side_holds_the_python_side_s_value(c_value, python_value):
     assert c_value() == python_value()
+
+
+def c_words(path: str, array: str) -> set[str]:
+    found = re.search(rf"\*?{array}\[\] = \{{([^}}]*)\}}", (ROOT / path).read_text())
+    assert found, f"{path} has no word list {array}[]"
+    return set(re.findall(r'"([^"]*)"', found.group(1)))
+
+
+def test_the_plugin_reads_a_boolean_option_with_the_python_side_s_words():
+    from slurm_ipu import boolean
+
+    assert (c_words("spank/args.c", "yes"), c_words("spank/args.c", "no")) == (set(boolean.TRUE), set(boolean.FALSE))
+
+
+def test_the_plugin_names_a_job_s_partition_as_the_hooks_do():
+    from slurm_ipu.hooks.jobenv import JobContext
+
+    found = re.findall(r'snprintf\(partition, sizeof\(partition\), "([^"]*)", ipu_conf\.prefix, job_id\)',
+                       (ROOT / "spank/spank_ipu.c").read_text())
+    assert found, "spank/spank_ipu.c no longer names the partition from the prefix and the job id"
+    context = JobContext(job_id=55, uid=0, nodes=("node1",), ipus=4)
+    assert {fmt.replace("%s", "slurm_").replace("%u", "55") for fmt in found} == {context.partition("slurm_")}
