@@ -455,7 +455,10 @@ def _remove_state_dir(path: Path, shown: str) -> int:
     removal is a V-IPU partition someone must still remove."""
     if not path.exists():
         return 0
-    live = [p for sub in ("created", "pending-removal") for p in (path / sub).glob("*.json")]
+    from ..hooks.journal import Journal
+    from ..hooks.ledger import Ledger
+
+    live = [p for where in (Ledger(path).dir, Journal(path).dir) for p in where.glob("*.json")]
     if live:
         print(f"uninstall: left {shown}: it records {len(live)} partition(s) still to remove; "
               "run `slurm-ipu reap` first")
