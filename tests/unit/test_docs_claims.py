@@ -100,3 +100,18 @@ def test_each_slurm_ipu_command_the_docs_name_exists(doc, command):
 def test_each_make_target_the_docs_name_exists(doc, target):
     targets = set(re.findall(r"^([a-z][a-z0-9.-]*):", (ROOT / "Makefile").read_text(), re.M))
     assert target in targets, f"{doc} names `make {target}`, which the Makefile does not have"
+
+
+# Measurements live in docs/performance.md, dated, with the command that made them (issue 36,
+# item 5); the other documents link there instead of copying a figure that then drifts.
+FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:ms|jobs/min|MiB resident)\b|\b\d+\.\d+x\b")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/admin.md", "docs/design.md"])
+def test_measurements_are_stated_only_in_performance_md(doc):
+    found = [m.group(0) for m in FIGURE.finditer((ROOT / doc).read_text())]
+    assert not found, f"{doc} states measured figures {found}: move them to docs/performance.md and link there"
+
+
+def test_the_figure_pattern_finds_what_performance_md_states():
+    assert len(FIGURE.findall((ROOT / "docs" / "performance.md").read_text())) >= 20
