@@ -44,7 +44,8 @@ def build_parser():
         h = sub.add_parser(name, help=text)
         h.add_argument("--site", help=site_help)
 
-    p = sub.add_parser("reap", help="remove orphaned and journaled partitions (safe from cron)")
+    p = sub.add_parser("reap", help="remove orphaned and journaled partitions (while the hook service runs, it reaps "
+                       "on this command's behalf)")
     p.add_argument("--site", help=site_help)
     how = p.add_mutually_exclusive_group()
     how.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
