@@ -17,7 +17,7 @@ class LockTimeout(SlurmIpuError):
     """A lock stayed held past the caller's deadline."""
 
 
-def _open(path: Path) -> int:
+def open_lock(path: Path) -> int:
     try:  # the directory is there but for the first lock: no mkdir per lock (the hooks' hot path)
         return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
     except FileNotFoundError:
@@ -27,7 +27,7 @@ def _open(path: Path) -> int:
 
 def try_lock(path: Path, busy: str, wait: float = 0.0) -> int:
     """The locked fd, or ConfigError(busy) if someone else still holds it after `wait` seconds."""
-    fd = _open(path)
+    fd = open_lock(path)
     deadline = time.monotonic() + wait
     pause = 0.05
     while True:
@@ -63,20 +63,27 @@ def is_held(path: Path) -> bool:
 
 @contextmanager
 def hold(path: Path, deadline: float, clock=time.monotonic, sleep=time.sleep) -> Iterator[None]:
-    """Wait for the lock until `deadline` (clock seconds), hold it for the block. The holders
-    keep it for one V-IPU call at most, so a short poll is enough and every wait is bounded."""
-    fd = _open(path)
+    """Wait for the lock until `deadline` (clock seconds), hold it for the block."""
+    fd = open_lock(path)
     try:
-        pause = 0.01
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if clock() + pause > deadline:
-                    raise LockTimeout(f"{path} stayed locked past the deadline") from None
-                sleep(pause)
-                pause = min(pause * 2, 0.2)
+        if not wait_for(fd, deadline, clock, sleep):
+            raise LockTimeout(f"{path} stayed locked past the deadline")
         yield
     finally:
         os.close(fd)
+
+
+def wait_for(fd: int, deadline: float, clock=time.monotonic, sleep=time.sleep, stop=None) -> bool:
+    """Take the lock on `fd` by `deadline` (clock seconds): False if it stayed held, or as soon as
+    stop() says waiting is pointless. The holders keep it for one V-IPU call at most, so a short
+    poll is enough and every wait is bounded."""
+    pause = 0.01
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if clock() + pause > deadline or (stop is not None and stop()):
+                return False
+            sleep(pause)
+            pause = min(pause * 2, 0.2)

@@ -18,13 +18,13 @@ service from an epilog holding it for a moment, and a Python epilog never waits 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import locks
 from ..fsutil import pid_alive
 from ..locks import LockTimeout
 
@@ -46,30 +46,22 @@ def lock_path(state_dir: str) -> Path:
 def holder(state_dir: str) -> tuple[int, str] | None:
     """(pid, role) of the remover now, None when nobody holds the lock. Read-only (flock needs no
     write access, so a user's doctor can probe root's lock); PermissionError is the caller's."""
-    try:
-        fd = os.open(lock_path(state_dir), os.O_RDONLY)
-    except PermissionError:
-        raise
-    except OSError:
+    path = lock_path(state_dir)
+    if not locks.is_held(path):
         return None
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _read(fd) or (0, "")
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        return _words(path.read_bytes()) or (0, "")
+    except FileNotFoundError:
         return None
-    finally:
-        os.close(fd)
 
 
-def _read(fd: int) -> tuple[int, str] | None:
+def _words(text: bytes) -> tuple[int, str] | None:
     """What the holder wrote; None if unreadable, or if the process it names is gone (a holder
     killed between taking the lock and writing this leaves the last holder's words there)."""
     try:
-        pid, role = os.pread(fd, 128, 0).decode("ascii", "replace").split()[:2]
+        pid, role = text.decode("ascii", "replace").split()[:2]
         who = int(pid), role
-    except (OSError, ValueError):
+    except ValueError:
         return None
     return who if pid_alive(who[0]) else None
 
@@ -87,33 +79,15 @@ def is_service(who: tuple[int, str] | None) -> bool:
     return bool(who) and who[1] == SERVICE
 
 
-def _open(state_dir: str) -> int:
+def take(state_dir: str, role: str, wait: float, clock=time.monotonic, sleep=time.sleep) -> int:
+    """The lock's fd, once held (close it with give_up to give the role up). Busy after `wait`
+    seconds, or at once when the holder is the hook service."""
     path = lock_path(state_dir)
-    try:
-        return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
-
-
-def take(state_dir: str, role: str, wait: float, wait_for_service: bool = False,
-         clock=time.monotonic, sleep=time.sleep) -> int:
-    """The lock's fd, once held (close it to give the role up). Busy after `wait` seconds, or at
-    once when the holder is the hook service (unless wait_for_service: a service starting waits
-    for one that stops)."""
-    fd = _open(state_dir)
-    deadline, pause = clock() + wait, 0.01
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            who = _read(fd)
-            if clock() + pause > deadline or (is_service(who) and not wait_for_service):
-                os.close(fd)
-                raise Busy(f"{describe(who)} removes for {state_dir} (it holds {lock_path(state_dir)})", who) from None
-            sleep(pause)
-            pause = min(pause * 2, 0.2)
+    fd = locks.open_lock(path)
+    if not locks.wait_for(fd, clock() + wait, clock, sleep, stop=lambda: is_service(_words(os.pread(fd, 128, 0)))):
+        who = _words(os.pread(fd, 128, 0))
+        os.close(fd)
+        raise Busy(f"{describe(who)} removes for {state_dir} (it holds {path})", who)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()} {role}\n".encode(), 0)
     return fd
@@ -129,7 +103,7 @@ def held(state_dir: str, role: str, wait: float, clock=time.monotonic, sleep=tim
 
 
 def give_up(fd: int) -> None:
-    """Nobody's words are left for the next reader (a holder that dies leaves them: _read checks)."""
+    """Nobody's words are left for the next reader (a holder that dies leaves them: _words checks)."""
     try:
         os.ftruncate(fd, 0)
     finally:

@@ -206,11 +206,7 @@ class Service:
         """What Python epilogs queued while this service stopped (they leave it to the service,
         which holds the role until here), as far as `stop_by` allows; the last notes and counters."""
         while not self.asked.empty():  # asked as it stopped: the asker runs again, and removes itself
-            with self.asked.get() as conn:
-                try:
-                    conn.sendall(b"hook service: stopping; run `slurm-ipu reap` again once it has stopped\nexit 1\n")
-                except OSError:
-                    pass
+            transport.answer_reap(self.asked.get(), self.cfg, _stopping)
         self.retry_at, self.later = 0.0, {}
         names = Journal(self.cfg["state_dir"]).names()
         if names and self.clock() < stop_by:
@@ -230,3 +226,9 @@ class Service:
 
     def _stop(self, *_):
         self.stopping = True
+
+
+def _stopping(out) -> int:
+    """The answer to a reap asked while the service stops."""
+    out("hook service: stopping; run `slurm-ipu reap` again once it has stopped")
+    return 1
