@@ -7,12 +7,13 @@ Why batched: a `scontrol update` per job would add a process start and its confi
 job start, the costs the hook service exists to save (docs/performance.md keeps the hooks' CPU
 under half of slurmctld's). The hook service queues each note and writes all of them at its next
 pass (at most a second later) with one `scontrol` reading its commands from stdin. scontrol's
-tokens keep quotes verbatim, so a note holds no blank. Before writing, one `squeue` of just those
-jobs: a note goes only to a job still RUNNING whose AdminComment is empty or one of ours (an
-earlier attempt's reason, stale now that it runs). So a site's or admin's own AdminComment stays,
-and a reason written meanwhile by another process (an admin's `slurm-ipu health` requeuing the
-job) is not overwritten, but for the moment between that squeue and the write. The service's own
-passes run in the thread that flushes, and drop a job's queued note when they write its reason.
+tokens keep quotes verbatim, so a note holds no blank. Before writing, one `squeue` of just
+those jobs: a note goes only to a job still running (or CONFIGURING: its prolog has just ended)
+whose AdminComment is empty or one of ours (an earlier attempt's reason, stale now that it
+runs). So a site's or admin's own AdminComment stays, and a reason written meanwhile by another
+process (an admin's `slurm-ipu health` requeuing the job) is not overwritten, but for the moment
+between that squeue and the write. The service's own passes run in the thread that flushes, and
+drop a job's queued note when they write its reason.
 The Python prolog (no service) writes its one note at once.
 """
 
@@ -76,6 +77,12 @@ class BatchedNotes:
         return write
 
 
+# squeue --Format=State shows a job CONFIGURING until slurmctld hears its PrologSlurmctld exit: a
+# flush right after the prolog answered (the hook client still exiting) reads that, not RUNNING.
+STARTED = ("RUNNING", "CONFIGURING")
+
+
 def _due(job) -> bool:
-    """A started job's note still applies: it runs, and its AdminComment is empty or ours."""
-    return job is not None and job.state == "RUNNING" and (not job.admin_comment or job.admin_comment.startswith(OURS))
+    """A started job's note still applies: it runs (or its prolog just ended), and its AdminComment
+    is empty or ours."""
+    return job is not None and job.state in STARTED and (not job.admin_comment or job.admin_comment.startswith(OURS))
