@@ -30,6 +30,13 @@ class ConfigError(SlurmIpuError):
     """Bad configuration or command-line input."""
 
 
+class ServiceDied(SlurmIpuError):
+    """A thread of the hook service died of an exception: the service stopped, exit 1 (systemd
+    and the lab start it again)."""
+
+    exit_code = 1
+
+
 class VipuError(SlurmIpuError):
     """V-IPU refused or failed a request."""
 

@@ -854,8 +854,36 @@ def check_service(site: Site, facts: Facts) -> Finding:
         return Finding("service", False, "the hook service runs, but without its hook socket (a slurm-ipu "
                        "older than slurm-ipu-hook?): every IPU job's hooks start Python",
                        "systemctl restart slurm-ipu-reaper")
+    stalled = _stalled_pass(site)
+    if stalled:
+        return Finding("service", False, f"the hook service runs, but {stalled}: a thread is stuck (nothing "
+                       "reaped, drained or counted)", "systemctl restart slurm-ipu-reaper, and report the last "
+                       f"lines of {site['state_dir']}/hooks.log")
     return Finding("service", True, "the hook service runs (slurm-ipu reap --watch) and takes IPU jobs' "
                    "prologs and epilogs on its socket")
+
+
+def _stalled_pass(site: Site, now: float | None = None) -> str | None:
+    """A periodic pass the running service has not ended for three of its intervals (and a
+    deadline): in words, or None. Counted from the service's start at the latest (its lock file
+    is written then), so a pass a service before it ended long ago is no evidence."""
+    from ..hooks import remover, stats
+
+    now = time.time() if now is None else now
+    doc = stats.load(site["state_dir"]) or stats.empty()
+    try:
+        started = remover.lock_path(site["state_dir"]).stat().st_mtime
+    except OSError:
+        return None
+    for name in stats.PASSES:
+        interval = site[f"{name}.interval"]
+        if interval <= 0:
+            continue
+        limit = 3 * interval + site["epilog.deadline"] + 30
+        last = max(doc["passes"].get(name, 0.0), started)
+        if now - last > limit:
+            return f"its last {name} pass ended {now - last:.0f} s ago (limit {limit:g} s)"
+    return None
 
 
 def _lstat_mode(path) -> int:

@@ -157,7 +157,12 @@ def _hooks(doc: dict) -> list[Family]:
                     "retried one), by kind.", "counter")
     for kind in sorted(set(ERROR_KINDS) | set(doc["vipu_errors"])):
         errors.add(doc["vipu_errors"].get(kind, 0), kind=kind)
-    return [*out, errors]
+    passes = Family("slurm_ipu_service_pass_timestamp_seconds", "When the hook service last ended each periodic "
+                    "pass (reap: orphans; health: IPU-Machines), epoch seconds: a service up but not passing "
+                    "shows here as an old time.")
+    for name, at in sorted(doc.get("passes", {}).items()):
+        passes.add(at, **{"pass": name})
+    return [*out, errors, passes]
 
 
 # Every kind a failed call can have (errors.py), shown at 0 until seen: a rate needs the series first.

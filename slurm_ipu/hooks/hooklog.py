@@ -38,9 +38,13 @@ def _append(state_dir: str, text: str) -> None:
     """One write with O_APPEND (lines from the service's threads and the Python hooks never
     interleave), by os calls: a file object costs three system calls more per line."""
     path = os.path.join(state_dir, "hooks.log")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    # O_NOFOLLOW: root (or SlurmUser) never appends through a link planted at the log's path;
+    # 0o640: each job's uid and IPU-Machines are no other user's to read.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o640)
     try:
-        os.write(fd, text.encode())
+        # a line may carry what a user wrote (undecodable bytes come through os.environ as
+        # surrogates): written escaped, never a UnicodeEncodeError that loses the line
+        os.write(fd, text.encode("utf-8", "backslashreplace"))
         full = os.lseek(fd, 0, os.SEEK_CUR) > LOG_MAX  # with O_APPEND: the file's size
     finally:
         os.close(fd)

@@ -17,8 +17,9 @@ import queue
 import signal
 import threading
 import time
+import traceback
 
-from ..errors import ConfigError, SlurmIpuError
+from ..errors import ConfigError, ServiceDied, SlurmIpuError
 from . import remover, transport
 from .hooklog import report
 from .journal import Journal
@@ -51,6 +52,8 @@ class Service:
         self.next_health = clock() if cfg["health.interval"] > 0 else float("inf")
         self.next_notes = clock()
         self.stopping = False
+        self.died = ""  # the name of a thread that died of an exception: the service then exits 1
+        self.stop_w = -1
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
         self.hurry = False  # a prolog is short of IPUs: every entry is due, backoffs or not
         self.asked: queue.SimpleQueue = queue.SimpleQueue()  # admins' `slurm-ipu reap`, for the removal thread
@@ -125,6 +128,7 @@ class Service:
             out(f"hook service: reap skipped: {exc}")
             return 1
         finally:
+            self.stats.passed("reap")
             self._save_stats()
 
     def room(self, name: str, deadline: float) -> int:
@@ -148,6 +152,7 @@ class Service:
                        deadline=self.clock() + self.cfg["epilog.deadline"])
         except SlurmIpuError as exc:  # V-IPU or slurmctld unreachable: not a machine failure, nothing changes
             report(self.cfg["state_dir"], f"hook service: health pass skipped: {exc}")
+        self.stats.passed("health")
         self._save_stats()
         if self.after_health is not None:
             try:
@@ -166,6 +171,8 @@ class Service:
         # A stop signal writes here, which ends the accept loop's wait at once.
         stop_r, stop_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(stop_w)
+        self.stop_w = stop_w
+        before, threading.excepthook = threading.excepthook, self._died
         report(self.cfg["state_dir"], f"hook service: started, pid {os.getpid()}")
         # Removals in their own thread: a slow V-IPU removal never delays a waiting prolog.
         removals = threading.Thread(target=self._removals, name="removals", daemon=True)
@@ -175,8 +182,6 @@ class Service:
                 listener.serve(JOURNAL_POLL_S, wake_fd=stop_r)
         finally:
             signal.set_wakeup_fd(-1)
-            os.close(stop_r)
-            os.close(stop_w)
             self.stopping = True
             # Within the unit's TimeoutStopSec (prolog.deadline + epilog.deadline + 15).
             stop_by = self.clock() + self.cfg["prolog.deadline"] + self.cfg["epilog.deadline"] + 12
@@ -186,7 +191,13 @@ class Service:
             listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
             self._last_pass(stop_by)
             remover.give_up(lock)
-            report(self.cfg["state_dir"], "hook service: stopped")
+            threading.excepthook, self.stop_w = before, -1
+            os.close(stop_r)
+            os.close(stop_w)
+            report(self.cfg["state_dir"], "hook service: stopped" if not self.died else
+                   f"hook service: stopped, exit 1: its {self.died} thread died (traceback above)")
+        if self.died:  # a non-zero exit: systemd (Restart=always) and the lab start it again
+            raise ServiceDied(f"hook service: its {self.died} thread died; see {self.cfg['state_dir']}/hooks.log")
         return 0
 
     def _become_remover(self) -> int:
@@ -226,6 +237,24 @@ class Service:
 
     def _stop(self, *_):
         self.stopping = True
+
+    def _died(self, args) -> None:
+        """threading.excepthook: a thread that dies of an exception (a bug: every expected failure
+        is caught where it happens) ends the whole service, loudly, rather than leaving it up and
+        holding the remover's role with nothing removed, drained or counted any more."""
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "unknown"
+        trace = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
+        report(self.cfg["state_dir"], f"hook service: the {name} thread died; stopping (exit 1) to be "
+               f"started again:\n{trace.rstrip()}")
+        self.died = self.died or name
+        self.stopping = True
+        self.wake.set()
+        try:
+            os.write(self.stop_w, b"!")  # the accept loop's wait ends now
+        except OSError:
+            pass
 
 
 def _stopping(out) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 FILE = "hook-stats.json"
 # Seconds: a prolog's V-IPU create is tens of ms, a slow controller seconds, prolog.deadline 60 s;
@@ -26,9 +27,12 @@ def path_of(state_dir: str) -> str:
     return os.path.join(state_dir, FILE)
 
 
+PASSES = ("reap", "health")  # the service's periodic passes, each one's last end kept (epoch seconds)
+
+
 def empty() -> dict:
     return {"durations": {name: {"buckets": [0] * len(BUCKETS), "sum": 0.0, "count": 0} for name in TIMED},
-            "vipu_errors": {}}
+            "vipu_errors": {}, "passes": {}}
 
 
 def load(state_dir: str) -> dict | None:
@@ -38,7 +42,12 @@ def load(state_dir: str) -> dict | None:
             doc = json.load(f)
     except (OSError, ValueError):
         return None
-    return doc if _valid(doc) else None
+    if not _valid(doc):
+        return None
+    passes = doc.get("passes")  # absent in what a service before it wrote
+    doc["passes"] = {k: v for k, v in passes.items() if k in PASSES and isinstance(v, (int, float))} \
+        if isinstance(passes, dict) else {}
+    return doc
 
 
 def _valid(doc) -> bool:
@@ -74,6 +83,12 @@ class Stats:
         kind = getattr(exc, "kind", "other")
         with self.lock:
             self.doc["vipu_errors"][kind] = self.doc["vipu_errors"].get(kind, 0) + 1
+
+    def passed(self, name: str) -> None:
+        """A periodic pass (PASSES) ended, ran or skipped: doctor and the metrics tell a service
+        whose passes stopped (a thread stuck) from one that works."""
+        with self.lock:
+            self.doc["passes"][name] = time.time()
 
     def save(self) -> None:
         """Whole or not at all; a failure to write (a full disk) is the caller's to log."""

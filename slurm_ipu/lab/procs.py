@@ -60,8 +60,8 @@ def _run(argv: list[str], spec, timeout: float = 30.0, check: bool = True,
          log: Path | None = None) -> subprocess.CompletedProcess:
     """`spec` is the LabSpec (its environment). log: where the command writes its reasons when it
     prints none (slurmd, slurmctld, munged)."""
-    proc = subprocess.run(argv, env=spec.env(), capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(argv, env=spec.env(), capture_output=True, text=True, errors="replace",
+                          timeout=timeout, stdin=subprocess.DEVNULL)
     if check and proc.returncode != 0:
         said = (proc.stderr or proc.stdout).strip()[:300]
         if not said and log is not None:

@@ -72,7 +72,9 @@ def parse_squeue(text: str) -> dict[int, SqueueJob]:
     """`squeue --json` of every release from 22.05 (data_parser v0.0.39 to v0.0.45 and 22.05's
     own format; samples of each in tests/unit/fixtures/squeue)."""
     try:
-        jobs = json.loads(text)["jobs"]
+        # strict=False: a control character a user put in a job's name, raw in a string, is still
+        # that string (Slurm's serializers differ in what they escape)
+        jobs = json.loads(text, strict=False)["jobs"]
         out = {}
         for job in jobs:
             job_id = int(_number(job["job_id"]))
@@ -153,7 +155,10 @@ class SlurmCli:
         env.update(extra or {})
         try:
             given = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
-            proc = (self.runner or subprocess.run)(argv, env=env, capture_output=True, text=True,
+            # errors="replace": a job's name, comment, work directory or script path is any bytes
+            # its user chose, and squeue prints them as they are; a strict decode let one job name
+            # stop every reader of the queue (the hook service's removals among them).
+            proc = (self.runner or subprocess.run)(argv, env=env, capture_output=True, text=True, errors="replace",
                                                    timeout=self.timeout, **given)
         except FileNotFoundError:
             raise SlurmError(f"{argv[0]} not found; set slurm.bin_dir in the site description") from None

@@ -45,7 +45,7 @@ GRES = releases.tres_prefix(SLURM_VERSION)
 # `make test-long` (a developer's run before a release), not in `make test`.
 RELEASE = {"test_accounting", "test_admin", "test_adoption", "test_allocation_model", "test_conf_corpus",
            "test_configless", "test_dialects", "test_hook_service", "test_hostlist_fuzz", "test_ipu_jobs",
-           "test_ipurun", "test_job_input", "test_licence_fuzz", "test_readme_examples", "test_submit_paths",
+           "test_hostile_jobs", "test_ipurun", "test_job_input", "test_licence_fuzz", "test_readme_examples", "test_submit_paths",
            "test_trust", "test_health::test_a_failed_machine_shrinks_the_pool_until_it_is_back",
            "test_pods::test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_error"}
 LONG = {"test_big_lab", "test_storm", "test_hardware_storm",
@@ -124,8 +124,9 @@ class Lab:
     def run(self, *argv: str, timeout: float = 60, check: bool = False, env: dict | None = None,
             stdin: str | None = None) -> subprocess.CompletedProcess:
         # In the lab's directory: a job's default slurm-<id>.out lands there, never in the checkout.
-        proc = subprocess.run(list(argv), env=env or self.env, capture_output=True, text=True, timeout=timeout,
-                              input=stdin, cwd=self.spec.dir)
+        # errors="replace": the queue may hold any bytes a user wrote (test_hostile_jobs.py)
+        proc = subprocess.run(list(argv), env=env or self.env, capture_output=True, text=True, errors="replace",
+                              timeout=timeout, input=stdin, cwd=self.spec.dir)
         if check and proc.returncode != 0:
             raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
         return proc
@@ -137,7 +138,7 @@ class Lab:
     def run_as(self, user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
         """argv as a non-root user, in the lab's shared submit directory."""
         cmd, env = self._as(user, argv)
-        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout,
                               cwd=self.spec.path("users"))
 
     def popen_as(self, user: str, *argv: str, **kwargs) -> subprocess.Popen:

@@ -385,6 +385,40 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
         remover.give_up(lock)
 
 
+def test_a_running_service_whose_passes_stopped_is_a_problem(here):
+    """A service that holds its lock and socket but has ended no reap or health pass for three of
+    their intervals (a thread stuck) is no working service, and doctor says so; a service just
+    started, whose last pass on file is a predecessor's, is given its intervals."""
+    import os
+    import time
+
+    from slurm_ipu.hooks import remover, stats, transport
+
+    desc, facts = here
+    state = desc["state_dir"]
+    os.makedirs(state, exist_ok=True)
+    lock = remover.take(state, remover.SERVICE, 0)
+    sock = transport.listen(state)
+    try:
+        counted = stats.Stats(state)
+        counted.passed("reap")
+        counted.passed("health")
+        counted.save()
+        assert items(doctor.diagnose(desc, facts))["service"].ok
+        long_ago = time.time() - 3 * desc["health.interval"] - desc["epilog.deadline"] - 120
+        os.utime(remover.lock_path(state), (long_ago, long_ago))          # started long ago
+        assert items(doctor.diagnose(desc, facts))["service"].ok          # and passing
+        counted.doc["passes"]["health"] = long_ago                          # its health passes stopped
+        counted.save()
+        stuck = items(doctor.diagnose(desc, facts))["service"]
+        assert not stuck.ok and "its last health pass ended" in stuck.line() and "restart" in stuck.line()
+        os.utime(remover.lock_path(state))                                 # a service just started
+        assert items(doctor.diagnose(desc, facts))["service"].ok
+    finally:
+        sock.close()
+        remover.give_up(lock)
+
+
 @pytest.mark.parametrize("tried,ok,words", [
     ("refused", True, "a job's user (uid 65534) may not create partitions in allocation (the default)"),
     ("created", False, "created a partition in allocation (the default) around Slurm (removed again); fix: grant"),

@@ -29,7 +29,7 @@ class FakeSlurm:
         self.comments: dict[int, str] = {}
         self.told: list[str] = []
 
-    def __call__(self, argv, env=None, capture_output=True, text=True, timeout=None, stdin=None):
+    def __call__(self, argv, env=None, capture_output=True, text=True, errors=None, timeout=None, stdin=None):
         tool, args = argv[0].rsplit("/", 1)[-1], argv[1:]
         if tool == "sinfo":
             out = "".join(f"{n}|{s}|{r}\n" for n, (s, r) in self.nodes.items())

@@ -85,6 +85,31 @@ def test_the_hook_service_s_durations_and_v_ipu_errors(tmp_path, mocker):
     assert seen[("slurm_ipu_vipu_errors_total", (("kind", "timeout"),))] == 0  # there before the first one
 
 
+def test_the_hook_service_s_last_passes(tmp_path, mocker):
+    """When the service last ended each periodic pass: an alert on its age tells a service that
+    is up but stuck from one that works (what was written by a service before this, no series)."""
+    import json
+    import time
+
+    from slurm_ipu.hooks.stats import Stats, path_of
+
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    (tmp_path / "state").mkdir()
+    stats = Stats(site["state_dir"])
+    before = time.time()
+    stats.passed("reap")
+    stats.save()
+    seen = parsed(metrics.render(metrics.families(site, facts(hooks=metrics.gather(site, *fakes(mocker))["hooks"]))))
+    assert before <= seen[("slurm_ipu_service_pass_timestamp_seconds", (("pass", "reap"),))] <= time.time()
+    assert ("slurm_ipu_service_pass_timestamp_seconds", (("pass", "health"),)) not in seen
+    old = json.loads(open(path_of(site["state_dir"])).read())
+    del old["passes"]
+    open(path_of(site["state_dir"]), "w").write(json.dumps(old))
+    seen = parsed(metrics.render(metrics.families(site, facts(hooks=metrics.gather(site, *fakes(mocker))["hooks"]))))
+    assert not any(name == "slurm_ipu_service_pass_timestamp_seconds" for name, _ in seen)
+    assert seen[("slurm_ipu_prolog_duration_seconds_count", ())] == 0
+
+
 def fakes(mocker):
     """A V-IPU client and Slurm whose every read fails: only the state directory is read."""
     from slurm_ipu.errors import SlurmError, VipuUnavailable

@@ -26,7 +26,8 @@ class FakeScontrol:
         self.comments: dict[int, str] = {}
         self.processes = 0
 
-    def __call__(self, argv, env=None, capture_output=True, text=True, timeout=None, stdin=None, input=None):
+    def __call__(self, argv, env=None, capture_output=True, text=True, errors=None, timeout=None, stdin=None,
+                 input=None):
         if argv[0].endswith("squeue"):  # --noheader --jobs IDS --Format=JobID:20,State:16,admin_comment:300
             asked = {int(j) for j in argv[argv.index("--jobs") + 1].split(",")}
             out = "".join(f"{j:<20}{self._state(j):<16}"

@@ -302,3 +302,36 @@ def test_an_epilog_the_service_cannot_journal_is_left_to_the_python_hook(fake, c
     assert "could not take the epilog: OSError(28, 'No space left on device')" in hooks_log(cfg)
     code, _ = run_hook(hook, listener[0])  # the same listener still serves
     assert code == 0 and fake.partitions["slurm_42"]["size"] == 16
+
+
+@pytest.mark.parametrize("where", ["removals", "hook-prolog"])
+def test_a_thread_that_dies_ends_the_service_with_its_traceback(fake, cfg, hook, mocker, where):
+    """A daemon's worker never dies alone: an unexpected exception in the removal thread (a
+    user's job name once did it) or in a prolog's thread stops the whole service with exit 1 and
+    the traceback in hooks.log, so systemd (Restart=always) or the lab starts it again, instead of
+    a process that holds the remover's role and removes nothing."""
+    from slurm_ipu.errors import ServiceDied
+
+    if where == "removals":
+        mocker.patch.object(Service, "step", side_effect=RuntimeError("boom in a pass"))
+    else:
+        mocker.patch.object(transport.Listener, "_timed", side_effect=RuntimeError("boom in a prolog"))
+
+        def prolog():  # once the service listens: its prolog goes to a worker thread
+            wait_for("the service's socket", transport.socket_path(cfg["state_dir"]).exists, timeout=20)
+            run_hook(hook)
+        threading.Thread(target=prolog, daemon=True).start()
+    service = Service(cfg, cfg.vipu_client(), FakeSlurm())
+    bound = threading.Timer(30, service._stop)  # bounded, should the death go unnoticed
+    bound.start()
+    before = threading.excepthook
+    try:
+        with pytest.raises(ServiceDied, match=f"its {where} thread died"):
+            service.run()   # returns at once: no stop signal was sent
+    finally:
+        bound.cancel()
+    log = hooks_log(cfg)
+    assert f"the {where} thread died; stopping (exit 1)" in log and "RuntimeError: boom" in log
+    assert "Traceback (most recent call last)" in log and log.rstrip().endswith("(traceback above)")
+    assert threading.excepthook is before
+    assert not transport.socket_path(cfg["state_dir"]).exists()   # the hooks go to Python at once
