@@ -30,6 +30,11 @@ class ConfigError(SlurmIpuError):
     """Bad configuration or command-line input."""
 
 
+class UnsafePath(ConfigError):
+    """A path root would write through or into is not root's own (a link, another user's file or
+    directory, a directory others can write)."""
+
+
 class ServiceDied(SlurmIpuError):
     """A thread of the hook service died of an exception: the service stopped, exit 1 (systemd
     and the lab start it again)."""

@@ -4,7 +4,6 @@ them); standard library only, so the hooks' start-up stays lean."""
 
 from __future__ import annotations
 
-import _thread
 import json
 import os
 import time
@@ -13,14 +12,16 @@ from pathlib import Path
 
 def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable: bool = False) -> None:
     """Readers see the old file or the new one, never half of one: write a temporary file in the
-    same directory (one per process and thread, so concurrent writers, the hook service's
-    threads among them, do not share it) and rename it over.
+    same directory and rename it over.
+    The temporary is created exclusively (O_EXCL, O_NOFOLLOW) under a name no one can guess: in a
+    directory others can write (an admin's metrics.textfile), a link or a file planted there first
+    is never written through, chmodded or published as ours; a name already taken is skipped.
+    The rename replaces a link at `path` itself, never its target.
     durable: fsync before the rename (state that must survive a crash: records, the journal)."""
     path = os.fspath(path)  # plain strings and os calls: the hook service writes two per IPU job
     head, name = os.path.split(path)
-    tmp = os.path.join(head, f".{name}.{os.getpid()}.{_thread.get_ident()}.tmp")
     view = memoryview(data.encode() if isinstance(data, str) else data)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    fd, tmp = _exclusive(head, name, mode)
     try:
         try:
             while view:
@@ -37,6 +38,21 @@ def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable
         except OSError:
             pass
         raise
+
+
+_EXCLUSIVE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_TRIES = 16  # names are 64 random bits: a taken one is a planted one, and 16 in a row is no chance
+
+
+def _exclusive(head: str, name: str, mode: int) -> tuple[int, str]:
+    """A new temporary file beside `name`, created here and now, and its path."""
+    for _ in range(_TRIES):
+        tmp = os.path.join(head, f".{name}.{os.urandom(8).hex()}.tmp")
+        try:
+            return os.open(tmp, _EXCLUSIVE, mode), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{head}: {_TRIES} temporary names for {name} all taken")
 
 
 def write_into(directory: str | Path, name: str, data: str, durable: bool = True) -> None:
@@ -118,3 +134,77 @@ def process_token(pid: int) -> str | None:
 def same_process(pid: int | None, token: str | None) -> bool:
     """pid is alive and is still the process that token was taken from."""
     return pid_alive(pid) and (token is None or process_token(pid) == token)
+
+
+# What root may find in a state directory it made before (the hooks' records, journal, locks,
+# socket, counters and log; an older service's FIFO): those kinds, owned by root or SlurmUser.
+_OWN_KINDS = (0o100000, 0o040000, 0o140000, 0o010000)  # S_IFREG, S_IFDIR, S_IFSOCK, S_IFIFO
+_SCAN_MAX = 100_000
+
+
+def private_dir(path: str | Path, uid: int, gid: int, mode: int = 0o700) -> bool:
+    """`path` as a directory only root and `uid` can use, made here if missing (parents 0755);
+    returns whether anything changed. Never follows a link: the mode and owner are set on the
+    directory opened with O_NOFOLLOW. Refused (UnsafePath, naming the path and the fix): a link
+    or another kind of file at the path, a directory another user owns (made first by someone
+    else: it may hold anything), anything in it that is not a file, directory, socket or FIFO of
+    root's or uid's, and a parent that others can write without the sticky bit."""
+    from .errors import UnsafePath
+
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    _safe_parent(parent, path)
+    made = False
+    try:
+        os.mkdir(path, mode)
+        made = True
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise UnsafePath(f"{path} is not a directory ({exc.strerror}: a link or a file there is not ours to "
+                         f"follow); remove it, then run this again") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid not in (0, uid):
+            raise UnsafePath(f"{path} belongs to uid {st.st_uid}, not root or the hooks' user (uid {uid}): made by "
+                             "someone else, it may hold anything; remove it, then run this again")
+        if not made:
+            _only_ours(path, uid)
+        if st.st_mode & 0o7777 != mode:
+            os.fchmod(fd, mode)
+            made = True
+        if (st.st_uid, st.st_gid) != (uid, gid):
+            os.fchown(fd, uid, gid)
+            made = True
+    finally:
+        os.close(fd)
+    return made
+
+
+def _safe_parent(parent: str, path: str) -> None:
+    from .errors import UnsafePath
+
+    st = os.stat(parent)
+    if st.st_mode & 0o022 and not st.st_mode & 0o1000:
+        raise UnsafePath(f"{path}: its parent {parent} is writable by others (mode {st.st_mode & 0o7777:o}), who "
+                         f"could replace it; use a directory under one only root can write")
+
+
+def _only_ours(path: str, uid: int) -> None:
+    """Everything in an existing directory is of a kind and owner the hooks leave there."""
+    from .errors import UnsafePath
+
+    seen = 0
+    for root, dirs, files in os.walk(path, followlinks=False):
+        for name in dirs + files:
+            seen += 1
+            full = os.path.join(root, name)
+            st = os.lstat(full)
+            if st.st_uid not in (0, uid) or (st.st_mode & 0o170000) not in _OWN_KINDS:
+                raise UnsafePath(f"{path} holds {full}, which is not the hooks' (uid {st.st_uid}, mode "
+                                 f"{st.st_mode:o}); remove it, then run this again")
+            if seen > _SCAN_MAX:
+                return

@@ -886,6 +886,64 @@ def _stalled_pass(site: Site, now: float | None = None) -> str | None:
     return None
 
 
+def check_metrics(site: Site, facts: Facts, now: float | None = None) -> Finding:
+    """metrics.textfile: in a directory the hook service (slurm.user) can write and no one else
+    can (node_exporter serves every *.prom there: another user could plant or replace one), and
+    current while the service runs."""
+    import grp
+    import pwd
+
+    path = site["metrics.textfile"]
+    if not path:
+        return Finding("metrics", True, "no metrics.textfile: `slurm-ipu metrics` on demand only")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        st, user = os.stat(folder), pwd.getpwnam(site["slurm.user"])
+    except (OSError, KeyError) as exc:
+        return Finding("metrics", False, f"metrics.textfile's directory {folder}: {getattr(exc, 'strerror', exc)}",
+                       f"mkdir -p {folder} && chown {site['slurm.user']} {folder} && chmod 755 {folder}")
+    mode = st.st_mode & 0o7777
+    group = st.st_gid not in (0, user.pw_gid)
+    if mode & 0o002 or (mode & 0o020 and group) or st.st_uid not in (0, user.pw_uid):
+        who = "every user" if mode & 0o002 else (f"uid {st.st_uid}" if st.st_uid not in (0, user.pw_uid)
+                                                 else f"group {_group_name(grp, st.st_gid)}")
+        return Finding("metrics", False, f"{folder} (mode {mode:o}) can be written by {who}: a .prom planted or "
+                       "replaced there is served as slurm-ipu's", f"chown {site['slurm.user']} {folder} && "
+                       f"chmod 755 {folder}")
+    writable = (st.st_uid == user.pw_uid and mode & 0o200) or (st.st_gid == user.pw_gid and mode & 0o020)
+    if not writable:
+        return Finding("metrics", False, f"{folder} is not writable by {site['slurm.user']}: the hook service "
+                       "cannot write the textfile", f"chown {site['slurm.user']} {folder}")
+    stale = _stale_textfile(site, path, now)
+    if stale:
+        return Finding("metrics", False, stale, "check the hook service (journalctl -u slurm-ipu-reaper)")
+    return Finding("metrics", True, f"{path} in a directory only {site['slurm.user']} and root can write")
+
+
+def _group_name(grp, gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _stale_textfile(site: Site, path: str, now: float | None) -> str | None:
+    """While the service runs it writes the textfile every health.interval: far older is a
+    service not writing it (node_exporter would serve the last numbers as current)."""
+    from ..hooks import remover
+
+    interval = site["health.interval"]
+    if interval <= 0 or not remover.is_service(remover.holder(site["state_dir"])):
+        return None
+    now = time.time() if now is None else now
+    limit = 3 * interval + site["epilog.deadline"] + 30
+    try:
+        since = max(os.stat(path).st_mtime, remover.lock_path(site["state_dir"]).stat().st_mtime)
+    except FileNotFoundError:
+        since = remover.lock_path(site["state_dir"]).stat().st_mtime
+    return f"{path} last written {now - since:.0f} s ago (limit {limit:g} s)" if now - since > limit else None
+
+
 def _lstat_mode(path) -> int:
     try:
         return os.lstat(path).st_mode
@@ -972,7 +1030,8 @@ def check_steps(site: Site, steps: dict[str, str] | None) -> Finding:
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
           check_plugstack, check_vipu, check_canary, check_merged, check_kept, check_queue, check_grants,
-          check_state_dir, check_journal, check_orphans, check_service, check_accounting, check_pods)
+          check_state_dir, check_journal, check_orphans, check_service, check_metrics, check_accounting,
+          check_pods)
 
 
 def diagnose(site: Site, facts: Facts) -> list[Finding]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..config import MANIFEST, PACKAGED
 from ..errors import ConfigError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, private_dir
 
 COMMANDS = ("slurm-ipu", "ipurun")  # vipu-emu stays in the venv: a lab tool, not a site's
 
@@ -91,10 +91,13 @@ class Installer:
         target = self.staged(path)
         self._mkdirs(path)
         if not self.dry_run:
-            target.mkdir(exist_ok=True)
-            target.chmod(mode)
             if owner and not self.destdir:
-                shutil.chown(target, owner, owner)
+                import pwd
+
+                entry = pwd.getpwnam(owner)
+                private_dir(target, entry.pw_uid, entry.pw_gid, mode)
+            else:
+                private_dir(target, os.getuid(), os.getgid(), mode)
         self._record(path, "dir")
 
     def earlier(self) -> dict:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..config import PACKAGED, Site
 from ..errors import ConfigError
-from ..fsutil import atomic_write
+from ..fsutil import atomic_write, private_dir
 
 # The unit's lines a site's description decides (templates/site/slurm-ipu-reaper.service.j2).
 SITE_KEYS = ("User=", "Environment=", "TimeoutStopSec=")
@@ -93,23 +93,18 @@ def _poprun(wanted: bool, path: str, ipurun: str) -> bool:
 
 def _state_dir(path: str, user: str) -> bool:
     """The hooks' state directory, 0700 and SlurmUser's (root's when that user does not exist yet:
-    Slurm's packages create it; run setup again after)."""
+    Slurm's packages create it; run setup again after). Never through a link, never one another
+    user made first (fsutil.private_dir)."""
     import pwd
 
-    target = Path(path)
-    made = not target.is_dir()
-    target.mkdir(mode=0o700, parents=True, exist_ok=True)
-    target.chmod(0o700)
     try:
         entry = pwd.getpwnam(user)
+        uid, gid = entry.pw_uid, entry.pw_gid
     except KeyError:
         print(f"setup: user {user} (slurm.user) does not exist yet: {path} stays root's; run `slurm-ipu setup` "
               "again once Slurm is installed")
-        return made
-    if (target.stat().st_uid, target.stat().st_gid) != (entry.pw_uid, entry.pw_gid):
-        os.chown(target, entry.pw_uid, entry.pw_gid)
-        made = True
-    return made
+        uid = gid = 0
+    return private_dir(path, uid, gid)
 
 
 def main(site: Site) -> int:

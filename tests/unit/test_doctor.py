@@ -541,3 +541,31 @@ def test_ipu_jobs_that_can_never_start_are_named_with_what_to_do(here):
     line = items(doctor.diagnose(desc, facts))["queue"].line()
     assert line.startswith("PROBLEM  queue        IPU job(s) 12 13 pending for BadConstraints"), line
     assert "scancel 12 13" in line
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory of another owner needs root")
+def test_the_metrics_item_refuses_a_textfile_directory_others_can_write(tmp_path):
+    """node_exporter serves every *.prom in the directory: one other users can write lets them
+    plant or replace slurm-ipu's numbers. slurm.user (root here) must be able to write it."""
+    folder = tmp_path / "textfile"
+    folder.mkdir(mode=0o755)
+    base = {"version": 1, "cluster": "t", "state_dir": str(tmp_path / "state"), "slurm": {"user": "root"},
+            "vipu": {"host": "127.0.0.1", "command": "/usr/bin/vipu"},
+            "pod": {"ipus": 64, "hosts": "node[1-4]", "ipus_per_host": 16}}
+    (tmp_path / "s.yaml").write_text(json.dumps({**base, "metrics": {"textfile": str(folder / "slurm_ipu.prom")}}))
+    site = config.load(tmp_path / "s.yaml", environ={})
+    assert doctor.check_metrics(site, doctor.Facts()).ok
+    for mode, owner, words in ((0o1777, 0, "can be written by every user"), (0o775, 0, None),
+                               (0o755, 65534, "can be written by uid 65534")):
+        folder.chmod(mode)
+        os.chown(folder, owner, 0 if words is None else 65534 if owner else 0)
+        if words is None:  # group-writable for root's own group: still only root
+            assert doctor.check_metrics(site, doctor.Facts()).ok
+            os.chown(folder, 0, 65534)
+            words = "can be written by group"
+        found = doctor.check_metrics(site, doctor.Facts())
+        assert not found.ok and words in found.line() and "chmod 755" in found.line(), found.line()
+        os.chown(folder, 0, 0)
+        folder.chmod(0o755)
+    (tmp_path / "n.yaml").write_text(json.dumps(base))
+    assert doctor.check_metrics(config.load(tmp_path / "n.yaml", environ={}), doctor.Facts()).ok
