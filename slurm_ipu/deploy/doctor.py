@@ -71,7 +71,10 @@ def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
     """`scontrol show nodes --oneliner`: one node per line of Key=Value words."""
     nodes = {}
     for line in text.splitlines():
+        line, _, reason = line.partition(" Reason=")  # the last field, and the only one with blanks
         fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        if reason:
+            fields["Reason"] = reason.strip()
         if "NodeName" in fields:
             nodes[fields["NodeName"]] = fields
     return nodes
@@ -886,6 +889,26 @@ def _stalled_pass(site: Site, now: float | None = None) -> str | None:
     return None
 
 
+def check_drains(site: Site, facts: Facts) -> Finding:
+    """Nodes Slurm shows drained with the health pass's reason: each is lifted by a pass once its
+    IPU-Machines are Up, so with no pass to come (no service, or health.interval 0) they stay."""
+    from ..hooks import remover
+    from ..hooks.health import drained_by_us
+
+    nodes = {name: (f.get("State", ""), f.get("Reason", "")) for name, f in facts.nodes.items()}
+    ours = drained_by_us(nodes)
+    if not ours:
+        return Finding("drains", True, "no node drained by the health pass")
+    shown = ", ".join(f"{n} ({nodes[n][1].split(' [', 1)[0]})" for n in ours[:4]) + \
+        (f" and {len(ours) - 4} more" if len(ours) > 4 else "")
+    if site["health.interval"] <= 0 or not remover.is_service(remover.holder(site["state_dir"])):
+        return Finding("drains", False, f"{len(ours)} node(s) drained by the health pass and no pass to lift them: "
+                       f"{shown}", "start the hook service (systemctl enable --now slurm-ipu-reaper), or run "
+                       "slurm-ipu health once their IPU-Machines are Up")
+    return Finding("drains", True, f"{len(ours)} node(s) drained for failed IPU-Machines, lifted when they are Up: "
+                   f"{shown}")
+
+
 def check_metrics(site: Site, facts: Facts, now: float | None = None) -> Finding:
     """metrics.textfile: in a directory the hook service (slurm.user) can write and no one else
     can (node_exporter serves every *.prom there: another user could plant or replace one), and
@@ -1030,7 +1053,8 @@ def check_steps(site: Site, steps: dict[str, str] | None) -> Finding:
 
 CHECKS = (check_slurm, check_hooks, check_timeout, check_job_submit, check_licenses, check_nodes,
           check_plugstack, check_vipu, check_canary, check_merged, check_kept, check_queue, check_grants,
-          check_state_dir, check_journal, check_orphans, check_service, check_metrics, check_accounting,
+          check_state_dir, check_journal, check_orphans, check_service, check_drains, check_metrics,
+          check_accounting,
           check_pods)
 
 

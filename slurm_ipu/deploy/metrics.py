@@ -5,8 +5,9 @@ Why a textfile and not an HTTP endpoint: a site's Prometheus already scrapes nod
 slurmctld host, so no new listening port there; and what slurmctld and V-IPU are asked stays one
 collection per `health.interval` whatever the scrape rate or the number of Prometheus servers.
 
-Per collection: two V-IPU reads (`list partitions`/allocations, `list agents`) and three Slurm
-reads (`squeue --json`, `scontrol show licenses`, `scontrol show reservation`). No per-job label
+Per collection: two V-IPU reads (`list partitions`/allocations, `list agents`) and four Slurm
+reads (`squeue --json`, `scontrol show licenses`, `scontrol show reservation`, `sinfo`: the drains
+are counted as Slurm shows them, whatever slurm-ipu's own record says). No per-job label
 on any series (their number would grow with the job count); `slurm-ipu status` has per-job rows.
 Each source that failed is `slurm_ipu_source_up{source=...} 0` and its series are left out, so
 an outage never reads as an empty cluster.
@@ -22,6 +23,7 @@ from ..rules import IPUS_PER_AGENT
 PARTITION_STATES = ("active", "pending", "error")
 MACHINE_STATES = ("up", "down", "error")
 JOB_STATES = ("running", "pending", "held")
+SOURCES = ("vipu", "agents", "jobs", "licences", "reservations", "nodes")
 
 
 class Family:
@@ -71,7 +73,8 @@ def gather(site, client=None, slurm=None, deadline: float | None = None) -> dict
              "agents": lambda: client.list_agents(deadline),
              "jobs": lambda: parse_squeue(slurm.output("squeue", "--json")),
              "licences": lambda: slurm.output("scontrol", "show", "licenses", "ipu", "--oneliner"),
-             "reservations": lambda: slurm.licence_reservations("ipu")}
+             "reservations": lambda: slurm.licence_reservations("ipu"),
+             "nodes": slurm.node_reasons}
     for source, read in reads.items():
         try:
             facts[source] = read()
@@ -79,7 +82,7 @@ def gather(site, client=None, slurm=None, deadline: float | None = None) -> dict
             facts[source], errors[source] = None, str(exc)
     facts["errors"] = errors
     facts["queued"] = _journal_depth(site["state_dir"])
-    facts["drained"] = _drained(site["state_dir"])
+    facts["drained"] = _drained(facts["nodes"])
     facts["hooks"] = _hook_stats(site["state_dir"])
     return facts
 
@@ -99,10 +102,11 @@ def _journal_depth(state_dir: str) -> int | None:
         return None
 
 
-def _drained(state_dir: str) -> int | None:
-    from ..hooks.health import drained_nodes, record_path
+def _drained(nodes: dict[str, tuple[str, str]] | None) -> int | None:
+    """Nodes Slurm shows drained with the health pass's reason (None: sinfo failed)."""
+    from ..hooks.health import drained_by_us
 
-    return len(drained_nodes(state_dir)) if record_path(state_dir).parent.exists() else None
+    return None if nodes is None else len(drained_by_us(nodes))
 
 
 # --- what is shown -------------------------------------------------------------------------
@@ -172,7 +176,7 @@ ERROR_KINDS = ("unavailable", "timeout", "exhausted", "not_found", "exists", "in
 
 def _sources(facts: dict) -> Family:
     fam = Family("slurm_ipu_source_up", "1 if the last read of this source worked (its series are missing if not).")
-    for source in ("vipu", "agents", "jobs", "licences", "reservations"):
+    for source in SOURCES:
         fam.add(0 if source in facts["errors"] else 1, source=source)
     return fam
 
@@ -283,8 +287,8 @@ def _slurm_pool(site, facts: dict) -> list[Family]:
         out.append(Family("slurm_ipu_health_reserved_ipus", "IPU licences held out of Slurm's pool for failed "
                           "IPU-Machines (partition model).").add(ours))
     if facts["drained"] is not None:
-        out.append(Family("slurm_ipu_health_drained_nodes", "Nodes the health pass drained for a failed IPU-Machine "
-                          "(allocation model).").add(facts["drained"]))
+        out.append(Family("slurm_ipu_health_drained_nodes", "Nodes Slurm shows drained with the health pass's reason "
+                          "for a failed IPU-Machine (allocation model).").add(facts["drained"]))
     return out
 
 

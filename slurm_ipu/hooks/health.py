@@ -12,10 +12,13 @@ reservation or job it changes; while machines are failed, the listings of partit
 allocations and one `squeue` more (the jobs on them; the jobs waiting for their IPUs). Run by the
 hook service every `health.interval` seconds, or by hand (`slurm-ipu health`).
 
-Whose drains: the pass resumes only a node it drained itself, recorded in STATE_DIR/health.json,
-and only while the node still carries the reason it wrote; a node drained by an admin or another
-tool (any other reason) is never drained over or resumed. V-IPU unreachable changes nothing: that
-is not a machine failure (the pass raises, the service logs it and tries next time).
+Whose drains: the pass resumes only a node that carries its own reason (`slurm-ipu: IPU-Machine
+...`); a node drained by an admin or another tool (any other reason) is never drained over or
+resumed. What it drains is written to STATE_DIR/health.json before Slurm is asked, and a drain
+with its reason the record does not know is taken as its own: a pass killed at any point (the
+service or slurmctld, between two drains) leaves nothing the next pass does not finish or lift.
+V-IPU unreachable changes nothing: that is not a machine failure (the pass raises, the service
+logs it and tries next time).
 
 The partition model places a partition's IPUs anywhere in the Pod, so no host maps to a machine
 there: instead the pool Slurm schedules from shrinks by the failed IPUs, as a licence-only
@@ -23,7 +26,9 @@ reservation per failed machine, `slurm-ipu-ag3` (`Licenses=ipu:4 Flags=ANY_NODES
 machine even when one IPU is in error: see run(); measured on 22.05: jobs not in it wait with
 Reason=Licenses, and it can be made while every licence is in use). `scontrol show reservation`
 names the machine, and so does each waiting job's AdminComment (_waiting); both go when the
-machine is Up again.
+machine is Up again. Those lines are out there while STATE_DIR/health-waiting exists (made before
+the first is written, removed once the last is cleared), so a pass killed between releasing a
+reservation and clearing the lines, or a restarted service, still clears them.
 """
 
 from __future__ import annotations
@@ -118,17 +123,17 @@ def reason_for(bad: dict[str, str]) -> str:
     return f"{REASON_PREFIX} {', '.join(f'{a} {why}' for a, why in sorted(bad.items()))}"
 
 
-def plan(hosts: dict[str, list[str]], failed: dict[str, str], nodes: dict[str, tuple[str, str]],
-         drained: dict[str, str]) -> tuple[dict[str, str], list[str], dict[str, str]]:
+def plan(hosts: dict[str, list[str]], failed: dict[str, str],
+         nodes: dict[str, tuple[str, str]]) -> tuple[dict[str, str], list[str], dict[str, str]]:
     """(nodes to drain with their reason, nodes to resume, the record after). Pure: the rules of
-    whose drain is whose, apart from Slurm and V-IPU."""
+    whose drain is whose, apart from Slurm and V-IPU. A drained node is ours while it carries
+    our reason, whatever the record says (a pass killed between its drain and its record before,
+    or the record lost): Slurm's word, not ours, decides."""
     drain, resume, after = {}, [], {}
     for host, agents in sorted(hosts.items()):
         bad = {a: failed[a] for a in agents if a in failed}
         state, current = nodes.get(host, ("", ""))
-        ours = host in drained and current == drained[host]
-        if host in drained and not ours:
-            continue  # someone changed its reason (or resumed it): theirs now, forgotten
+        ours = _drained(state) and is_ours(current)
         if bad:
             reason = reason_for(bad)
             if ours:
@@ -136,11 +141,21 @@ def plan(hosts: dict[str, list[str]], failed: dict[str, str], nodes: dict[str, t
                 if reason != current:
                     drain[host] = reason  # other machines of it failed since: the reason follows
             elif not _drained(state):
-                drain[host] = after[host] = reason  # nobody's drain: ours
-            continue
+                drain[host] = after[host] = reason  # nobody's drain (or ours, meant but not done): ours
+            continue  # an admin's drain (any other reason): theirs, never drained over
         if ours:
             resume.append(host)
     return drain, resume, after
+
+
+def drained_by_us(nodes: dict[str, tuple[str, str]]) -> list[str]:
+    """The nodes (sinfo: node -> (state, reason)) drained with the pass's reason."""
+    return sorted(n for n, (state, reason) in nodes.items() if _drained(state) and is_ours(reason))
+
+
+def is_ours(reason: str) -> bool:
+    """A node reason the pass wrote (reason_for): no admin's reason starts so."""
+    return reason.startswith(f"{REASON_PREFIX} ")
 
 
 def _drained(state: str) -> bool:
@@ -230,10 +245,22 @@ def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], queue, out, dry_ru
     held = {name: n for name, n in slurm.licence_reservations("ipu").items()
             if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled}
     change, delete = plan_reservations(want, held)
+    marker = waiting_marker(cfg["state_dir"])
+    if want and not dry_run:
+        marker.touch()  # before the first line is written: whoever comes next clears them
     changed = _reserve(cfg, slurm, change, delete, held, dry_run, out)
-    if want or held:  # machines failed now, or just back: the waiting jobs' line to write or clear
-        changed += _waiting(slurm, queue(), waiting_text(want), out, dry_run)
+    # machines failed now, or just back, or lines left by a pass that ended before clearing them
+    if want or held or marker.exists():
+        failed: list[int] = []
+        changed += _waiting(slurm, queue(), waiting_text(want), out, dry_run, failed)
+        if not want and not failed and not dry_run:
+            marker.unlink(missing_ok=True)
     return changed
+
+
+def waiting_marker(state_dir: str) -> Path:
+    """Exists while jobs may carry a waiting line (WAITING) of the pass's."""
+    return Path(state_dir) / "health-waiting"
 
 
 def waiting_text(want: dict[str, int]) -> str:
@@ -250,7 +277,7 @@ def waiting_text(want: dict[str, int]) -> str:
     return f"{WAITING}{machines} not Up: {sum(want.values())} IPUs held out of Slurm's pool until back ({where})"
 
 
-def _waiting(slurm, jobs: dict, text: str, out, dry_run: bool) -> int:
+def _waiting(slurm, jobs: dict, text: str, out, dry_run: bool, failed: list[int]) -> int:
     """Pending IPU jobs waiting for licences get `text` as their AdminComment (one `squeue`; one
     `scontrol update` per job whose line changes); a line of ours on any other job, or once the
     machines are back, is cleared. Only an empty AdminComment, a waiting line or a partition note
@@ -275,7 +302,7 @@ def _waiting(slurm, jobs: dict, text: str, out, dry_run: bool) -> int:
             try:
                 slurm.admin_comment(job.job_id, new)
             except SlurmIpuError:  # it started or ended meanwhile: the next pass sees it
-                continue
+                failed.append(job.job_id)
     return changed
 
 
@@ -297,7 +324,9 @@ def _reserve(cfg, slurm, change: dict[str, int], delete: list[str], held: dict[s
 def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out, dry_run: bool) -> int:
     nodes = slurm.node_reasons()
     drained = drained_nodes(cfg["state_dir"])
-    drain, resume, after = plan(hosts, failed, nodes, drained)
+    drain, resume, after = plan(hosts, failed, nodes)
+    if not dry_run and after != drained:
+        _save(cfg["state_dir"], after)  # before Slurm is asked: a pass killed below is finished by the next
     for host, reason in drain.items():
         out(f"health: drain {host}: {reason}" + (" (dry run)" if dry_run else ""))
         if not dry_run:
@@ -306,8 +335,6 @@ def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out,
         out(f"health: resume {host}: its IPU-Machines are all Up again" + (" (dry run)" if dry_run else ""))
         if not dry_run:
             slurm.resume(host)
-    if not dry_run and after != drained:
-        _save(cfg["state_dir"], after)
     return len(drain) + len(resume)
 
 

@@ -350,6 +350,10 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
         why += (f"; held: an admin must remove it (vipu{'-admin' if what == 'allocation' else ''} remove {what} "
                 f"{name}), then `scontrol release {ctx.job_id}`")
         act = "hold"
+    elif slurm is not None and slurm.requeueable(ctx.job_id) is False:
+        # Slurm ends it rather than requeue it: saying "requeued" would contradict what it shows
+        why += "; Slurm ends it (an srun or salloc job, or --no-requeue, is not requeued): submit it again"
+        act = "admin_comment"
     elif isinstance(exc, MachineDown) and cfg["health.interval"] > 0 and restarts.add(cfg["state_dir"], ctx.job_id):
         why += "; requeued: a failed machine is not the job's fault, so this attempt is not counted (the health " \
                "pass keeps jobs off the machine until it is back)"

@@ -13,6 +13,7 @@ harmless, both are idempotent.
 
 from __future__ import annotations
 
+import os
 import time
 
 from ..errors import ConfigError, SlurmIpuError
@@ -81,8 +82,16 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
     (remover.py) for its run, waiting `wait` seconds (by default as long as one reap may take)
     for an epilog or another reap that is; while the hook service is the remover, the service
     reaps now on its behalf (transport.ask_reap) and its lines are printed here."""
-    if dry_run:
-        return sweep(cfg, client, slurm, True, out, clock)
+    try:
+        if dry_run:
+            return sweep(cfg, client, slurm, True, out, clock)
+        return _as_remover(cfg, client, slurm, out, clock, wait)
+    except PermissionError as exc:  # the state directory is root's and SlurmUser's alone
+        raise ConfigError(f"reap: {exc.filename or cfg['state_dir']}: permission denied to uid {os.getuid()}; run "
+                          f"it as root or slurm.user ({cfg['slurm.user']})") from None
+
+
+def _as_remover(cfg, client, slurm, out, clock, wait: float | None) -> int:
     from . import transport
 
     try:

@@ -28,6 +28,7 @@ class SlurmBackend(Protocol):
     def delete_reservation(self, name: str) -> None: ...
     def requeue(self, job_id: int, text: str) -> None: ...
     def notify(self, job_id: int, text: str) -> None: ...
+    def requeueable(self, job_id: int) -> bool | None: ...
 
 
 # Up to data_parser v0.0.39 (23.02) job_state is one word, and a flag hides the base state
@@ -257,6 +258,19 @@ class SlurmCli:
 
     def delete_reservation(self, name: str) -> None:
         self._run("scontrol", "delete", f"ReservationName={name}")
+
+    def requeueable(self, job_id: int) -> bool | None:
+        """Whether Slurm requeues this job when its PrologSlurmctld fails: a batch job that may be
+        requeued (BatchFlag=1 Requeue=1); srun and salloc jobs, and --no-requeue ones, end instead.
+        None when Slurm cannot say. Read only on a prolog's failure, never per job."""
+        try:
+            words = self._run("scontrol", "show", "job", "-o", str(job_id)).split()
+        except SlurmError:
+            return None
+        fields = dict(w.split("=", 1) for w in words if "=" in w)
+        if "BatchFlag" not in fields or "Requeue" not in fields:
+            return None
+        return fields["BatchFlag"] == "1" and fields["Requeue"] == "1"
 
     def requeue(self, job_id: int, text: str) -> None:
         """A batch job back to the queue, the reason first (Slurm refuses it for srun/salloc jobs)."""

@@ -325,3 +325,65 @@ def test_a_failed_ipu_machine_drains_its_host_until_it_is_back_and_an_admin_s_dr
         lab.run(*emu, "up")
         lab.run("scontrol", "update", "NodeName=node2,node4", "State=RESUME")
     nothing_left(lab, job)
+
+
+def ours_drained(lab) -> list[str]:
+    """The nodes Slurm shows drained with the health pass's reason."""
+    from slurm_ipu.hooks.health import drained_by_us
+
+    nodes = {}
+    for line in lab.run("sinfo", "-N", "-h", "-o", "%N|%T|%E", check=True).stdout.splitlines():
+        name, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        nodes[name] = (state, reason)
+    return drained_by_us(nodes)
+
+
+@pytest.mark.parametrize("killed", ["hook service", "slurmctld"])
+def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machines_are_back(clean, killed):
+    """Three hosts' IPU-Machines go down; the hook service's pass (the first of a started service)
+    drains node2, node3 and node4, one scontrol each, and is SIGKILLed, or slurmctld is, right
+    after it says its first drain. Once the machines are Up, the next pass lifts every drain of
+    its own whether it had recorded it or not, and no node stays drained: before, the record was
+    written after the last drain, and a node drained before the kill stayed drained for ever."""
+    import os
+    import signal
+
+    from slurm_ipu import lab as labmod
+    from slurm_ipu.hooks import health
+    from slurm_ipu.lab.daemons import start_slurm
+
+    lab = clean
+    emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent"]
+    log = lab.spec.path("state", "hooks.log")
+    labmod.stop_reaper(lab.spec)
+    for agent in ("ag5", "ag9", "ag13"):   # node2, node3, node4
+        lab.run(*emu, agent, "down", check=True)
+    try:
+        seen = len(log.read_text(errors="replace")) if log.exists() else 0
+        labmod.restart_reaper(lab.spec)   # its first health pass is at its start
+        wait_for("the pass's first drain", lambda: "health: drain node" in log.read_text(errors="replace")[seen:],
+                 30, interval=0.01)
+        if killed == "hook service":
+            labmod.stop_reaper(lab.spec, signal.SIGKILL)
+        else:
+            pids = labmod.load_pids(lab.spec)
+            os.kill(pids["slurmctld"]["pid"], signal.SIGKILL)
+            wait_for("slurmctld gone", lambda: not labmod._running(pids["slurmctld"]), 15)
+            # the pass's next scontrol fails; the service is stopped so that no pass of the old
+            # view of the machines is still under way when slurmctld is back
+            labmod.stop_reaper(lab.spec)
+            pids = labmod.load_pids(lab.spec)
+            start_slurm(lab.spec, pids)   # the lab's own restart, keeping its saved state
+            labmod.save_pids(lab.spec, pids)
+            wait_for("slurmctld answering", lambda: lab.run("scontrol", "ping").returncode == 0, 30)
+        for agent in ("ag5", "ag9", "ag13"):
+            lab.run(*emu, agent, "up", check=True)
+        labmod.restart_reaper(lab.spec)   # as systemd would: its first pass sees the machines Up
+        wait_for("no node drained by the health pass", lambda: ours_drained(lab), 60, until=lambda n: n == [])
+        assert health.drained_nodes(str(lab.spec.path("state"))) == {}
+        wait_idle(lab, 60, "every node idle")
+    finally:
+        for agent in ("ag5", "ag9", "ag13"):
+            lab.run(*emu, agent, "up")
+        labmod.restart_reaper(lab.spec)
+        lab.run("scontrol", "update", "NodeName=node[2-4]", "State=RESUME")

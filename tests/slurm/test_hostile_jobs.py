@@ -75,3 +75,14 @@ def test_a_job_name_of_any_bytes_stops_no_clean_up(clean_lab, users):
         assert "Exception in thread" not in reaper_log and "UnicodeDecodeError" not in reaper_log
     finally:
         lab.run("scancel", str(held), str(running))
+
+
+def test_reap_as_a_user_is_one_line_naming_who_may(clean_lab, users):
+    """The state directory is root's and SlurmUser's: a user's `slurm-ipu reap` (or --dry-run) is
+    refused in one line that says who may run it, never a traceback."""
+    lab = clean_lab
+    for extra in ((), ("--dry-run",)):
+        proc = lab.run_as(USER, "slurm-ipu", "reap", "--site", lab.site, *extra)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "permission denied" in lines[0] and "run it as root" in lines[0], lines

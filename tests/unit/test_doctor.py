@@ -569,3 +569,26 @@ def test_the_metrics_item_refuses_a_textfile_directory_others_can_write(tmp_path
         folder.chmod(0o755)
     (tmp_path / "n.yaml").write_text(json.dumps(base))
     assert doctor.check_metrics(config.load(tmp_path / "n.yaml", environ={}), doctor.Facts()).ok
+
+
+def test_the_drains_item_names_the_health_pass_s_drains_and_whether_a_pass_will_lift_them(here):
+    from slurm_ipu.hooks import remover, transport
+
+    desc, facts = here
+    text = ("NodeName=node1 Arch=x86_64 State=IDLE Gres=ipu:16\n"
+            "NodeName=node2 Arch=x86_64 State=IDLE+DRAIN Gres=ipu:16 Reason=slurm-ipu: IPU-Machine ag5 down "
+            "[root@2026-11-27T06:40:01]\n"
+            "NodeName=node3 Arch=x86_64 State=IDLE+DRAIN Gres=ipu:16 Reason=bad DIMM [admin@2026-11-27T06:00:00]\n")
+    facts.nodes = doctor.parse_show_nodes(text)
+    assert facts.nodes["node3"]["Reason"].startswith("bad DIMM") and facts.nodes["node2"]["Gres"] == "ipu:16"
+    alone = items(doctor.diagnose(desc, facts))["drains"]
+    assert not alone.ok and "node2 (slurm-ipu: IPU-Machine ag5 down)" in alone.line() and "node3" not in alone.line()
+    os.makedirs(desc["state_dir"], exist_ok=True)
+    lock = remover.take(desc["state_dir"], remover.SERVICE, 0)
+    sock = transport.listen(desc["state_dir"])
+    try:
+        found = items(doctor.diagnose(desc, facts))["drains"]
+        assert found.ok and "1 node(s) drained for failed IPU-Machines" in found.line()
+    finally:
+        sock.close()
+        remover.give_up(lock)

@@ -5,6 +5,7 @@ boundary: `vipu-admin` answers `list agents`, Slurm's sinfo/scontrol keep node s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 
@@ -257,3 +258,82 @@ def test_the_allocation_model_s_job_on_a_failed_machine_is_requeued_after_its_ho
     assert slurm.nodes["node2"][0] == "drained" and slurm.jobs[42][0] == "PENDING"
     assert [u[1:3] for u in slurm.updates] == [["update", "NodeName=node2"], ["update", "JobId=42"],
                                                ["requeue", "42"]]  # the drain first, then the job
+
+
+class DiesMidPass(FakeSlurm):
+    """slurmctld killed in the middle of a pass: every `scontrol update` after the first
+    `allowed` ones fails (scontrol's own error), until revived."""
+
+    def __init__(self, nodes, jobs=None, allowed=1):
+        super().__init__(nodes, jobs)
+        self.allowed = allowed
+
+    def __call__(self, argv, **kw):
+        if argv[0].endswith("scontrol") and argv[1:2] == ["update"]:
+            if self.allowed <= 0:
+                return subprocess.CompletedProcess(argv, 1, "", "slurm_update error: Unable to contact slurm "
+                                                   "controller (connect failure)\n")
+            self.allowed -= 1
+        return super().__call__(argv, **kw)
+
+
+def test_a_pass_killed_between_its_drains_leaves_none_once_the_machines_are_back(site, agents):
+    """The pass drained node2, then slurmctld died before node3 (or the service was SIGKILLed
+    there): the next pass finishes what it meant, and once every machine is Up no drain of ours
+    is left, recorded or not; an admin's drain (another reason) is never touched."""
+    slurm = DiesMidPass(site.hosts, allowed=1)
+    slurm.nodes["node4"] = ["drained", "bad DIMM (admin)"]
+    agents["ag5"] = agents["ag9"] = agents["ag13"] = "Down"    # node2, node3, node4
+    with pytest.raises(errors.SlurmError):
+        one_pass(site, slurm)
+    assert slurm.nodes["node2"][0] == "drained" and slurm.nodes["node3"][0] == "idle"
+    # what the pass was about to do was written first
+    assert set(health.drained_nodes(site["state_dir"])) == {"node2", "node3"}
+    slurm.allowed = 99                                           # slurmctld back
+    one_pass(site, slurm)
+    assert slurm.nodes["node3"] == ["drained", "slurm-ipu: IPU-Machine ag9 down"]
+    agents["ag5"] = agents["ag9"] = agents["ag13"] = "Up"
+    one_pass(site, slurm)
+    assert [slurm.nodes[n] for n in ("node2", "node3")] == [["idle", "none"]] * 2
+    assert slurm.nodes["node4"] == ["drained", "bad DIMM (admin)"]
+    assert health.drained_nodes(site["state_dir"]) == {}
+
+
+def test_a_drain_of_ours_the_record_does_not_know_is_lifted_when_its_machine_is_back(site, agents):
+    """A pass SIGKILLed between its drain and its record (as before records were written first),
+    or a record lost: Slurm still shows our reason, and that makes the drain ours."""
+    slurm = FakeSlurm(site.hosts)
+    slurm.nodes["node2"] = ["drained", "slurm-ipu: IPU-Machine ag5 down"]
+    slurm.nodes["node3"] = ["drained", "slurm-ipu maintenance by hand"]  # an admin's words, not the pass's
+    health.record_path(site["state_dir"]).unlink(missing_ok=True)
+    lines: list[str] = []
+    assert one_pass(site, slurm, lines) == 1
+    assert slurm.nodes["node2"] == ["idle", "none"] and lines == [
+        "health: resume node2: its IPU-Machines are all Up again"]
+    assert slurm.nodes["node3"] == ["drained", "slurm-ipu maintenance by hand"]
+
+
+def test_waiting_lines_a_killed_pass_left_are_cleared_by_the_next(tmp_path, agents):
+    """The machine came back and its reservation went, then slurmctld died before the waiting
+    lines were cleared (or the service was killed there): the next pass, and a restarted
+    service's first, clears them, though no machine is down and no reservation is left."""
+    (tmp_path / "state").mkdir()
+    site = config.load(str(write_conf(tmp_path)), environ={})
+    jobs = {j: ["PENDING", True, "Licenses", "gres:ipu:4"] for j in range(20, 30)}
+    slurm = DiesMidPass(site.hosts, jobs=jobs, allowed=99)
+    agents["ag3"] = "Down"
+    one_pass(site, slurm)
+    assert all(slurm.comments[j].startswith(health.WAITING) for j in jobs)
+    agents["ag3"] = "Up"
+    slurm.allowed = 0  # the reservation's delete is no `update`: it goes; every line's clear fails
+    with contextlib.suppress(errors.SlurmError):
+        one_pass(site, slurm)
+    assert "slurm-ipu-ag3" not in slurm.reservations
+    assert all(slurm.comments[j].startswith(health.WAITING) for j in jobs)
+    slurm.allowed = 99
+    one_pass(site, slurm)
+    assert all(slurm.comments[j] == "" for j in jobs)
+    assert not health.waiting_marker(site["state_dir"]).exists()
+    before = len(slurm.updates)
+    one_pass(site, slurm)                       # nothing down, nothing left: no squeue, no update
+    assert len(slurm.updates) == before

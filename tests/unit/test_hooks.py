@@ -28,6 +28,10 @@ class FakeSlurm:
         self.cancelled: set[int] = set()
         self.broken = broken  # scontrol fails (slurmctld busy)
         self.told: list[tuple[int, str, bool]] = []
+        self.ends: set[int] = set()  # srun/salloc or --no-requeue jobs: Slurm ends them on a failed prolog
+
+    def requeueable(self, job_id):
+        return None if self.broken else job_id not in self.ends
 
     def active_jobs(self):
         return dict(self.jobs)
@@ -454,6 +458,23 @@ def test_a_failed_machine_requeues_the_job_soon_without_counting_the_attempt(fak
     slurm = FakeSlurm()
     assert prolog.run(env(SLURM_JOB_RESTART_COUNT="6"), cfg, cfg.vipu_client(), slurm) == 1
     assert slurm.held == set() and "requeued (attempt 2 of 3)" in slurm.comments[42]
+
+
+def test_a_job_slurm_ends_rather_than_requeues_is_not_told_it_was_requeued(fake, cfg):
+    """An srun or salloc job, or a --no-requeue batch job: Slurm ends it when its prolog fails, so
+    hooks.log and its AdminComment say that, not "requeued"; a batch job is told its attempt."""
+    fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 4
+    slurm = FakeSlurm()
+    slurm.ends.add(42)
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
+    said = slurm.comments[42]
+    assert "; requeued" not in said and said.endswith("Slurm ends it (an srun or salloc job, or --no-requeue, is "
+                                                    "not requeued): submit it again"), said
+    assert said[len("slurm-ipu: "):] in hooks_log(cfg) and slurm.held == set()
+    fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 4
+    slurm = FakeSlurm()
+    assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
+    assert "requeued (attempt 1 of 3)" in slurm.comments[42]
 
 
 def test_a_machine_of_another_pod_is_not_the_job_s_excuse(fake, tmp_path):

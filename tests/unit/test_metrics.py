@@ -116,5 +116,6 @@ def fakes(mocker):
 
     client, slurm = mocker.Mock(), mocker.Mock()
     client.list_agents.side_effect = client.list_partitions.side_effect = VipuUnavailable("down")
-    slurm.output.side_effect = slurm.licence_reservations.side_effect = SlurmError("down")
+    slurm.output.side_effect = slurm.licence_reservations.side_effect = slurm.node_reasons.side_effect = \
+        SlurmError("down")
     return client, slurm
