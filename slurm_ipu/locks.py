@@ -17,12 +17,16 @@ class LockTimeout(SlurmIpuError):
     """A lock stayed held past the caller's deadline."""
 
 
+# O_NOFOLLOW: a lock file is written ("pid role", remover.py); never through a link at its path
+_LOCK_FLAGS = os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def open_lock(path: Path) -> int:
     try:  # the directory is there but for the first lock: no mkdir per lock (the hooks' hot path)
-        return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        return os.open(path, _LOCK_FLAGS, 0o600)
     except FileNotFoundError:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+        return os.open(path, _LOCK_FLAGS, 0o600)
 
 
 def try_lock(path: Path, busy: str, wait: float = 0.0) -> int:
