@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import socket
+import struct
 
 from ..errors import VipuError, VipuUnavailable
 from ..rules import VIPU_PORT
@@ -17,12 +19,74 @@ API_VERSION = "1.18.0"  # the V-IPU release whose CLI and API the emulator follo
 # so every client that knows the controller's address finds it. On a unix socket the kernel tells
 # the server who connected (SO_PEERCRED, fixed at connect), before a byte of the request is read:
 # no caller can pass for another. The C `vipu` (lab/vipu_fast.c) is built with this prefix.
+#
+# It tells the client who serves, too, and the client must ask: any user may bind an abstract name
+# the emulator does not hold (after it died, or before it starts), and answer as the controller
+# (every IPU-Machine down: root's health pass would drain every host). So every client checks the
+# server's uid (check_server) before it sends a request. Beside it the emulator serves the same API
+# at STATE_DIR/api-PORT.sock (server_socket), in a directory only its owner can write: nobody else
+# can bind that name first, a stale one after a crash is the owner's to replace, so the emulator
+# always starts again, and the lab's own commands, which know that directory, use it. Why not that
+# path alone: a job's `vipu-emu attach` and every client that knows only IPUOF_VIPU_API_HOST/PORT
+# must still find the server from the port.
 SOCKET_PREFIX = "vipu-emu:"
+SOCKET_DIR_ENV = "VIPU_EMU_SOCKET_DIR"  # the emulator's STATE_DIR: dial STATE_DIR/api-PORT.sock
+OWNER_ENV = "VIPU_EMU_OWNER"            # the uid the emulator runs as (default: root or the caller)
 
 
 def user_socket(port: int) -> str:
     """The emulator's API socket for loopback port `port` (abstract: a leading NUL)."""
     return f"\0{SOCKET_PREFIX}{int(port)}"
+
+
+def server_socket(state_dir: str, port: int) -> str:
+    """The same API at a path in the emulator's state directory, which only its owner can write."""
+    return os.path.join(state_dir, f"api-{int(port)}.sock")
+
+
+def shown(path: str) -> str:
+    """A socket's name as messages show it (an abstract one with `@`, as ss and netstat do)."""
+    return "@" + path[1:] if path.startswith("\0") else path
+
+
+def trusted_owners(owner: int | None = None) -> frozenset[int]:
+    """Whose server a client believes: the owner given (the lab's), else root and the caller itself
+    (the safe-path rule the lab applies to its files: lab/trust.py)."""
+    return frozenset({owner}) if owner is not None else frozenset({0, os.geteuid()})
+
+
+def owner_from_env(environ=os.environ) -> int | None:
+    text = environ.get(OWNER_ENV, "")
+    if not text:
+        return None
+    if not text.isdigit():
+        raise VipuError(f"{OWNER_ENV}={text!r} is not a uid; give the emulator owner's numeric uid (root: 0)")
+    return int(text)
+
+
+class NotTheEmulator(VipuUnavailable):
+    """The socket is served by a process of a uid the client does not trust."""
+
+
+def check_server(sock: socket.socket, path: str, owners: frozenset[int]) -> None:
+    """Refuse, in one line, a server whose uid (SO_PEERCRED, the kernel's) is not one of owners."""
+    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if uid in owners:
+        return
+    expected = " or ".join(f"uid {u}" for u in sorted(owners))
+    raise NotTheEmulator(f"V-IPU server at {shown(path)} is served by uid {uid}{_user(uid)} (pid {pid}), not by the "
+                         f"emulator's owner ({expected}): another user's process holds its socket; stop it (kill "
+                         f"{pid}) and start the emulator again (slurm-ipu lab up), or set {OWNER_ENV} to the uid "
+                         "the emulator runs as")
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return f" ({pwd.getpwuid(uid).pw_name})"
+    except KeyError:
+        return ""
 
 # Same table as service.CODES, without importing the server side (and sqlite) here.
 _ERRORS = {
@@ -53,25 +117,33 @@ class ApiError(VipuError):
 
 
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float):
+    def __init__(self, path: str, timeout: float, owners: frozenset[int]):
         super().__init__("localhost", timeout=timeout)
-        self._path = path
+        self._path, self._owners = path, owners
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
-        sock.connect(self._path)
+        try:
+            sock.connect(self._path)
+            check_server(sock, self._path, self._owners)  # before a byte of the request leaves
+        except BaseException:
+            sock.close()
+            raise
         self.sock = sock
 
 
 class Api:
-    """The emulator's API as the caller this process is: on its unix socket (user_socket), where
-    the server knows who connected; admin_socket: the admin API (faults, checks)."""
+    """The emulator's API as the caller this process is: on its unix socket (user_socket, or
+    server_socket in socket_dir when given), where the server knows who connected, after checking
+    who serves it (owner: the emulator's uid; default root or this caller); admin_socket: the
+    admin API (faults, checks)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = VIPU_PORT, timeout: float = 30.0,
-                 admin_socket: str | None = None):
+                 admin_socket: str | None = None, socket_dir: str | None = None, owner: int | None = None):
         self.host, self.port, self.timeout = host, port, timeout
-        self.admin_socket = admin_socket
+        self.admin_socket, self.socket_dir = admin_socket, socket_dir
+        self.owners = trusted_owners(owner)
         self._conn: http.client.HTTPConnection | None = None
 
     @property
@@ -81,10 +153,11 @@ class Api:
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
             if self.admin_socket:
-                self._conn = _UnixConnection(self.admin_socket, self.timeout)
+                self._conn = _UnixConnection(self.admin_socket, self.timeout, self.owners)
             else:
                 _loopback_only(self.host, self.port)
-                self._conn = _UnixConnection(user_socket(self.port), self.timeout)
+                path = server_socket(self.socket_dir, self.port) if self.socket_dir else user_socket(self.port)
+                self._conn = _UnixConnection(path, self.timeout, self.owners)
         return self._conn
 
     def close(self) -> None:
@@ -100,6 +173,9 @@ class Api:
             conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             payload = resp.read()
+        except NotTheEmulator:
+            self.close()
+            raise
         except (OSError, http.client.HTTPException) as exc:
             self.close()  # a broken keep-alive connection is never reused
             reason = "timed out" if isinstance(exc, TimeoutError | socket.timeout) else (

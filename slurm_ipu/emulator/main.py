@@ -118,7 +118,7 @@ def _agent_fault(words: list[str]) -> tuple[str, str, int | None]:
 
 
 def cmd_attach(args) -> int:
-    from .api import Api
+    from .api import SOCKET_DIR_ENV, Api, owner_from_env
 
     env = os.environ
     missing = [v for v in ("IPUOF_VIPU_API_HOST", "IPUOF_VIPU_API_PARTITION_ID") if not env.get(v)]
@@ -137,7 +137,8 @@ def cmd_attach(args) -> int:
                           "unset it or give e.g. 120") from None
     if not 0 < timeout < float("inf"):
         raise AttachError(f"IPUOF_VIPU_API_TIMEOUT={timeout:g} must be a positive number of seconds, e.g. 120")
-    api = Api(env["IPUOF_VIPU_API_HOST"], int(port), timeout=min(timeout, 30.0))
+    api = Api(env["IPUOF_VIPU_API_HOST"], int(port), timeout=min(timeout, 30.0),
+              socket_dir=env.get(SOCKET_DIR_ENV) or None, owner=owner_from_env(env))
     from .api import ApiError
 
     try:

@@ -1,7 +1,8 @@
 """`vipu-emu serve`: the emulated V-IPU controller over HTTP/JSON on loopback.
 
-Three listeners: the API on a unix socket named for the port (api.user_socket: what `vipu` and
-`vipu-emu attach` talk to, which knows its caller), the same API on loopback TCP (the address
+Four listeners: the API on a unix socket named for the port (api.user_socket: what `vipu` and
+`vipu-emu attach` talk to, which knows its caller), the same at STATE_DIR/api-PORT.sock (the lab's
+commands: a name no other user can take, api.py says why), the same API on loopback TCP (the address
 IPUOF_VIPU_API_HOST/PORT name; its callers are anonymous: identity.py), and an admin copy on a
 unix socket in the state directory that stays up while the API is down, so a test can always
 bring the server back. The `down` fault closes the TCP port; the API socket stays bound (so no
@@ -18,6 +19,7 @@ import re
 import signal
 import socket
 import socketserver
+import struct
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,7 +30,7 @@ from ..fsutil import atomic_write
 from ..locks import try_lock
 from ..rules import VIPU_PORT
 from . import identity
-from .api import API_VERSION, user_socket
+from .api import API_VERSION, server_socket, shown, user_socket
 from .model import Cluster, load_cluster
 from .service import CODES, OPS, Service, code_of, fault_seconds
 
@@ -418,11 +420,12 @@ def check_loopback(host: str) -> None:
 def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int = VIPU_PORT) -> None:
     """Run until SIGTERM/SIGINT. Writes state_dir/server.json once both listeners are up."""
     check_loopback(host)
-    # Its files are its own (0600 in a 0700 directory): partitions' owners and hosts are shown to
-    # whom the API shows them, not to anyone who can read a database file.
+    # Its files are its own (0600 in a 0711 directory: others may reach the API socket in it by
+    # name, and neither list, read nor create anything there): partitions' owners and hosts are
+    # shown to whom the API shows them, not to anyone who can read a database file.
     os.umask(0o077)
     state_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(state_dir, 0o700)
+    os.chmod(state_dir, 0o711)
     lock = _lock_state_dir(state_dir)
     from .store import Store
 
@@ -433,32 +436,99 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
         app.start_tcp()
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port") from None
-    try:
-        api = _listen_unix(user_socket(app.port), app, admin=False)
-    except OSError as exc:
-        app.stop_tcp()
-        raise ConfigError(f"cannot take the API socket for port {app.port}: {exc.strerror} (another vipu-emu "
-                          "serves that port); choose another --port") from None
+    stop = threading.Event()
+    named = _NamedSocket(app, stop)
+    own_path = server_socket(str(state_dir), app.port)
+    Path(own_path).unlink(missing_ok=True)  # ours: nobody else can create anything in state_dir
+    own = _listen_unix(own_path, app, admin=False)
+    os.chmod(own_path, 0o666)  # every user connects; the server knows each one from the kernel
     admin_path = state_dir / "admin.sock"
     admin_path.unlink(missing_ok=True)
     admin = _listen_unix(str(admin_path), app, admin=True)
     info = {"pid": os.getpid(), "host": host, "port": app.port, "admin_socket": str(admin_path),
-            "cluster": cluster.name}
+            "api_socket": own_path, "cluster": cluster.name}
+    if named.squatter:
+        info["squatter"] = named.squatter
     atomic_write(state_dir / "server.json", json.dumps(info), 0o600)
     log.info("vipu-emu serving %s on %s:%s (state %s)", cluster.name, host, app.port, state_dir)
-    stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     while not stop.wait(3600):
         pass
     app.stop_tcp()
-    for server in (api, admin):
-        server.shutdown()
-        server.server_close()
-    admin_path.unlink(missing_ok=True)
+    for server in (named.close(), own, admin):
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+    for path in (admin_path, Path(own_path)):
+        path.unlink(missing_ok=True)
     (state_dir / "server.json").unlink(missing_ok=True)
     store.close()
     os.close(lock)
+
+
+class _NamedSocket:
+    """The API on the abstract socket named for the port (api.user_socket), where clients that know
+    only the port find it. Another user's process may hold that name (bound after this server died,
+    or before it started): the kernel lets nobody take it from them, so the server starts without it,
+    says whose it is, and takes it as soon as it is free (every RETAKE_S). Clients believe only the
+    owner's server (api.check_server), never that process; the lab's use STATE_DIR/api-PORT.sock."""
+
+    RETAKE_S = 1.0
+
+    def __init__(self, app: App, stop: threading.Event):
+        self.app, self.stop = app, stop
+        self.server: _UnixServer | None = None
+        self.squatter: dict | None = None
+        self.lock = threading.Lock()
+        try:
+            self.server = _listen_unix(user_socket(app.port), app, admin=False)
+            return
+        except OSError as exc:
+            holder = _holder(user_socket(app.port))
+            if holder is None or holder["uid"] == os.getuid():
+                app.stop_tcp()
+                raise ConfigError(f"cannot take the API socket for port {app.port}: {exc.strerror} (another vipu-emu "
+                                  "serves that port); choose another --port") from None
+        self.squatter = holder
+        log.warning("the API socket %s is held by pid %s (uid %s), not by this server: serving without it (clients "
+                    "refuse that process) at %s only, until it is free; stop that process (kill %s)",
+                    shown(user_socket(app.port)), holder["pid"], holder["uid"], "STATE_DIR/api-PORT.sock",
+                    holder["pid"])
+        threading.Thread(target=self._retake, name="vipu-api-retake", daemon=True).start()
+
+    def _retake(self) -> None:
+        while not self.stop.wait(self.RETAKE_S):
+            try:
+                server = _listen_unix(user_socket(self.app.port), self.app, admin=False)
+            except OSError:
+                continue
+            with self.lock:
+                if self.stop.is_set():
+                    server.shutdown()
+                    server.server_close()
+                    return
+                self.server = server
+            log.info("the API socket %s is free again: serving it", shown(user_socket(self.app.port)))
+            return
+
+    def close(self) -> _UnixServer | None:
+        with self.lock:
+            self.stop.set()
+            return self.server
+
+
+def _holder(path: str) -> dict | None:
+    """The pid and uid of whoever listens on the unix socket path (SO_PEERCRED gives a listener's
+    credentials as of its listen()), None when nobody answers."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        try:
+            sock.connect(path)
+        except OSError:
+            return None
+        pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return {"pid": pid, "uid": uid}
 
 
 def _lock_state_dir(state_dir: Path) -> int:

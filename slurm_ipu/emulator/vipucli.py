@@ -23,7 +23,10 @@ Choices where the record is silent (UNCONFIRMED upstream): other errors are one 
 `--hosts` (hosts allowed to attach) and `--owner-uid` (owner, for a root caller acting for a job).
 
 Server address: --api-host/--api-port, else VIPU_CLI_API_HOST/VIPU_CLI_API_PORT, else the
-`api-host`/`api-port` lines of --config or /etc/vipu/vipu-cli.hcl, else localhost:8090.
+`api-host`/`api-port` lines of --config or /etc/vipu/vipu-cli.hcl, else localhost:8090. The
+emulator's socket: STATE_DIR/api-PORT.sock when VIPU_EMU_SOCKET_DIR names its state directory (the
+lab's commands), else the abstract one named for the port; either is believed only when the kernel
+says its server runs as VIPU_EMU_OWNER (a uid), or by default as root or the caller (api.py).
 """
 
 from __future__ import annotations
@@ -35,9 +38,9 @@ import re
 import sys
 
 from .. import __version__
-from ..errors import SlurmIpuError
+from ..errors import SlurmIpuError, VipuUnavailable
 from ..rules import VIPU_PORT
-from .api import API_VERSION, Api, ApiError, ControllerUnreachable
+from .api import API_VERSION, SOCKET_DIR_ENV, Api, ApiError, ControllerUnreachable, owner_from_env
 
 DEFAULT_HCL = "/etc/vipu/vipu-cli.hcl"
 
@@ -307,7 +310,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         return 0
     try:
         host, port = server_address(args)
-        api = Api(host, port, timeout=args.api_timeout)
+        api = Api(host, port, timeout=args.api_timeout, socket_dir=os.environ.get(SOCKET_DIR_ENV) or None,
+                  owner=owner_from_env())
         if args.server_version:
             info = api.version()
             print(f"version: {info['version']} (slurm-ipu emulator)\nhost: {host}:{port}")
@@ -325,7 +329,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
               file=sys.stderr)
         return 1
     except SlurmIpuError as exc:
-        code = "UNAVAILABLE" if exc.__class__.__name__ == "VipuUnavailable" else "INVALID_ARGUMENT"
+        code = "UNAVAILABLE" if isinstance(exc, VipuUnavailable) else "INVALID_ARGUMENT"
         print(f"error: {exc} [{code}]", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `vipu list ... | head`: the reader left; no traceback, as a C tool's SIGPIPE

@@ -4,7 +4,9 @@ One slurmctld and N `slurmd -N nodeK` on loopback (docs/slurm.md),
 configuration rendered from templates/, the `vipu` shim on the lab's own PATH only. Every
 process the lab starts is recorded in LAB/pids.json by pid and start time (so a pid the kernel
 has since given to another process, after a crash or a reboot, is never signalled); `down`
-stops exactly those, and `up` on a partly dead lab restarts only what is dead.
+stops exactly those, and `up` on a partly dead lab restarts only what is dead. The hook service
+has a supervisor (supervise.py) that starts it again when it fails, as systemd does on a site;
+it records the service's current pid in LAB/run/reaper.json, which load_pids reads.
 Progress goes to stderr; stdout carries only `export NAME=value` lines for `eval`.
 """
 
@@ -20,6 +22,7 @@ from .daemons import (
     check_trusted,
     load_pids,
     node_states,
+    reaper_status,
     restart_reaper,
     save_pids,
     slurm_cli,
@@ -139,7 +142,8 @@ def status(spec: LabSpec) -> int:
         ok = _running(rec)
         pid = _pid(rec) or "-"
         alive &= ok
-        print(f"{key:<14} pid {pid:<8} {'running' if ok else 'STOPPED'}")
+        note = reaper_status(spec, pids) if key == "reaper" else ""
+        print(f"{key:<14} pid {pid:<8} {'running' if ok else 'STOPPED'}{note}")
     if _running(pids.get("slurmctld")):
         for name, state in node_states(spec).items():
             print(f"{name:<14} {state}")

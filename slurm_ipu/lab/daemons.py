@@ -47,7 +47,8 @@ def _used_files(spec: LabSpec) -> list[Path]:
     which names what they run), whatever is in them; slurm-ipu-hook, which slurmctld runs for every
     job, and its settings (under the installed prefix in installed mode)."""
     daemons = ["slurmctld", "munged", "slurmdbd", *(f"slurmd-{n}" for n in spec.node_names)]
-    files = [spec.path("pids.json"), *(spec.path("run", f"{d}.pid") for d in daemons), *hook_files(spec)]
+    files = [spec.path("pids.json"), *(spec.path("run", f"{d}.pid") for d in daemons), supervision(spec),
+             *hook_files(spec)]
     for sub in ("bin", "lib", "etc"):
         files.append(spec.path(sub))
         try:
@@ -63,7 +64,34 @@ def load_pids(spec: LabSpec) -> dict:
         pids = json.loads(spec.path("pids.json").read_text())
     except (OSError, ValueError):
         return {}
-    return _follow_restarts(spec, pids)
+    return _supervised(spec, _follow_restarts(spec, pids))
+
+
+SUPERVISOR = "supervisor"  # pids.json's key of lab/supervise.py, the hook service's parent
+
+
+def supervision(spec: LabSpec) -> Path:
+    """What lab/supervise.py records: the hook service's current pid, its restarts, its state."""
+    return spec.path("run", "reaper.json")
+
+
+def supervised(spec: LabSpec) -> dict:
+    try:
+        doc = json.loads(supervision(spec).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _supervised(spec: LabSpec, pids: dict) -> dict:
+    """pids["reaper"]: the service the supervisor recorded (it alone knows the pid after a
+    restart), when the record is the recorded supervisor's."""
+    doc = supervised(spec)
+    sup, service = doc.get("supervisor"), doc.get("service")
+    if isinstance(sup, dict) and isinstance(service, dict) and _pid(pids.get(SUPERVISOR)) == sup.get("pid") \
+            and service.get("pid"):
+        pids["reaper"] = {"pid": service["pid"], "token": service.get("token")}
+    return pids
 
 
 def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
@@ -87,7 +115,9 @@ def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
 
 
 def save_pids(spec: LabSpec, pids: dict) -> None:
-    atomic_write(spec.path("pids.json"), json.dumps(pids, indent=1))
+    """The supervised service's pid is the supervisor's to record (run/reaper.json), not kept here."""
+    kept = {k: v for k, v in pids.items() if not (k == "reaper" and SUPERVISOR in pids)}
+    atomic_write(spec.path("pids.json"), json.dumps(kept, indent=1))
 
 
 def start_munge(spec: LabSpec, pids: dict) -> None:
@@ -116,6 +146,23 @@ def start_emulator(spec: LabSpec, pids: dict) -> None:
     emu = EmulatorProcess.start(spec.path("vipu-emu"), cluster=str(spec.path("etc", "vipu-emu.yaml")),
                                 port=spec.vipu_port, log_path=spec.path("log", "vipu-emu.log"), detach=True)
     pids["vipu-emu"] = _record(emu.pid)
+    _say_squatter(spec)
+
+
+def _say_squatter(spec: LabSpec) -> None:
+    """One line when another user's process holds the emulator's abstract socket name (server.py,
+    _NamedSocket): the lab's own commands do not need it, clients that know only the port refuse it."""
+    from ..emulator.api import shown, user_socket
+
+    try:
+        held = json.loads(spec.path("vipu-emu", "server.json").read_text()).get("squatter")
+    except (OSError, ValueError, AttributeError):
+        return
+    if isinstance(held, dict):
+        say(f"the emulator's socket {shown(user_socket(spec.vipu_port))} is held by pid {held.get('pid')} (uid "
+            f"{held.get('uid')}), not the emulator: the lab's commands use {spec.path('vipu-emu')}/api-"
+            f"{spec.vipu_port}.sock and clients that know only the port refuse that process; stop it (kill "
+            f"{held.get('pid')}) and the emulator takes the name back")
 
 
 def start_slurm(spec: LabSpec, pids: dict) -> None:
@@ -169,40 +216,70 @@ def _slurmd_argv(spec: LabSpec, conf: str, name: str) -> list[str]:
 
 def start_reaper(spec: LabSpec, pids: dict) -> None:
     """The hook service, as a site runs it from systemd: slurm-ipu-hook queues ended jobs'
-    partitions for it while it is the remover (it holds remover.lock)."""
-    if _running(pids.get("reaper")):
+    partitions for it while it is the remover (it holds remover.lock). Started by its supervisor
+    (lab/supervise.py), which starts it again when it fails, as systemd's Restart=always does."""
+    if _running(pids.get("reaper")) and _running(pids.get(SUPERVISOR)):
         return
-    lock = remover_lock(spec.path("state"))
+    if _running(pids.get(SUPERVISOR)):  # between restarts, or a service it no longer watches
+        _stop_supervisor(spec, pids)
+    if _running(pids.get("reaper")):  # a service started without one (an older lab): as it was
+        return
+    lock, record = remover_lock(spec.path("state")), supervision(spec)
+    record.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "slurm_ipu.lab.supervise", "--record", str(record), "--",
+            sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"]
     with open(spec.path("log", "reaper.log"), "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"], env=spec.env(),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    pids["reaper"] = _record(proc.pid)
+        proc = subprocess.Popen(argv, env=spec.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                start_new_session=True)
+    pids[SUPERVISOR] = _record(proc.pid)
     sock = socket_path(spec.path("state"))
 
-    def started() -> bool:
-        """The service writes its pid into the remover's lock file once it holds it, then listens.
+    def started() -> int | None:
+        """The service's pid once it holds the remover's lock (it writes its pid there) and listens.
         Read, never probed: taking the lock to test it would delay the starting service."""
+        service = supervised(spec).get("service") or {}
         try:
-            return lock.read_text().split()[0] == str(proc.pid) and sock.exists()
+            held = lock.read_text().split()[0] == str(service.get("pid")) and sock.exists()
         except (OSError, IndexError):
-            return False
+            return None
+        return service["pid"] if held and _running(service) else None
 
     if not poll(lambda: started() or proc.poll() is not None, 15) or not started():
+        _stop_supervisor(spec, pids)
         raise LabError(f"the hook service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
-    say(f"started the hook service (slurm-ipu reap --watch, pid {proc.pid})")
+    _supervised(spec, pids)
+    say(f"started the hook service (slurm-ipu reap --watch, pid {started()}; supervised by pid {proc.pid}, which "
+        "starts it again if it fails)")
+
+
+def _stop_supervisor(spec: LabSpec, pids: dict) -> None:
+    """SIGTERM: the supervisor stops the service (SIGTERM too) and itself, restarting nothing."""
+    rec = pids.pop(SUPERVISOR, None)
+    if _running(rec):
+        _stop_pid(_pid(rec), "the hook service's supervisor", timeout=20)  # it waits up to 12 s for the service
 
 
 def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
-    """Stop the hook service by its recorded pid (drills: the hooks without it, a crash)."""
+    """Stop the hook service by its recorded pid (drills: the hooks without it, a crash). SIGTERM
+    stops it for good; any other signal is a drill: its supervisor lets go first, so the service
+    killed stays dead until restart_reaper."""
     pids = load_pids(spec)
-    rec = pids.pop("reaper", None)
+    rec, sup = pids.pop("reaper", None), pids.get(SUPERVISOR)
     pid = _pid(rec)
-    if _running(rec):
-        if sig == signal.SIGTERM:
+    if sig == signal.SIGTERM:
+        _stop_supervisor(spec, pids)
+        if _running(rec):  # unsupervised, or the supervisor did not get it stopped
             _stop_pid(pid, "reaper")
-        else:
+    else:
+        if _running(sup):
+            os.kill(_pid(sup), signal.SIGUSR1)
+            poll(lambda: supervised(spec).get("state") in ("let-go", "stopped") or not _running(sup), 10)
+        if _running(rec):
             os.kill(pid, sig)
             poll(lambda: not pid_alive(pid), 10)
+        if _running(sup):  # it ends once its service has
+            poll(lambda: not _running(sup), 10)
+        pids.pop(SUPERVISOR, None)
     save_pids(spec, pids)
 
 
@@ -210,6 +287,23 @@ def restart_reaper(spec: LabSpec) -> None:
     pids = load_pids(spec)
     start_reaper(spec, pids)
     save_pids(spec, pids)
+
+
+def reaper_status(spec: LabSpec, pids: dict) -> str:
+    """What `lab status` adds to the service's line: its restarts after a failure, or that its
+    supervisor gave up."""
+    doc = supervised(spec)
+    sup = doc.get("supervisor") or {}
+    if not pids.get(SUPERVISOR) or _pid(pids.get(SUPERVISOR)) != sup.get("pid"):
+        return ""
+    restarts, last = doc.get("restarts") or 0, doc.get("last_exit")
+    if doc.get("state") == "gave-up":
+        limit = doc.get("limit") or {}
+        return (f" (failed: {last}; gave up after {restarts} restarts, at most {limit.get('burst')} within "
+                f"{limit.get('interval')} s: see {spec.path('log', 'reaper.log')}; `slurm-ipu lab up` starts it)")
+    if doc.get("state") == "restarting":
+        return f" (failed: {last}; starting again, restart {restarts})"
+    return f" (restarted {restarts} times after a failure, last: {last})" if restarts else ""
 
 
 def _drain_journal(spec: LabSpec, timeout: float = 15.0) -> None:
@@ -278,8 +372,8 @@ def cancel_all(spec: LabSpec, timeout: float = 60.0) -> None:
 
 def _stop_all(pids: dict, keys: list[str]) -> None:
     """Stop the recorded processes named in keys, slurmd first, munged last."""
-    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadb", "reaper", "vipu-emu",
-                                                             "munged"]
+    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadb", SUPERVISOR, "reaper",
+                                                             "vipu-emu", "munged"]
     for key in order:
         rec = pids.get(key)
         if key in keys and _running(rec):

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import config, rules
 from ..cbuild import build, compilers
 from ..deploy import render
-from ..emulator.api import SOCKET_PREFIX
+from ..emulator.api import OWNER_ENV, SOCKET_DIR_ENV, SOCKET_PREFIX
 from ..errors import LabError, SlurmIpuError
 from ..fsutil import atomic_write
 from ..hooks.transport import HOOK_SOURCE, build_hook
@@ -241,6 +241,10 @@ def _check_installed(spec: LabSpec, desc, texts: dict) -> None:
 def write_files(spec: LabSpec) -> None:
     for sub in ("etc", "bin", "spool/ctld", "run", "log", "state", "vipu-emu"):
         spec.path(sub).mkdir(parents=True, exist_ok=True)
+    # The hooks' state directory, as private as a site's (deploy/install.py: 0700, SlurmUser's):
+    # the lab's SlurmUser is root (context), who alone runs the hooks and the hook service; the
+    # lab's users read neither the hooks' log nor the records of other users' jobs.
+    spec.path("state").chmod(0o700)
     for name in spec.node_names:
         spec.path("spool", name).mkdir(exist_ok=True)
     if not spec.own_conf:
@@ -268,8 +272,12 @@ def _write_bin(spec: LabSpec) -> None:
     """The V-IPU controller's `vipu` command (as a Pod's hosts have it) and the product's commands,
     on the lab's own PATH."""
     py = sys.executable
+    # The emulator's own socket (in its state directory, which no other user can write) and the
+    # uid it runs as: the lab's commands never dial a name another user could hold (emulator/api.py).
     address = (f"VIPU_CLI_API_HOST=${{VIPU_CLI_API_HOST:-127.0.0.1}} "
-               f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}}")
+               f"VIPU_CLI_API_PORT=${{VIPU_CLI_API_PORT:-{spec.vipu_port}}} "
+               f"{SOCKET_DIR_ENV}=${{{SOCKET_DIR_ENV}:-{spec.path('vipu-emu')}}} "
+               f"{OWNER_ENV}=${{{OWNER_ENV}:-{os.geteuid()}}}")
     path, python = users_python(spec)
     cli = f"{address} {_module_command(path, python, 'slurm_ipu.emulator.vipucli')}"
     _script(spec.path("bin", "vipu-py"), f"#!/bin/sh\n# The emulator's vipu-compatible command line.\n{cli}")
@@ -366,13 +374,15 @@ def _compiler() -> str:
 def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
     """bin/vipu-fast from vipu_fast.c (beside this module) (gcc, a fraction of a second, once per
     source and flags); None without gcc: the Python CLI does every call then, only slower.
-    lab_defaults: the lab's address and Python fallback compiled in (the environment still wins)."""
+    lab_defaults: the lab's address, Python fallback, the emulator's own socket directory and its
+    owner (who starts the lab) compiled in (the environment still wins)."""
     source = Path(__file__).with_name("vipu_fast.c")
     target = spec.path("bin", "vipu-fast")
     flags = [f'-DSOCKET_PREFIX="{SOCKET_PREFIX}"']  # the emulator's API socket (emulator/api.py)
     if lab_defaults:
         flags += ['-DLAB_HOST="127.0.0.1"', f'-DLAB_PORT="{spec.vipu_port}"',
-                  f'-DLAB_FALLBACK="{spec.path("bin", "vipu-py")}"']
+                  f'-DLAB_FALLBACK="{spec.path("bin", "vipu-py")}"',
+                  f'-DLAB_SOCKET_DIR="{spec.path("vipu-emu")}"', f'-DLAB_OWNER="{os.geteuid()}"']
     stamp, key = target.with_name(".vipu-fast.flags"), " ".join(flags) + _compiler()
     fresh = target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime
     if fresh and stamp.exists() and stamp.read_text() == key:

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,26 +208,87 @@ static void unreachable(const struct req *r)
 	exit(1);
 }
 
-/* The emulator's API socket for the port (emulator/api.py, user_socket): abstract, named
- * SOCKET_PREFIX<port>, where the server knows its caller from the kernel (SO_PEERCRED). The
- * prefix is compiled in from the Python constant (lab/files.py), never written here. Only a
- * loopback host is served (parse hands any other to the Python CLI, which says so). */
+/* The emulator's API socket for the port (emulator/api.py): STATE_DIR/api-PORT.sock when
+ * VIPU_EMU_SOCKET_DIR (or the lab's LAB_SOCKET_DIR) names the emulator's state directory, a name
+ * no other user can take; else the abstract one, SOCKET_PREFIX<port>, which any user may bind
+ * while the emulator does not hold it. Either way the server knows its caller from the kernel
+ * (SO_PEERCRED), and the caller asks the kernel who serves before it sends a byte: a server of
+ * another uid than the emulator's owner (VIPU_EMU_OWNER or the lab's LAB_OWNER; by default root or
+ * the caller) is refused in one line, as api.py check_server words it. The prefix is compiled in
+ * from the Python constant (lab/files.py), never written here. Only a loopback host is served
+ * (parse hands any other to the Python CLI, which says so). */
 #ifndef SOCKET_PREFIX
 #error "build with -DSOCKET_PREFIX (slurm_ipu/lab/files.py: build_vipu_fast)"
 #endif
+#ifndef LAB_SOCKET_DIR
+#define LAB_SOCKET_DIR NULL
+#endif
+#ifndef LAB_OWNER
+#define LAB_OWNER NULL
+#endif
+static void check_server(int fd, const char *shown)
+{
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	const char *owner = env_or("VIPU_EMU_OWNER", LAB_OWNER);
+	struct passwd *pw;
+	char expected[64], user[300] = "";
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
+		fprintf(stderr, "error: V-IPU server at %s: cannot tell who serves it: %s [UNAVAILABLE]\n", shown,
+			strerror(errno));
+		exit(1);
+	}
+	if (owner && !digits(owner)) {
+		fprintf(stderr, "error: VIPU_EMU_OWNER='%s' is not a uid; give the emulator owner's numeric uid (root: 0) "
+			"[INVALID_ARGUMENT]\n", owner);
+		exit(1);
+	}
+	if (owner ? cred.uid == (uid_t)strtoul(owner, NULL, 10) : (cred.uid == 0 || cred.uid == geteuid()))
+		return;
+	if (owner)
+		snprintf(expected, sizeof(expected), "uid %lu", strtoul(owner, NULL, 10));
+	else if (geteuid() == 0)
+		snprintf(expected, sizeof(expected), "uid 0");
+	else
+		snprintf(expected, sizeof(expected), "uid 0 or uid %u", (unsigned)geteuid());
+	if ((pw = getpwuid(cred.uid)))
+		snprintf(user, sizeof(user), " (%s)", pw->pw_name);
+	fprintf(stderr, "error: V-IPU server at %s is served by uid %u%s (pid %d), not by the emulator's owner (%s): "
+		"another user's process holds its socket; stop it (kill %d) and start the emulator again (slurm-ipu lab "
+		"up), or set VIPU_EMU_OWNER to the uid the emulator runs as [UNAVAILABLE]\n",
+		shown, (unsigned)cred.uid, user, (int)cred.pid, expected, (int)cred.pid);
+	exit(1);
+}
+
 static int dial(const struct req *r)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	struct timeval tv = {.tv_sec = (time_t)r->timeout, .tv_usec = (suseconds_t)((r->timeout - (time_t)r->timeout) * 1e6)};
-	int n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "%s%s", SOCKET_PREFIX, r->port);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	const char *dir = env_or("VIPU_EMU_SOCKET_DIR", LAB_SOCKET_DIR);
+	char shown[sizeof(sa.sun_path) + 1];
+	socklen_t size;
+	int n, fd;
 
+	if (dir && *dir) {
+		n = snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/api-%s.sock", dir, r->port);
+		if (n < 0 || (size_t)n >= sizeof(sa.sun_path))
+			unreachable(r);
+		size = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
+		snprintf(shown, sizeof(shown), "%s", sa.sun_path);
+	} else {
+		n = snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "%s%s", SOCKET_PREFIX, r->port);
+		size = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+		snprintf(shown, sizeof(shown), "@%s", sa.sun_path + 1);
+	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		unreachable(r);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)))
+	if (connect(fd, (struct sockaddr *)&sa, size))
 		unreachable(r);
+	check_server(fd, shown);
 	return fd;
 }
 

@@ -48,3 +48,14 @@ def vipu(emu):
 def client(emu):
     return VipuClient(command=VIPU, host="127.0.0.1", port=emu.port, timeout=10, retries=1, backoff=0.05,
                       emulator_flags=True)
+
+
+def built_vipu_fast(tmp_path):
+    """The lab's C `vipu`, built into a lab directory under tmp_path: (that LabSpec, its path)."""
+    from slurm_ipu import lab
+
+    spec = lab.LabSpec(dir=tmp_path / "lab")
+    spec.path("bin").mkdir(parents=True)
+    built = lab.build_vipu_fast(spec)
+    assert built is not None, "gcc is missing (make test installs it)"
+    return spec, built

@@ -233,7 +233,9 @@ def test_another_user_s_partition_is_not_shown_by_get_or_ipuof_either(granted):
 
 def test_the_emulator_s_files_are_its_own(emu, api):
     api.create_partition(name="p", size=4)
-    assert os.stat(emu.state_dir).st_mode & 0o777 == 0o700
+    # others may reach the API socket in it by name (api-PORT.sock), never list, read or create
+    assert os.stat(emu.state_dir).st_mode & 0o777 == 0o711
+    assert os.stat(emu.state_dir / f"api-{emu.port}.sock").st_mode & 0o777 == 0o666
     for name in ("vipu.sqlite", "server.json"):
         assert os.stat(emu.state_dir / name).st_mode & 0o077 == 0, name
 

@@ -10,10 +10,9 @@ import time
 
 import pytest
 
-from slurm_ipu import lab
 from slurm_ipu.vipu import VipuClient
 
-from .conftest import VIPU
+from .conftest import VIPU, built_vipu_fast
 
 SEQUENCE = [
     ["create", "partition", "p1", "--size", "4"],
@@ -42,10 +41,7 @@ SEQUENCE = [
 
 @pytest.fixture
 def fast(tmp_path):
-    spec = lab.LabSpec(dir=tmp_path / "lab")
-    spec.path("bin").mkdir(parents=True)
-    built = lab.build_vipu_fast(spec)
-    assert built is not None, "gcc is missing (make test installs it)"
+    spec, built = built_vipu_fast(tmp_path)
     fallback = spec.path("bin", "vipu-py")
     fallback.write_text(f"#!/bin/sh\nexec {' '.join(VIPU)} \"$@\"\n")
     fallback.chmod(0o755)

@@ -379,8 +379,11 @@ def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machin
         for agent in ("ag5", "ag9", "ag13"):
             lab.run(*emu, agent, "up", check=True)
         labmod.restart_reaper(lab.spec)   # as systemd would: its first pass sees the machines Up
-        wait_for("no node drained by the health pass", lambda: ours_drained(lab), 60, until=lambda n: n == [])
-        assert health.drained_nodes(str(lab.spec.path("state"))) == {}
+        # (a slurmctld killed before its state save may have forgotten the drain itself: the
+        # record is then emptied by the restarted service's pass a moment later)
+        wait_for("no node drained by the health pass, none recorded",
+                 lambda: (ours_drained(lab), health.drained_nodes(str(lab.spec.path("state")))), 60,
+                 until=lambda seen: seen == ([], {}))
         wait_idle(lab, 60, "every node idle")
     finally:
         for agent in ("ag5", "ag9", "ag13"):

@@ -122,3 +122,108 @@ def test_roots_default_lab_directory_is_under_no_world_writable_directory(plante
     first = next((level for level in (*reversed(default.parents), default) if not level.exists()), None)
     proc = as_planter(f"mkdir {first or default / 'planted'}")
     assert proc.returncode != 0 and "Permission denied" in proc.stderr
+
+
+# A user's stand-in for the emulator: an HTTP server on the emulator's abstract socket name
+# (argv: socket prefix, port, the agents to report) that says every IPU-Machine is down, which a
+# health pass that believed it would drain every host for. The system Python, nothing of ours.
+SQUAT = r"""
+import json, socketserver, sys
+from http.server import BaseHTTPRequestHandler
+prefix, port, agents = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+class Reply(BaseHTTPRequestHandler):
+    def address_string(self):
+        return "squatter"
+    def log_message(self, *args):
+        pass
+    def answer(self):
+        doc = {"agents": agents} if self.path.startswith("/v1/agents") else {"partitions": [], "version": "1.18.0"}
+        body = json.dumps(doc).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = do_DELETE = answer
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+Server("\0" + prefix + port, Reply).serve_forever()
+"""
+
+
+def _abstract_holder(port: int) -> int | None:
+    """The uid serving the emulator's abstract socket name for `port`, None when nobody does."""
+    import socket
+    import struct
+
+    from slurm_ipu.emulator.api import user_socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        try:
+            sock.connect(user_socket(port))
+        except OSError:
+            return None
+        return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[1]
+
+
+def test_a_user_on_the_emulators_socket_is_not_believed_and_the_emulator_starts_again(clean_lab, users, capsys):
+    """The emulator died; a user bound its socket's name and answers as the controller, with every
+    IPU-Machine down. Root's clients refuse that server (its uid is not the emulator's owner), so
+    root's health pass drains nothing; the emulator starts again beside it (its own socket is in a
+    directory only root can write), the lab works, and the emulator takes the name back once the
+    user's process is gone. The user cannot read the hooks' log either."""
+    import pwd
+    import signal
+
+    from slurm_ipu import lab as labmod
+    from slurm_ipu.emulator.api import SOCKET_PREFIX
+    from slurm_ipu.errors import VipuUnavailable
+
+    from ..waiting import wait_for
+    from .conftest import wait_gone, wait_idle, wait_no_partitions
+
+    lab, user = clean_lab, users[0]
+    uid, port = pwd.getpwnam(user).pw_uid, lab.spec.vipu_port
+    down = [dict(agent, status="Down") for agent in lab.admin().agents()]
+    pids = labmod.load_pids(lab.spec)
+    os.kill(pids["vipu-emu"]["pid"], signal.SIGKILL)
+    wait_for("the emulator dead", lambda: not labmod._running(pids["vipu-emu"]), 10)
+    squatter = lab.popen_as(user, "/usr/bin/python3", "-I", "-c", SQUAT, SOCKET_PREFIX, str(port), json.dumps(down),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("the user serving the emulator's socket name", lambda: _abstract_holder(port), 15,
+                 until=lambda holder: holder == uid)
+        # root's clients that know only the port: refused in one line naming the socket, uid and fix
+        with pytest.raises(VipuUnavailable) as refused:
+            lab.api().version()
+        said = str(refused.value)
+        assert f"uid {uid}" in said and f"@{SOCKET_PREFIX}{port}" in said and "kill" in said, said
+        assert len(said.splitlines()) == 1, said
+        cli = lab.run("vipu-emu", "cli", "--api-port", str(port), "list", "agents")
+        assert cli.returncode == 1 and f"uid {uid}" in cli.stderr, cli.stderr
+        # root's health pass, as the hook service runs it: nothing drained
+        lab.run("slurm-ipu", "health", "--site", lab.site, timeout=120)
+        states = lab.node_states()
+        assert not [n for n, s in states.items() if "drain" in s], states
+        # the emulator starts again while the user still holds the name, and says who does
+        capsys.readouterr()
+        labmod.up(lab.spec)
+        said = capsys.readouterr().err
+        assert f"uid {uid}" in said and "kill" in said, said
+        assert labmod._running(labmod.load_pids(lab.spec)["vipu-emu"])
+        job = lab.sbatch("--gres=ipu:4", "-o", "/dev/null", "--wrap", "true")
+        wait_gone(lab, job)
+        wait_no_partitions(lab, 60, f"job {job}'s partition removed")
+        wait_idle(lab)
+        # the user cannot read the hooks' log (nor list the hooks' state)
+        hooks_log = lab.spec.path("state", "hooks.log")
+        assert hooks_log.exists()
+        read = lab.run_as(user, "cat", str(hooks_log))
+        assert read.returncode != 0 and "Permission denied" in read.stderr, read
+    finally:
+        squatter.kill()
+        squatter.wait(10)
+    # the name is free again: the emulator takes it back, and port-only clients reach it
+    wait_for("the emulator serving its socket name again", lambda: _abstract_holder(port), 30,
+             until=lambda holder: holder == 0)
+    assert lab.api().version()["version"]
