@@ -6,7 +6,7 @@
  * environment (IPURUN_*); each task adds its place (Slurm's global and local task ids) and:
  *   - sets PopDist's per-instance variables (POPDIST_*, the MPI rank variables PopDist reads,
  *     IPUOF_VIPU_API_GCD_ID/TIMEOUT, the cache and autoreport paths, -x for this instance);
- *   - makes the executable cache, refusing one another user could have planted;
+ *   - checks the per-job executable cache the job prolog made (cache.c), or makes the one given;
  *   - binds CPUs (and memory, for spreadnuma) as placement.c decides from this node's topology;
  *   - prints its binding (--report-bindings) and silences itself (--only-output-from-instance).
  * The same rules in Python (launcher/task.py, launcher/numa.py) serve ipurun's --dry-run and
@@ -28,7 +28,6 @@
 #include "placement.h"
 #include "spank_ipu.h"
 
-#define CACHE_ROOT "/tmp" /* cache.c removes CACHE_ROOT/ipurun-cache-<jobid> in the job epilog */
 #define MPOL_BIND 2
 #define VALUE_MAX 16384
 
@@ -178,24 +177,31 @@ static int mkdir_p(const char *path, mode_t mode)
     return (mkdir(tmp, mode) < 0 && errno != EEXIST) ? -1 : 0;
 }
 
-/* The per-job cache sits in /tmp under a name other users can guess, and Poplar loads
- * executables from it: use it only if it is a real directory of ours nobody else can write. */
+/* The per-job cache: the node's job prolog made it, as root, in root's own directory, for the
+ * job's user alone (cache.c). Poplar loads executables from it: it is used only if it is still a
+ * real directory of ours that nobody else can write. A path the user gave is theirs, made if
+ * missing. */
 static int cache(spank_t sp, long k)
 {
     char path[VALUE_MAX], own[8];
     uint32_t job_id = 0;
     struct stat st;
-    int mine = !strcmp(get(sp, "IPURUN_OWN_CACHE", own, sizeof(own)), "1");
+    int mine = !strcmp(get(sp, "IPURUN_OWN_CACHE", own, sizeof(own)), "1"), given = 1;
 
     if (!get(sp, "IPURUN_CACHE_DIR", path, sizeof(path))[0]) {
         if (!mine)
             return 0;
         spank_get_item(sp, S_JOB_ID, &job_id);
-        snprintf(path, sizeof(path), CACHE_ROOT "/ipurun-cache-%u", job_id);
+        snprintf(path, sizeof(path), IPU_JOB_CACHE_ROOT "/%u", job_id);
+        given = 0;
     }
     if (set(sp, "POPDIST_EXECUTABLE_CACHE_PATH", path))
         return -1;
-    if (mkdir_p(path, 0700) < 0 || lstat(path, &st) < 0)
+    if (!given && lstat(path, &st) < 0)
+        return fail("instance %ld: executable cache %s: %s; this node's slurmd makes it in its job prolog (restart "
+                    "slurmd once after installing slurm-ipu), or give --executable-cache-path", k, path,
+                    strerror(errno));
+    if (given && (mkdir_p(path, 0700) < 0 || lstat(path, &st) < 0))
         return fail("instance %ld: executable cache %s: %s; give --executable-cache-path", k, path, strerror(errno));
     if (mine && (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 022)))
         return fail("instance %ld: executable cache %s is not a private directory of uid %u; remove it or give "

@@ -16,7 +16,8 @@
  *     is no task and a partition can be recreated during the job (ipurun --update-partition).
  *     In steps ipurun launches (--ipu-instance), each task then sets up its PopDist instance:
  *     environment, executable cache, CPU and memory binding (instance.c, placement.c).
- *   job_script (job_epilog): removes ipurun's per-job files on the node (cache.c).
+ *   job_script (job_prolog, job_epilog): makes ipurun's per-job executable cache on the node
+ *     before the job's tasks there, and removes it and ipurun's run record after (cache.c).
  *   slurmd: logs the plugin and Slurm versions at load.
  */
 #include <stdint.h>
@@ -159,6 +160,12 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
         slurm_info("spank_ipu: job %u task: IPUOF_VIPU_API_PARTITION_ID=%s at %s:%s", job_id, partition,
                    ipu_conf.vipu_host, ipu_conf.vipu_port);
     return ipu_opts.instance ? ipu_instance_task(sp) : 0; /* after the above: ipurun's choices win */
+}
+
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+    (void)ac; (void)av;
+    return ipu_job_prolog_cache(sp);
 }
 
 int slurm_spank_job_epilog(spank_t sp, int ac, char **av)

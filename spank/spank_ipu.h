@@ -9,6 +9,11 @@
 #define IPU_NAME_MAX 65         /* a V-IPU partition name and its NUL (rules.NAME_MAX) */
 #define IPU_STEP_VAR "SLURM_IPU_STEP_PARTITION" /* srun -> the step's tasks: the partition they name */
 #define IPU_REFUSED_VAR "SLURM_IPU_STEP_REFUSED" /* srun -> the step's tasks: do not start (step.c) */
+/* ipurun's executable caches, one per job (cache.c makes and removes them, instance.c uses them);
+ * launcher/task.py's JOB_CACHE_ROOT. A unit test's driver builds with a root of its own. */
+#ifndef IPU_JOB_CACHE_ROOT
+#define IPU_JOB_CACHE_ROOT "/var/cache/slurm-ipu"
+#endif
 
 struct ipu_conf {
     char vipu_host[IPU_HOST_MAX];   /* IPUOF_VIPU_API_HOST for tasks */
@@ -42,6 +47,7 @@ int ipu_valid_count(const char *text, long max);
 long ipu_parse_count(const char *text, long max);
 int ipu_opt_count(const char *name, const char *optarg, char *slot, long max);
 int ipu_opt_total(const char *optarg, char *slot);
+int ipu_job_prolog_cache(spank_t sp);
 int ipu_job_epilog_cleanup(spank_t sp);
 int ipu_instance_task(spank_t sp);
 int ipu_step_start(spank_t sp);

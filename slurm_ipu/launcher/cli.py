@@ -173,8 +173,9 @@ def cache_for(opts: Options, plan: Plan, local: bool) -> tuple[str | None, str |
     """(the cache path the instances get, one ipurun must remove itself). As PopRun: none for
     one instance on one host unless a path is given; '' disables; a path given is kept.
     Otherwise, locally, one directory for this run that ipurun removes; under Slurm, each
-    task's wrapper uses CACHE_ROOT/ipurun-cache-<jobid>, one per job and host, shared by the
-    job's runs and removed by the node's job epilog however the job ends."""
+    task uses JOB_CACHE_ROOT/<jobid>, one per job and host, shared by the job's runs, which the
+    node's job prolog makes as root for the job's user alone and its job epilog removes however
+    the job ends (spank/cache.c)."""
     cache = opts.executable_cache_path
     if cache is None and plan.num_instances == 1 and len(plan.hosts) == 1:
         return "", None

@@ -11,6 +11,7 @@ it. Standard library only, so a task starts in milliseconds.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 if __package__:  # imported by ipurun (the dry run shows what each task will set)
@@ -20,7 +21,10 @@ else:  # run by srun as a script: this directory, without the package, on purpos
     import numa  # noqa: E402
 
 TASK = os.path.abspath(__file__)
-CACHE_ROOT = "/tmp"  # the SPANK plugin's job epilog removes CACHE_ROOT/ipurun-cache-<jobid> (spank/cache.c)
+CACHE_ROOT = "/tmp"  # the local backend's per-run cache (cli.cache_for) and the run record (partition.STATE_ROOT)
+# The per-job caches under Slurm: the SPANK plugin's job prolog makes JOB_CACHE_ROOT/<jobid> as
+# root, for the job's user alone, and its job epilog removes it (spank/cache.c, IPU_JOB_CACHE_ROOT).
+JOB_CACHE_ROOT = "/var/cache/slurm-ipu"
 MPOL_BIND = 2
 SYS_SET_MEMPOLICY = {"x86_64": 238, "aarch64": 237}
 
@@ -44,16 +48,20 @@ def membind(nodes: tuple[int, ...]) -> bool:
     return libc.syscall(nr, MPOL_BIND, buf, ctypes.c_ulong(64 * 16)) == 0
 
 
-def open_cache(path: str, own: bool, k: int) -> None:
-    """Make the executable cache. The per-job one (own) sits in /tmp under a name other users
-    can guess, and Poplar loads executables from it: use it only if it is a real directory of
-    ours that nobody else can write."""
+def open_cache(path: str, own: bool, k: int, given: bool = True) -> None:
+    """Check the executable cache, and make it if the path was given. The per-job one (not
+    given) was made by the node's job prolog as root (spank/cache.c); an own one (ipurun chose
+    it) is used only if it is a real directory of ours that nobody else can write, since Poplar
+    loads executables from it."""
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        if given:
+            os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
     except OSError as exc:
-        fail(f"instance {k}: executable cache {path}: {exc.strerror}; give --executable-cache-path")
-    if own and (not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.getuid() or st.st_mode & 0o022):
+        fix = "" if given else ("this node's slurmd makes it in its job prolog (restart slurmd once after "
+                                "installing slurm-ipu), or ")
+        fail(f"instance {k}: executable cache {path}: {exc.strerror}; {fix}give --executable-cache-path")
+    if own and (not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022):
         fail(f"instance {k}: executable cache {path} is not a private directory of uid {os.getuid()}; "
              "remove it or give --executable-cache-path")
 
@@ -96,7 +104,7 @@ def instance_env(env: dict, k: int, local: int) -> dict:
         out.update(entry.split("=", 1) for entry in own.split("\x1f") if "=" in entry[1:])
     cache = env.get("IPURUN_CACHE_DIR")
     if not cache and env.get("IPURUN_OWN_CACHE") == "1":
-        cache = os.path.join(CACHE_ROOT, f"ipurun-cache-{env.get('SLURM_JOB_ID', '<jobid>')}")
+        cache = os.path.join(JOB_CACHE_ROOT, env.get("SLURM_JOB_ID", "<jobid>"))
     if cache:
         out["POPDIST_EXECUTABLE_CACHE_PATH"] = cache
     return out
@@ -120,7 +128,8 @@ def main(argv: list[str]) -> None:
             env.pop(f"IPUOF_VIPU_API_{key}", None)
     env.update(extra)
     if extra.get("POPDIST_EXECUTABLE_CACHE_PATH"):
-        open_cache(extra["POPDIST_EXECUTABLE_CACHE_PATH"], env.get("IPURUN_OWN_CACHE") == "1", k)
+        open_cache(extra["POPDIST_EXECUTABLE_CACHE_PATH"], env.get("IPURUN_OWN_CACHE") == "1", k,
+                   given=bool(env.get("IPURUN_CACHE_DIR")))
     strategy = env.get("IPURUN_PLACEMENT", "spreadnuma")
     try:
         cpus = numa.read_topology("/")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from slurm_ipu.launcher.numa import STRATEGIES
+from slurm_ipu.launcher.task import JOB_CACHE_ROOT
 
 from .conftest import wait_for, wait_gone
 
@@ -96,9 +97,9 @@ def test_multi_gcd_job_each_instance_attaches_to_its_gcd_and_update_recreates(cl
     assert sorted((int(r[1]), r[2]) for r in first) == [(0, "0"), (1, "0"), (2, "1"), (3, "1")], text
     assert sorted((int(r[1]), r[2]) for r in second) == [(0, "0"), (1, "0"), (2, "0")], text
     for _, _k, gcd, cache, attach in rows:
-        assert cache == f"/tmp/ipurun-cache-{job}" and f"gcd={gcd} " in attach, attach
+        assert cache == f"{JOB_CACHE_ROOT}/{job}" and f"gcd={gcd} " in attach, attach
     assert len([r for r in first if "ipus=" in r[4]]) == 4
-    left = [Path(f"/tmp/ipurun-cache-{job}"), Path(f"/tmp/ipurun-job-{job}.json")]
+    left = [Path(JOB_CACHE_ROOT, str(job)), Path(f"/tmp/ipurun-job-{job}.json")]
     wait_for("the node epilog to remove ipurun's per-job files", lambda: not any(p.exists() for p in left), 30)
 
 

@@ -74,7 +74,7 @@ EXPECT = [
     (0, 2, {"out": ["Hello world!\nHello world!"]}),
     (0, 1, {"tagged": True, "each": {"POPDIST_EXECUTABLE_CACHE_PATH": ""}}),
     (0, 1, {"tagged": True, "each": {"POPDIST_EXECUTABLE_CACHE_PATH": "/tmp/poplar-executable-cache"}}),
-    (0, 2, {"tagged": True, "each": {"POPDIST_EXECUTABLE_CACHE_PATH": "/tmp/ipurun-cache-{job}"}}),
+    (0, 2, {"tagged": True, "each": {"POPDIST_EXECUTABLE_CACHE_PATH": "/var/cache/slurm-ipu/{job}"}}),
     (0, 2, {"tagged": True, "each": {"POPDIST_EXECUTABLE_CACHE_PATH": ""}}),
     (2, None, {"out": ["unknown option '--host,'", "did you mean --host?"]}),
     (0, 1, {"tagged": True, "each": {"POPDIST_EXECUTABLE_CACHE_PATH": "/tmp/poplar-executable-cache"}}),

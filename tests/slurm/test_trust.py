@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -115,3 +117,47 @@ def test_a_job_user_cannot_take_ipus_around_slurm(clean_lab):
     doctor = lab.run("slurm-ipu", "doctor", timeout=120)
     line = [ln for ln in doctor.stdout.splitlines() if " grants " in ln]
     assert line and line[0].startswith("ok") and "may not create partitions in allocation" in line[0], doctor.stdout
+
+
+def test_nobody_can_plant_another_user_s_ipurun_cache(clean_lab, tmp_path):
+    """A user who guesses the next job id cannot take its executable cache: every place its name
+    could be made by a user is tried, as a directory and as a link, and each is refused or never
+    used; the victim's ipurun runs on a cache of its own, 0700, that nothing of the attacker's saw,
+    and the job epilog removes it. Both users are non-root; ipurun is the lab's installed one."""
+    from slurm_ipu.launcher import task
+
+    lab = clean_lab
+    attacker, victim = "slurmipu-a", "slurmipu-b"
+    target = next_job_id(lab)
+    ids = (target, target + 1)  # the victim's, and the next in case another submission came first
+    bait = lab.spec.path("users", f"bait-{target}")  # the attacker's own directory, open to all
+    planted = [Path(f"/tmp/ipurun-cache-{j}") for j in ids]  # where ipurun's cache used to be
+    ours = [Path(task.JOB_CACHE_ROOT) / str(j) for j in ids]
+    try:
+        assert lab.run_as(attacker, "mkdir", "-m", "0777", str(bait), str(planted[0])).returncode == 0
+        assert lab.run_as(attacker, "ln", "-s", str(bait), str(planted[1])).returncode == 0
+        tries = [("mkdir", "-p", "-m", "0777", str(ours[0])), ("ln", "-s", str(bait), str(ours[1])),
+                 ("ln", "-s", str(bait), task.JOB_CACHE_ROOT), ("ls", task.JOB_CACHE_ROOT)]
+        for argv in tries:
+            proc = lab.run_as(attacker, *argv)
+            assert proc.returncode != 0 and not any(p.is_symlink() for p in ours), (argv, proc.stdout)
+        probe = ('c="$POPDIST_EXECUTABLE_CACHE_PATH"; echo "CACHE $SLURM_JOB_ID $c $(stat -c "%U %a %F" "$c")" && '
+                 'echo exe > "$c/exe.$SLURMD_NODENAME"')
+        proc = lab.run_as(victim, "salloc", "-N2", "--gres=ipu:1", "ipurun", "--num-instances", "2",
+                          "--num-replicas", "2", "--", "bash", "-c", probe, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        rows = sorted(line.split(maxsplit=3) for line in proc.stdout.splitlines() if line.startswith("CACHE "))
+        assert len(rows) == 2 and rows[0][1] == rows[1][1], proc.stdout
+        job = int(rows[0][1])
+        assert job in ids, f"the victim's job {job} is not one the attacker planted for ({ids})"
+        cache = f"{task.JOB_CACHE_ROOT}/{job}"
+        assert all(r[2:] == [cache, f"{victim} 700 directory"] for r in rows), proc.stdout
+        assert sorted(os.listdir(bait)) == [] and sorted(os.listdir(planted[0])) == [], "written through a plant"
+        wait_for(f"the job epilog to remove {cache}", lambda: not os.path.lexists(cache), 30)
+    finally:
+        for path in planted:
+            if path.is_symlink():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)
+        shutil.rmtree(bait, ignore_errors=True)

@@ -44,13 +44,16 @@ SPANK = __import__("pathlib").Path(__file__).resolve().parents[2] / "spank"
 C_FLAGS = ("-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-O2")  # spank/Makefile's, and stricter
 
 
-def build_driver(tmp_path_factory, name: str, *sources: str) -> str:
+def build_driver(tmp_path_factory, name: str, *sources: str, cache_root: str | None = None) -> str:
     """A C test driver from spank/tests/<name>.c and the plugin's sources it exercises, with the
-    one set of flags every C differential test uses."""
+    one set of flags every C differential test uses; cache_root: the test's own in place of
+    IPU_JOB_CACHE_ROOT (spank/spank_ipu.h), which only root may make."""
     import subprocess
 
     out = tmp_path_factory.mktemp("spank") / name
-    argv = ["gcc", *C_FLAGS, "-o", str(out), str(SPANK / "tests" / f"{name}.c"), *(str(SPANK / s) for s in sources)]
+    defines = [f'-DIPU_JOB_CACHE_ROOT="{cache_root}"'] if cache_root else []
+    argv = ["gcc", *C_FLAGS, *defines, "-o", str(out), str(SPANK / "tests" / f"{name}.c"),
+            *(str(SPANK / s) for s in sources)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return str(out)

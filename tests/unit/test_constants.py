@@ -12,7 +12,7 @@ import pytest
 
 from slurm_ipu import config, rules
 from slurm_ipu.hooks import transport
-from slurm_ipu.launcher import task
+from slurm_ipu.launcher import partition, task
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,9 +37,10 @@ def c_default(path: str, field: str) -> str:
     (lambda: c_default("spank/args.c", "prefix"), lambda: config.BY_KEY["partition.prefix"].default),
     (lambda: c_define("spank/args.c", "PREFIX_CHARS"), lambda: config.PREFIX_CHARS),
     (lambda: c_define("slurm_ipu/hooks/hook.c", "NO_SERVICE"), lambda: str(transport.NO_SERVICE)),
-    (lambda: c_define("spank/instance.c", "CACHE_ROOT"), lambda: task.CACHE_ROOT),
+    (lambda: c_define("spank/spank_ipu.h", "IPU_JOB_CACHE_ROOT"), lambda: task.JOB_CACHE_ROOT),
+    (lambda: c_define("spank/cache.c", "STATE_FMT"), lambda: f"{partition.STATE_ROOT}/ipurun-job-%u.json"),
     (lambda: c_define("spank/instance.c", "MPOL_BIND"), lambda: str(task.MPOL_BIND)),
-], ids=["port", "port-option", "prefix", "prefix-chars", "no-service", "cache-root", "mpol-bind"])
+], ids=["port", "port-option", "prefix", "prefix-chars", "no-service", "job-cache-root", "run-record", "mpol-bind"])
 def test_the_c_side_holds_the_python_side_s_value(c_value, python_value):
     assert c_value() == python_value()
 

@@ -128,7 +128,8 @@ def test_srun_line_inside_an_allocation_step():
                                "--kill-on-bad-exit=1", "--label", "--cpu-bind=none", "--overlap"]
     assert launch.env["IPURUN_INSTANCES_PER_HOST"] == "2" and launch.cache_dir is None
     task = dict(env, **launch.env, SLURM_PROCID="3", SLURM_LOCALID="1")
-    assert instance_env(task, 3, 1)["POPDIST_EXECUTABLE_CACHE_PATH"] == "/tmp/ipurun-cache-7"  # per job, per host
+    # per job and host, made by the node's job prolog where no user can write (spank/cache.c)
+    assert instance_env(task, 3, 1)["POPDIST_EXECUTABLE_CACHE_PATH"] == "/var/cache/slurm-ipu/7"
 
 
 @pytest.mark.parametrize("path,expected", [("/shared/cache", "/shared/cache"), ("", None)])

@@ -5,6 +5,7 @@ report, the same silence, the same refusals."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -39,10 +40,13 @@ def in_c(driver: str, env: dict, k: int, local: int, job: int = 7):
     return rc, dict(line.split("=", 1) for line in lines[1:]), proc.stderr
 
 
-def in_python(env: dict, k: int, local: int, job: int = 7):
+def in_python(env: dict, k: int, local: int, job: int = 7, cache_root: Path | None = None):
     env = dict(env, SLURM_PROCID=str(k), SLURM_LOCALID=str(local), SLURM_JOB_ID=str(job))
-    proc = subprocess.run([sys.executable, "-S", "-I", task.TASK, "--", "/usr/bin/env"], env=env,
-                          capture_output=True, text=True, timeout=30)
+    argv = [sys.executable, "-S", "-I", task.TASK, "--", "/usr/bin/env"]
+    if cache_root:  # the wrapper as srun runs it, with the root the C driver was built with
+        argv[3:4] = ["-c", f"import sys; sys.path.insert(0, {str(Path(task.TASK).parent)!r}); import task; "
+                           f"task.JOB_CACHE_ROOT = {str(cache_root)!r}; task.main(sys.argv[1:])"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30)
     got = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
     for key in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_ID"):
         got.pop(key, None)
@@ -83,6 +87,47 @@ def test_the_executable_cache_is_made_private_and_named_alike(driver, tmp_path):
     c = in_c(driver, env, 3, 1)
     shutil.rmtree(tmp_path / "deep")
     assert c == in_python(env, 3, 1) and c[1]["POPDIST_EXECUTABLE_CACHE_PATH"] == str(tmp_path / "deep" / "cache")
+
+
+@pytest.fixture(scope="module")
+def cache_root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("var") / "slurm-ipu"
+
+
+@pytest.fixture(scope="module")
+def root_driver(tmp_path_factory, cache_root):
+    """The driver with IPU_JOB_CACHE_ROOT in the test's own directory, which stands in for root's."""
+    return build_driver(tmp_path_factory, "instance_driver", "instance.c", "placement.c", cache_root=str(cache_root))
+
+
+def job_cache(cache_root: Path, make) -> Path:
+    shutil.rmtree(cache_root, ignore_errors=True)
+    cache_root.mkdir(mode=0o711)
+    make(cache_root / "7")
+    return cache_root / "7"
+
+
+@pytest.mark.parametrize("make,refusal", [
+    (lambda p: p.mkdir(mode=0o700), None),
+    (lambda p: None, "ipurun: instance 3: executable cache {p}: No such file or directory; this node's slurmd makes "
+                     "it in its job prolog (restart slurmd once after installing slurm-ipu), or give "
+                     "--executable-cache-path\n"),
+    (lambda p: (p.mkdir(), p.chmod(0o777)), "not private"),
+    (lambda p: (p.with_name("elsewhere").mkdir(mode=0o700), p.symlink_to(p.with_name("elsewhere"))), "not private"),
+], ids=["made-by-the-prolog", "missing", "writable-by-others", "a-link"])
+def test_the_job_s_cache_is_the_prolog_s_and_only_checked_as_in_python(root_driver, cache_root, make, refusal):
+    path = job_cache(cache_root, make)
+    there = os.path.lexists(path)
+    env = dict(PLAN, IPURUN_OWN_CACHE="1")
+    c, py = in_c(root_driver, env, 3, 1), in_python(env, 3, 1, cache_root=cache_root)
+    if refusal is None:
+        assert c == py and c[1]["POPDIST_EXECUTABLE_CACHE_PATH"] == str(path)
+    else:  # a refused task runs nothing: what the driver's environment holds then is moot
+        if refusal == "not private":
+            refusal = (f"ipurun: instance 3: executable cache {path} is not a private directory of uid "
+                       f"{os.getuid()}; remove it or give --executable-cache-path\n")
+        assert (c[0], c[2]) == (py[0], py[2]) == (-1, refusal.format(p=path))
+    assert os.path.lexists(path) == there  # a task never makes it: only root can, in root's directory
 
 
 def test_another_instance_s_output_is_silenced(driver):
