@@ -336,9 +336,21 @@ def uninstall(args) -> int:
         if entry["path"].startswith(prefix + "/"):
             continue  # goes with PREFIX below
         kept += _remove(path, entry)
+    if not args.destdir and any(e["path"].endswith("/spank_ipu.so") for e in doc["entries"]):
+        _remove_job_caches()
     shutil.rmtree(root, ignore_errors=False)
     print(f"uninstall: removed {prefix}")
     return 1 if kept else 0
+
+
+def _remove_job_caches() -> None:
+    """What the plugin's job prolog made on this node (ipurun's per-job caches): root's own tree,
+    removed without following a link in it, as the package's purge does."""
+    from ..launcher.task import JOB_CACHE_ROOT
+
+    if os.path.isdir(JOB_CACHE_ROOT) and not os.path.islink(JOB_CACHE_ROOT):
+        shutil.rmtree(JOB_CACHE_ROOT)
+        print(f"uninstall: removed {JOB_CACHE_ROOT}")
 
 
 def _refuse_if_slurm_uses(doc: dict) -> None:

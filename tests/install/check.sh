@@ -94,6 +94,8 @@ make -s -C "$SRC" uninstall PREFIX="$P" >/dev/null
 left=$(for f in $INSTALLED; do [ -e "$f" ] || [ -L "$f" ] && echo "$f"; done || true)
 [ -z "$left" ] || fail "uninstall left: $left"
 [ ! -e "$P" ] || fail "uninstall left $P"
+# the plugin's job prolog made ipurun's per-job caches under it (spank/cache.c)
+[ ! -e /var/cache/slurm-ipu ] || fail "uninstall left /var/cache/slurm-ipu"
 left=$(/usr/bin/python3 -c 'import json, os, sys
 print(" ".join(e["path"] for e in json.load(open(sys.argv[1]))["entries"]
       if e["kind"] == "mkdir" and os.path.isdir(e["path"]) and not os.listdir(e["path"])))' "$ROOT/manifest.json")

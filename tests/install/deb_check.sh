@@ -150,7 +150,7 @@ say "install again; dpkg --purge with nothing recorded"
 apt_install "${BUILD2[@]}"
 dpkg --purge slurm-ipu slurm-ipu-spank slurm-ipu-lab >"$ROOT/purge.log" 2>&1 || fail "purge: $(tail -n 1 "$ROOT/purge.log")"
 left=$(for f in $FILES /etc/slurm-ipu /etc/systemd/system/slurm-ipu-reaper.service.d "$STATE" /usr/libexec/slurm-ipu \
-    /usr/lib/python3/dist-packages/slurm_ipu; do
+    /usr/lib/python3/dist-packages/slurm_ipu /var/cache/slurm-ipu; do
   { [ -e "$f" ] || [ -L "$f" ]; } && echo "$f"; done || true)
 [ -z "$left" ] || fail "purge left: $left"
 [ "$(slurm_packages)" = "$PACKAGES" ] || fail "the packages changed the node's Slurm packages: $(diff <(echo \

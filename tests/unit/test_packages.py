@@ -160,3 +160,13 @@ def test_doctor_tells_a_packaged_node_to_run_setup_not_make_install(tmp_path):
 
     found = doctor.check_state_dir(packaged_site(tmp_path), None)  # state_dir under tmp_path: not made yet
     assert not found.ok and found.fix == "`slurm-ipu setup` creates it", found.line()
+
+
+def test_the_plugin_s_purge_removes_the_executable_caches_its_job_prolog_makes():
+    """The job prolog (spank/cache.c) makes task.JOB_CACHE_ROOT; purging the plugin's package
+    takes it away (Debian's rule for /var/cache/<package>), removing the package does not."""
+    from slurm_ipu.launcher import task
+
+    postrm = (DEBIAN / "slurm-ipu-spank.postrm").read_text()
+    purge = postrm.split('if [ "$1" = purge ]; then', 1)[1]
+    assert f"rm -rf {task.JOB_CACHE_ROOT}\n" in purge
