@@ -180,7 +180,8 @@ def cache_for(opts: Options, plan: Plan, local: bool) -> tuple[str | None, str |
     if cache is None and plan.num_instances == 1 and len(plan.hosts) == 1:
         return "", None
     if cache is None and local:
-        cache = os.path.join(CACHE_ROOT, f"ipurun-cache-local-{os.getpid()}")
+        # random bits: in /tmp a name others can guess is one they can plant first
+        cache = os.path.join(CACHE_ROOT, f"ipurun-cache-local-{os.getpid()}-{os.urandom(8).hex()}")
         return cache, cache
     return cache, None
 
