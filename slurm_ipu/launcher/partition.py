@@ -241,8 +241,21 @@ def _missing(name: str, env: dict, opts, own: str | None = None) -> str:
     if opts.vipu_partition:
         return (f"--vipu-partition {name}: no such partition on V-IPU; check `vipu list partitions` "
                 "or leave --vipu-partition out to use the job's own")
-    return (f"partition {name} does not exist: job {env.get('SLURM_JOB_ID', '?')} has no IPUs; "
+    job = env.get("SLURM_JOB_ID", "?")
+    if not _named_after(name, job):  # the caller's own export (a Graphcore script's p$SLURM_JOB_ID)
+        return (f"partition {name} does not exist (IPUOF_VIPU_API_PARTITION_ID names it): create it first, or "
+                f"unset IPUOF_VIPU_API_PARTITION_ID to use job {job}'s own partition")
+    return (f"partition {name} does not exist: job {job} has no IPUs; "
             "submit it with --gres=ipu:N (IPUs per node), or run with --offline-mode=yes")
+
+
+def _named_after(name: str, job: str) -> bool:
+    """Whether `name` is this job's or one of its steps' partition names, as the SPANK plugin
+    sets them: a prefix, the job id, and for a step `_<step>`."""
+    head, sep, step = name.rpartition("_")
+    if sep and step.isdigit() and head.endswith(job):
+        name = head
+    return job.isdigit() and name.endswith(job) and not name[:-len(job)][-1:].isdigit()
 
 
 def _check(shape: Shape) -> None:

@@ -109,6 +109,11 @@ def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
     (["--ipus=8", "-N3"], "for 8 IPUs use -N 1, 2, 4", ["--ipus=8", "-N2"]),
     (["--ipus=7", "-N2"], "on 2 node(s) ask for one of 2, 4, 8, 16, 32 IPUs", ["--ipus=8", "-N2"]),
     (["--gres=ipu:4", "-N3"], "no partition size spreads evenly over 3 nodes: use -N 1, 2, 4", ["--gres=ipu:4", "-N4"]),
+    # a per-node count over a host's IPUs: "-N 4" alone would have asked for 4 x 64
+    (["--gres=ipu:64", "-N1"], "for 64 IPUs use -N 4 --gres=ipu:16 (IPUs per node), or --ipus=64 -N 4",
+     ["-N4", "--gres=ipu:16"]),
+    (["--gres=ipu:32", "-N1"], "for 32 IPUs use -N 2 --gres=ipu:16", ["-N2", "--gres=ipu:16"]),
+    (["--ipus=64", "-N1"], "puts 64 IPUs on a node; a node has 16: use -N 4 or more", ["--ipus=64", "-N4"]),
     # GPU habits on a cluster without GPUs (the lab's GresTypes has none): Slurm alone says only
     # "Invalid generic resource (gres) specification"
     (["--gpus=4"], "--gpus=4 asks for GPUs, and this cluster has none: ask for IPUs with --ipus=4", ["--ipus=4"]),
@@ -130,7 +135,7 @@ def test_a_refusal_s_advice_when_followed_is_accepted(clean_lab, refused, advice
     (["--ipus=8", "-N3"], "slurm-ipu: --ipus=8 does not spread evenly over 3 node(s); no partition size spreads "
                           "evenly over 3 nodes: for 8 IPUs use -N 1, 2, 4"),
     (["--ipus=8", "-N2", "--gres=ipu:2"], "slurm-ipu: --ipus=8 and --gres=ipu:2 on 2 node(s) (4 IPUs) disagree"),
-    (["--ipus=32"], "slurm-ipu: --ipus=32 on 1 node(s) asks for 32 IPUs per node; a node has 16: use -N 2 or more"),
+    (["--ipus=32"], "slurm-ipu: --ipus=32 on 1 node(s) puts 32 IPUs on a node; a node has 16: use -N 2 or more"),
     (["--ipus=0"], "spank_ipu: --ipus=0: not a number of IPUs from 1 to 65536"),
 ])
 @pytest.mark.parametrize("tool", ["sbatch", "srun", "salloc"])

@@ -272,6 +272,23 @@ def test_a_job_without_ipus_is_told_so():
     ns, extra, cmd = cli.parse(["--vipu-partition", "other", "x"])
     with pytest.raises(SlurmIpuError, match="--vipu-partition other: no such partition"):
         cli.build(ns, extra, cmd, env, client_factory=vipu_with()[1])
+    for step in ("slurm_7_0", "p7"):  # a step's, or Graphcore's p$SLURM_JOB_ID: still the job's name
+        ns, extra, cmd = cli.parse(["x"])
+        with pytest.raises(SlurmIpuError, match=f"partition {step} does not exist: job 7 has no IPUs"):
+            cli.build(ns, extra, cmd, dict(env, IPUOF_VIPU_API_PARTITION_ID=step), client_factory=vipu_with()[1])
+
+
+def test_a_job_whose_export_names_a_missing_partition_is_told_so_not_that_it_has_no_ipus():
+    """A job with IPUs whose script exported a partition name of its own: the word is about the
+    export, not a resubmission with --gres=ipu:N."""
+    env = {"SLURM_JOB_ID": "38", "SLURM_JOB_NODELIST": "node1", "IPUOF_VIPU_API_PARTITION_ID": "mine",
+           "IPUOF_VIPU_API_HOST": "127.0.0.1"}
+    ns, extra, cmd = cli.parse(["--num-instances", "2", "--num-replicas", "2", "x"])
+    with pytest.raises(SlurmIpuError) as refused:
+        cli.build(ns, extra, cmd, env, client_factory=vipu_with(slurm_38=(16, 1))[1])
+    said = str(refused.value)
+    assert said.startswith("partition mine does not exist (IPUOF_VIPU_API_PARTITION_ID names it)"), said
+    assert "unset IPUOF_VIPU_API_PARTITION_ID to use job 38's own partition" in said and "--gres" not in said
 
 
 def test_outside_an_allocation_the_gcds_are_the_ones_srun_asks_for():

@@ -436,7 +436,11 @@ def test_ipus_is_the_job_s_total_spread_over_its_nodes(lua_16, job, licence, tre
      "-N 1, 2, 4"),
     (ipus(8, min_nodes=2, tres_per_node="gres/ipu:2"), "slurm-ipu: --ipus=8 and --gres=ipu:2 on 2 node(s) (4 IPUs) "
                                                        "disagree; give one of them"),
-    (ipus(32), "slurm-ipu: --ipus=32 on 1 node(s) asks for 32 IPUs per node; a node has 16: use -N 2 or more"),
+    (ipus(32), "slurm-ipu: --ipus=32 on 1 node(s) puts 32 IPUs on a node; a node has 16: use -N 2 or more"),
+    ({"tres_per_node": "gres/ipu:64"}, "slurm-ipu: --gres=ipu:64 on 1 node(s) asks for 64 IPUs per node; a node has "
+     "16: for 64 IPUs use -N 4 --gres=ipu:16 (IPUs per node), or --ipus=64 -N 4"),
+    ({"tres_per_node": "gres/ipu:32", "min_nodes": 2}, "slurm-ipu: --gres=ipu:32 on 2 node(s) asks for 32 IPUs per "
+     "node; a node has 16: for 64 IPUs use -N 4 --gres=ipu:16 (IPUs per node), or --ipus=64 -N 4"),
     (ipus(128, min_nodes=4), "slurm-ipu: --ipus=128 on 4 node(s) asks for 128 IPUs, more than the Pod's 64; valid "
                              "totals: 1, 2, 4, 8, 16, 32, 64"),
     (ipus(8, min_nodes=2, max_nodes=4), "slurm-ipu: IPU jobs need a fixed node count"),
@@ -536,3 +540,25 @@ def test_a_partition_s_node_list_is_read_as_slurm_writes_hostlists(lua_mixed):
     assert run_tres(lua_mixed, {"tres_per_node": "gres/ipu:4"}, parts)[2] == "gres/ipu:16"
     parts = {"odd": {"nodes": "node[01-02],node[5,7-8]", "flag_default": 1}}
     assert run_tres(lua_mixed, {"tres_per_node": "gres/ipu:4"}, parts)[2] == "gres/ipu:4"
+
+
+@pytest.mark.parametrize("job", [{"tres_per_node": "gres/ipu:64"}, {"tres_per_node": "gres/ipu:32"},
+                                 {"tres_per_node": "gres/ipu:32", "min_nodes": 2}, ipus(64), ipus(32)])
+def test_too_many_ipus_per_node_gets_advice_that_is_accepted_when_followed(lua_16, job):
+    """A per-node count over a host's IPUs used to be told "use -N 4 or more", which multiplies the
+    total: --gres=ipu:64 on 4 nodes asks for 256. Each way the advice names is accepted."""
+    import re
+
+    rc, _lic, _tres, msg = run_tres(lua_16, job)
+    assert rc == -1, msg
+    followed = []
+    for nodes, per in re.findall(r"use -N (\d+) --gres=ipu:(\d+)", msg):
+        followed.append({"tres_per_node": f"gres/ipu:{per}", "min_nodes": int(nodes), "max_nodes": int(nodes)})
+    for total, nodes in re.findall(r"--ipus=(\d+) -N (\d+)", msg):
+        followed.append(ipus(int(total), min_nodes=int(nodes), max_nodes=int(nodes)))
+    for nodes in re.findall(r"use -N (\d+) or more$", msg):
+        followed.append(ipus(int(job["spank_job_env"][1].split("=")[1]), min_nodes=int(nodes), max_nodes=int(nodes)))
+    assert followed, msg
+    for advised in followed:
+        rc, lic, _tres, said = run_tres(lua_16, advised)
+        assert rc == 0 and lic.startswith("ipu:"), (msg, advised, said)
