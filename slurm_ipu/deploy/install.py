@@ -343,11 +343,14 @@ def uninstall(args) -> int:
     return 1 if kept else 0
 
 
-def _remove_job_caches() -> None:
-    """What the plugin's job prolog made on this node (ipurun's per-job caches): root's own tree,
-    removed without following a link in it, as the package's purge does."""
-    from ..launcher.task import JOB_CACHE_ROOT
+# What the plugin's job prolog makes on a node (spank/cache.c): launcher/task.py's JOB_CACHE_ROOT,
+# which this side may not import (deploy is below the launcher); test_constants holds them equal.
+JOB_CACHE_ROOT = "/var/cache/slurm-ipu"
 
+
+def _remove_job_caches() -> None:
+    """ipurun's per-job caches the plugin's job prolog made on this node: root's own tree,
+    removed without following a link in it, as the package's purge does."""
     if os.path.isdir(JOB_CACHE_ROOT) and not os.path.islink(JOB_CACHE_ROOT):
         shutil.rmtree(JOB_CACHE_ROOT)
         print(f"uninstall: removed {JOB_CACHE_ROOT}")

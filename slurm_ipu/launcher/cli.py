@@ -126,7 +126,8 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
                      opts.num_ilds or vipu.shape.ilds or 1, num_gcds=vipu.shape.gcds,
                      cpus_per_host=cpus if opts.process_placement in numa.ONE_CORE_EACH else None,
                      partition=(vipu.name, vipu.shape.size) if vipu.name else None,
-                     distribution=mpi.distribution if mpi else "block")
+                     distribution=mpi.distribution if mpi else "block",
+                     reshape=lambda gcds: partition.reshape_hint(vipu.name, env, gcds=gcds))
     cache, own_cache = cache_for(opts, plan, local)
     task_env = instance_constants(opts, plan, cache, mpi, vipu.name)
     host_pods, gcd_map = pod_placement(plan, vipu, factory, env, inside, opts.print_topology)

@@ -194,12 +194,58 @@ def decide(opts, env: dict, instances: int, target: Target, client_factory, extr
         if recreate:
             shape = Shape(poprun_gcds(part.size, instances, ilds), ilds, False, part.size)
             _check(shape)
+            if job_own(target.name, env):
+                raise ConfigError(_kept(target.name, part, shape, env))
+    elif opts.num_ilds and part.num_ilds and opts.num_ilds != part.num_ilds:
+        # PopRun's rule: a partition of other ILDs is recreated only when asked to
+        raise ConfigError(f"--num-ilds {opts.num_ilds}: partition {target.name} has {part.num_ilds} ILD(s); use "
+                          f"--num-ilds {part.num_ilds} or leave it out"
+                          + reshape_hint(target.name, env, ilds=opts.num_ilds))
     if opts.reset_partition is not None:
         reset = bool(opts.reset_partition)
     else:
         reset = not shape.reconfigurable and state.get("runs", 0) > 0
     return PartitionPlan(target.name, shape, state, recreate, reset and not recreate, part,
                          allocation=opts.vipu_allocation or part.allocation)
+
+
+def job_own(name: str, env: dict) -> bool:
+    """Whether `name` is the partition Slurm's hooks made for this job or one of its steps (the
+    site's partition prefix, the job id, and for a step `_<step>`). No user may make such a name
+    (the site keeps V-IPU to Slurm), so ipurun never removes one to recreate it: the job would lose
+    its IPUs. Read on the paths that would reshape a partition only (the site description costs
+    start-up)."""
+    from .. import config
+
+    job = env.get("SLURM_JOB_ID", "")
+    if not job.isdigit():
+        return False
+    prefix = config.BY_KEY["partition.prefix"].default
+    path, _ = config.locate(env)
+    try:
+        prefix = config.load(path, environ=env)["partition.prefix"] if os.path.exists(path) else prefix
+    except (OSError, SlurmIpuError):
+        pass
+    own = f"{prefix}{job}"
+    return name == own or (name.startswith(f"{own}_") and name[len(own) + 1:].isdigit())
+
+
+def reshape_hint(name: str | None, env: dict, gcds: int | None = None, ilds: int | None = None) -> str:
+    """How to get a partition of another shape, as advice appended to a refusal: the job's own is
+    asked for when the job is submitted; one the user made is recreated by ipurun."""
+    wanted = " ".join(f"--ipu-{k}={v}" for k, v in (("gcds", gcds), ("ilds", ilds)) if v)
+    if name is not None and job_own(name, env):
+        return f", or submit the job with {wanted} for a partition of that shape"
+    what = f"{gcds} GCD(s)" if gcds else f"{ilds} ILD(s)"
+    return f", or --update-partition=yes to recreate it with {what}"
+
+
+def _kept(name: str, part, shape: Shape, env: dict) -> str:
+    ilds = f" --ipu-ilds={shape.ilds}" if shape.ilds != part.num_ilds else ""
+    return (f"--update-partition: {name} is job {env.get('SLURM_JOB_ID')}'s own partition ({part.num_gcds} GCD(s), "
+            f"{part.num_ilds} ILD(s)), made by Slurm's hooks: ipurun leaves it as it is, since no user may make it "
+            f"again. Run a multiple of {part.num_gcds} instances on it as it is, or submit the job with "
+            f"--ipu-gcds={shape.gcds}{ilds} for this shape")
 
 
 def _new_shape(opts, instances: int) -> Shape:

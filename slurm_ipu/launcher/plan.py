@@ -72,8 +72,11 @@ def _divisors(n: int) -> str:
 
 def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, hosts: list[str] | tuple[str, ...],
               num_ilds: int = 1, num_gcds: int = 1, cpus_per_host: int | None = None,
-              partition: tuple[str, int] | None = None, distribution: str = "block") -> Plan:
-    """partition: (name, size) of the partition the run drives, when there is one."""
+              partition: tuple[str, int] | None = None, distribution: str = "block",
+              reshape=lambda gcds: f", or --update-partition=yes to recreate it with {gcds} GCD(s)") -> Plan:
+    """partition: (name, size) of the partition the run drives, when there is one. reshape(gcds):
+    the advice for a partition of that many GCDs (partition.reshape_hint: how depends on whose
+    partition it is, read only when the advice is given)."""
     for name, value in (("--num-instances", num_instances), ("--num-replicas", num_replicas),
                         ("--ipus-per-replica", ipus_per_replica), ("--num-ilds", num_ilds)):
         if value < 1:
@@ -96,10 +99,10 @@ def make_plan(num_instances: int, num_replicas: int, ipus_per_replica: int, host
                         f"use a multiple of {num_ilds} instances")
     if num_gcds > num_instances:
         raise PlanError(f"the partition has {num_gcds} GCDs but only {num_instances} instances; "
-                        f"use --num-instances {num_gcds}, or --update-partition=yes to recreate it with fewer GCDs")
+                        f"use --num-instances {num_gcds}{reshape(num_instances)}")
     if num_gcds > 1 and num_instances % num_gcds:
         raise PlanError(f"the partition has {num_gcds} GCDs: {num_instances} instances cannot share them evenly; "
-                        f"use a multiple of {num_gcds} instances, or --update-partition=yes to recreate it with 1 GCD")
+                        f"use a multiple of {num_gcds} instances{reshape(1)}")
     if partition is not None:
         check_fit(num_replicas, ipus_per_replica, *partition)
     per_host = num_instances // len(hosts)

@@ -1,4 +1,6 @@
-"""ipurun's --update-partition and --reset-partition against a real emulator (issue 4, item 3)."""
+"""ipurun's --update-partition and --reset-partition against a real emulator (issue 4, item 3).
+A partition the job's user made (Graphcore's p$SLURM_JOB_ID) is recreated; the job's own, which
+Slurm's hooks made and no user may make again, never is."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ def job_env(tmp_path, monkeypatch):
     """A job's task environment; the run record goes to a private directory."""
     monkeypatch.setattr(partition, "STATE_ROOT", str(tmp_path))
     return {"SLURM_JOB_ID": JOB, "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_CPUS_ON_NODE": "8",
-            "IPUOF_VIPU_API_PARTITION_ID": "slurm_4242"}
+            "IPUOF_VIPU_API_PARTITION_ID": "p4242"}
 
 
 def launch(client, env, *args):
@@ -26,13 +28,13 @@ def launch(client, env, *args):
 
 
 def test_update_recreates_a_partition_whose_gcds_do_not_fit(client, job_env):
-    client.create_partition("slurm_4242", 8, num_gcds=4, hosts=["node1", "node2"])
+    client.create_partition("p4242", 8, num_gcds=4, hosts=["node1", "node2"])
     env = dict(job_env, SPANK_IPU_GCDS="4")
     with pytest.raises(SlurmIpuError, match="only 2 instances; use --num-instances 4, or --update-partition=yes"):
         launch(client, env, "--num-instances", "2", "--num-replicas", "8")
-    assert client.get_partition("slurm_4242").num_gcds == 4  # a refusal changes nothing
+    assert client.get_partition("p4242").num_gcds == 4  # a refusal changes nothing
     built = launch(client, env, "--num-instances", "2", "--num-replicas", "8", "--update-partition=yes")
-    part = client.get_partition("slurm_4242")
+    part = client.get_partition("p4242")
     # One GCD per instance, as PopRun's own partitions: each instance attaches IPUs of its own.
     assert (part.size, part.num_gcds, part.state, part.hosts) == (8, 2, "ACTIVE", ("node1", "node2"))
     assert [i.gcd for i in built.plan.instances()] == [0, 1]
@@ -43,43 +45,43 @@ def test_update_recreates_a_partition_whose_gcds_do_not_fit(client, job_env):
 
 
 def test_update_keeps_a_partition_that_fits(client, job_env, admin):
-    client.create_partition("slurm_4242", 8, num_gcds=2)
-    before = client.get_partition("slurm_4242").extra
+    client.create_partition("p4242", 8, num_gcds=2)
+    before = client.get_partition("p4242").extra
     launch(client, dict(job_env, SPANK_IPU_GCDS="2"), "--num-instances", "4", "--num-replicas", "8",
            "--update-partition=yes")
-    assert client.get_partition("slurm_4242").extra == before and "remove" not in admin.stats()
+    assert client.get_partition("p4242").extra == before and "remove" not in admin.stats()
 
 
 def test_update_to_an_impossible_shape_is_refused_before_anything_changes(client, job_env, admin):
-    client.create_partition("slurm_4242", 8)
+    client.create_partition("p4242", 8)
     with pytest.raises(SlurmIpuError, match="--update-partition: invalid --num-ilds 3 for a partition of 8 IPUs"):
         launch(client, job_env, "--num-instances", "3", "--num-replicas", "6", "--num-ilds", "3", "-H", "node1",
                "--update-partition=yes")
-    assert client.get_partition("slurm_4242").state == "ACTIVE" and "remove" not in admin.stats()
+    assert client.get_partition("p4242").state == "ACTIVE" and "remove" not in admin.stats()
 
 
 def test_a_shape_the_pod_cannot_give_is_refused_by_vipu_and_undone(client, job_env):
-    client.create_partition("slurm_4242", 8, hosts=["node1", "node2"])
-    with pytest.raises(SlurmIpuError, match="refused slurm_4242 with 4 GCD.s. and 4 ILD.s. .*back as it was"):
+    client.create_partition("p4242", 8, hosts=["node1", "node2"])
+    with pytest.raises(SlurmIpuError, match="refused p4242 with 4 GCD.s. and 4 ILD.s. .*back as it was"):
         launch(client, job_env, "--num-instances", "4", "--num-replicas", "8", "--num-ilds", "4",
                "--update-partition=yes")  # 4 ILDs are valid for 8 IPUs, but this Pod has one
-    part = client.get_partition("slurm_4242")
+    part = client.get_partition("p4242")
     assert (part.size, part.num_ilds, part.state, part.hosts) == (8, 1, "ACTIVE", ("node1", "node2"))
 
 
 def test_a_refused_recreate_puts_the_old_partition_back(client, job_env, admin):
-    client.create_partition("slurm_4242", 8, num_gcds=4)
+    client.create_partition("p4242", 8, num_gcds=4)
     client.retries = 0
     admin.faults(fail={"count": 1, "code": "RESOURCE_EXHAUSTED", "op": "create"})
     with pytest.raises(SlurmIpuError, match="it is back as it was"):
         launch(client, dict(job_env, SPANK_IPU_GCDS="4"), "--num-instances", "2", "--num-replicas", "8",
                "--update-partition=yes")
-    part = client.get_partition("slurm_4242")
+    part = client.get_partition("p4242")
     assert (part.num_gcds, part.state) == (4, "ACTIVE")
 
 
 def test_reset_follows_poprun_from_the_jobs_second_run(client, job_env, admin):
-    client.create_partition("slurm_4242", 8)
+    client.create_partition("p4242", 8)
     args = ("--num-instances", "2", "--num-replicas", "8")
     launch(client, job_env, *args)
     assert admin.stats().get("reset", 0) == 0  # the prolog has just created it
@@ -88,8 +90,8 @@ def test_reset_follows_poprun_from_the_jobs_second_run(client, job_env, admin):
     assert admin.stats()["list"] == 2  # one shape read per launch; the reset's reply said ACTIVE: no polling
     launch(client, job_env, *args, "--reset-partition=no")
     assert admin.stats()["reset"] == 1
-    client.create_partition("slurm_4343", 8, reconfigurable=True)
-    reconfigurable = dict(job_env, SLURM_JOB_ID="4343", IPUOF_VIPU_API_PARTITION_ID="slurm_4343")
+    client.create_partition("p4343", 8, reconfigurable=True)
+    reconfigurable = dict(job_env, SLURM_JOB_ID="4343", IPUOF_VIPU_API_PARTITION_ID="p4343")
     launch(client, reconfigurable, *args)
     launch(client, reconfigurable, *args)
     assert admin.stats()["reset"] == 1  # reconfigurable: never by default
@@ -130,3 +132,38 @@ def test_offline_runs_never_touch_vipu(job_env):
 
 def _no_vipu():
     raise AssertionError("no V-IPU call expected")
+
+
+@pytest.mark.parametrize("name", ["slurm_4242", "slurm_4242_3"])
+def test_the_job_s_own_partition_is_never_removed_to_reshape_it(client, job_env, admin, name):
+    """The hooks made it and no user may make that name again (a site keeps V-IPU to Slurm): a
+    job whose user followed the old advice lost its IPUs. Refused before anything changes, with
+    advice that works: a multiple of its GCDs now, or the shape asked for at submit."""
+    client.create_partition(name, 8, num_gcds=4, hosts=["node1", "node2"])
+    env = dict(job_env, IPUOF_VIPU_API_PARTITION_ID=name)
+    with pytest.raises(SlurmIpuError, match="only 2 instances; use --num-instances 4, or submit the job with "
+                                            "--ipu-gcds=2 for a partition of that shape"):
+        launch(client, env, "--num-instances", "2", "--num-replicas", "8")
+    with pytest.raises(SlurmIpuError, match=f"--update-partition: {name} is job 4242's own partition .4 GCD.s., 1 "
+                                            "ILD.s.., made by Slurm's hooks: ipurun leaves it as it is.* submit the "
+                                            "job with --ipu-gcds=2 for this shape"):
+        launch(client, env, "--num-instances", "2", "--num-replicas", "8", "--update-partition=yes")
+    part = client.get_partition(name)
+    assert (part.num_gcds, part.state) == (4, "ACTIVE") and "remove" not in admin.stats()
+    launch(client, env, "--num-instances", "4", "--num-replicas", "8")  # the first advice, followed
+
+
+def test_other_ilds_than_the_partition_s_are_refused_not_ignored(client, job_env, admin):
+    """PopRun: a partition of other ILDs is used only after --update-partition recreates it;
+    --num-ilds 2 on a 1-ILD partition was accepted and silently not applied."""
+    client.create_partition("slurm_4242", 8, hosts=["node1", "node2"])
+    env = dict(job_env, IPUOF_VIPU_API_PARTITION_ID="slurm_4242")
+    with pytest.raises(SlurmIpuError, match="--num-ilds 2: partition slurm_4242 has 1 ILD.s.; use --num-ilds 1 or "
+                                            "leave it out, or submit the job with --ipu-ilds=2"):
+        launch(client, env, "--num-instances", "2", "--num-replicas", "8", "--num-ilds", "2")
+    client.create_partition("p4242", 8, hosts=["node1", "node2"])
+    with pytest.raises(SlurmIpuError, match="use --num-ilds 1 or leave it out, or --update-partition=yes to recreate "
+                                            "it with 2 ILD.s."):
+        launch(client, job_env, "--num-instances", "2", "--num-replicas", "8", "--num-ilds", "2")
+    launch(client, env, "--num-instances", "2", "--num-replicas", "8", "--num-ilds", "1")
+    assert "remove" not in admin.stats()

@@ -75,32 +75,43 @@ def test_every_strategy_binds_each_instance_where_the_dry_run_says(clean_lab, tm
 ATTACH = f"{sys.executable} -m slurm_ipu.emulator.main attach"
 
 
-def test_multi_gcd_job_each_instance_attaches_to_its_gcd_and_update_recreates(clean_lab, tmp_path):
+def test_multi_gcd_job_each_instance_attaches_to_its_gcd_and_keeps_its_partition(clean_lab, tmp_path):
     """A job asked for 2 GCDs: ipurun learns that from the task environment (no V-IPU call),
-    gives instance k GCD k // 2, and each attach is granted; --update-partition then recreates
-    the partition with 1 GCD for 3 instances. The per-job cache is gone after the job."""
+    gives instance k GCD k // 2, and each attach is granted. 3 instances cannot share 2 GCDs:
+    --update-partition used to remove the job's own partition, which its user may not make again
+    (the job lost its IPUs); it is refused before anything changes, the partition serves the next
+    run, and the advice (the shape asked for at submit) works when followed. The per-job cache is
+    gone after the job."""
     lab = clean_lab
     ipurun = f"{sys.executable} -m slurm_ipu.launcher.cli"
     probe = 'echo "GCD $POPDIST_INSTANCE_INDEX $IPUOF_VIPU_API_GCD_ID $POPDIST_EXECUTABLE_CACHE_PATH $(' + ATTACH + ')"'
     script = (f"#!/bin/bash\n{ipurun} --num-instances 4 --num-replicas 8 -- bash -c '{probe}'\necho rc1=$?\n"
               f"{ipurun} --num-instances 3 --num-replicas 3 -H node[1-3] true\necho rc2=$?\n"
               f"{ipurun} --num-instances 3 --num-replicas 3 -H node[1-3] --update-partition=yes -- "
-              f"bash -c '{probe}'\necho rc3=$?\n")
+              f"bash -c '{probe}'\necho rc3=$?\n"
+              f"{ipurun} --num-instances 4 --num-replicas 8 -- bash -c '{probe}'\necho rc4=$?\n")
     out = tmp_path / "gcd.out"
     job = lab.sbatch("-N", "4", "--ntasks-per-node=2", "--gres=ipu:4", "--ipu-gcds=2", "-o", str(out), script=script)
     wait_gone(lab, job, timeout=120)
     text = out.read_text()
-    assert "rc1=0" in text and "rc3=0" in text, text
+    assert "rc1=0" in text and "rc4=0" in text, text
     assert "rc2=2" in text and "3 instances cannot share them evenly" in text, text
+    assert "or submit the job with --ipu-gcds=1 for a partition of that shape" in text, text
+    assert "rc3=2" in text and f"slurm_{job} is job {job}'s own partition" in text, text
     rows = [line.split(maxsplit=4) for line in text.splitlines() if line.startswith("GCD ")]
-    first, second = rows[:4], rows[4:]
-    assert sorted((int(r[1]), r[2]) for r in first) == [(0, "0"), (1, "0"), (2, "1"), (3, "1")], text
-    assert sorted((int(r[1]), r[2]) for r in second) == [(0, "0"), (1, "0"), (2, "0")], text
+    assert len(rows) == 8, text  # runs 1 and 4, on the partition as it was made
     for _, _k, gcd, cache, attach in rows:
         assert cache == f"{JOB_CACHE_ROOT}/{job}" and f"gcd={gcd} " in attach, attach
-    assert len([r for r in first if "ipus=" in r[4]]) == 4
+    assert sorted((int(r[1]), r[2]) for r in rows[4:]) == [(0, "0"), (1, "0"), (2, "1"), (3, "1")], text
     left = [Path(JOB_CACHE_ROOT, str(job)), Path(f"/tmp/ipurun-job-{job}.json")]
     wait_for("the node epilog to remove ipurun's per-job files", lambda: not any(p.exists() for p in left), 30)
+    # the advice followed: the job asks for the shape at submit
+    again = lab.sbatch("-N", "4", "--ntasks-per-node=2", "--gres=ipu:4", "--ipu-gcds=1", "-o", str(out),
+                       script=f"#!/bin/bash\n{ipurun} --num-instances 3 --num-replicas 3 -H node[1-3] -- "
+                              f"bash -c '{probe}'\necho rc=$?\n")
+    wait_gone(lab, again, timeout=120)
+    text = out.read_text()
+    assert "rc=0" in text and len([ln for ln in text.splitlines() if ln.startswith("GCD ")]) == 3, text
 
 
 def test_export_import_and_mpi_exports_in_a_job(clean_lab, tmp_path):

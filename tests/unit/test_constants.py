@@ -65,3 +65,10 @@ def test_the_plugin_names_a_job_s_partition_as_the_hooks_do():
     assert found, "spank/spank_ipu.c no longer names the partition from the prefix and the job id"
     context = JobContext(job_id=55, uid=0, nodes=("node1",), ipus=4)
     assert {fmt.replace("%s", "slurm_").replace("%u", "55") for fmt in found} == {context.partition("slurm_")}
+
+
+def test_the_uninstall_removes_the_cache_root_the_launcher_and_the_plugin_use():
+    """deploy may not import the launcher, so install.py names the job prolog's cache root itself."""
+    from slurm_ipu.deploy import install
+
+    assert install.JOB_CACHE_ROOT == task.JOB_CACHE_ROOT

@@ -228,7 +228,8 @@ def test_gcds_come_from_the_partition_v_ipu_reports_in_one_read():
     assert [i.gcd for i in launch.plan.instances()] == [0, 0, 1, 1] and launch.env["IPURUN_NUM_GCDS"] == "2"
     assert [c[:2] for c in fake.calls] == [["list", "partitions"]]
     ns, extra, cmd = cli.parse(["--num-instances", "3", "--num-replicas", "3", "-H", "node[1]", "x"])
-    with pytest.raises(SlurmIpuError, match="cannot share them evenly; use a multiple of 2 instances, or --update"):
+    with pytest.raises(SlurmIpuError, match="cannot share them evenly; use a multiple of 2 instances, or submit the "
+                                            "job with --ipu-gcds=1"):
         cli.build(ns, extra, cmd, env, client_factory=factory)
 
 

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "4d2ee6d86c81fd52"
+local CODE_ID = "dfd96e3c306c9a8b"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -385,6 +385,14 @@ local function totals_on(nodes)
   return out
 end
 
+-- The fewest nodes `total` IPUs spread over evenly, at most a host's IPUs on each (a valid total
+-- over a host's count is a power of two or a multiple of the Pod's hosts' IPUs: one exists).
+local function spread_nodes(total)
+  local k = math.ceil(total / IPUS_PER_HOST)
+  while total % k ~= 0 or total / k > IPUS_PER_HOST do k = k + 1 end
+  return k
+end
+
 -- What to do when `total` IPUs cannot go on `nodes` nodes: the totals that can, or, when no
 -- partition size spreads over that many nodes, the node counts that can take this total (a valid
 -- one), else the node counts some valid total spreads over.
@@ -423,8 +431,16 @@ local function apply(job_desc, per, nodes, others, refuse, total_option, partiti
                   asked(per, nodes, total_option), total, VALID_TEXT, hint)
   end
   if per > IPUS_PER_HOST then
-    return refuse("%s asks for %d IPUs per node; a node has %d: use -N %d or more",
-                  asked(per, nodes, total_option), per, IPUS_PER_HOST, math.ceil(total / IPUS_PER_HOST))
+    -- --ipus keeps its total on more nodes; a per-node count must shrink as the nodes grow, or
+    -- "-N more" alone would multiply the total past the Pod (--gres=ipu:64 on 4 nodes: 256)
+    local spread = spread_nodes(total)
+    if total_option then
+      return refuse("%s puts %d IPUs on a node; a node has %d: use -N %d or more",
+                    asked(per, nodes, total_option), per, IPUS_PER_HOST, spread)
+    end
+    return refuse("%s asks for %d IPUs per node; a node has %d: for %d IPUs use -N %d --gres=ipu:%d (IPUs per " ..
+                  "node), or --ipus=%d -N %d", asked(per, nodes, total_option), per, IPUS_PER_HOST, total, spread,
+                  math.floor(total / spread), total, spread)
   end
   local spans, err = pods_of(job_desc, nodes, refuse)
   if err then return err end
