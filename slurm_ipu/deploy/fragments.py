@@ -95,6 +95,9 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "host_models": site.host_models() if len(site.models) > 1 else {},
         "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
         "top_members": top_switches(site), "job_prefixes": site.job_prefixes,
+        # the emulator keeps these names to the hooks: every job-named object, the allocation model's
+        # step partitions (partition prefix + job + _step) too, not only what the job itself holds
+        "reserved_prefixes": sorted({*site.job_prefixes, site["partition.prefix"]}),
         # the site's nodes in no Pod: a leaf of their own, so each keeps a path in the tree
         "others": (merged.others if merged else []), "others_switch": _others_switch(site),
     }

@@ -310,10 +310,32 @@ def _existing_allocation(ctx, client, name: str, agents: list[str], grants: list
 
 def _default_partition(ctx: JobContext, cfg, client, allocation: str, agents: list[str], deadline: float) -> None:
     """allocation.partition: the whole allocation as the partition the tasks' IPUOF variables name
-    (an earlier attempt's is adopted if it fits; the epilog removes it with the allocation)."""
-    client.ensure_partition(ctx.partition(cfg["partition.prefix"]), len(agents) * rules.IPUS_PER_AGENT, deadline,
-                            num_gcds=ctx.gcds, num_ilds=ctx.ilds, reconfigurable=ctx.reconfigurable,
-                            allocation=allocation, hosts=list(ctx.nodes), owner_uid=ctx.uid)
+    (an earlier attempt's is adopted if it fits; the epilog removes it with the allocation). One
+    already there is adopted only if it is in this job's allocation and the job's user's: a
+    partition of that name another user made first, of any size, is never the job's."""
+    name, size = ctx.partition(cfg["partition.prefix"]), len(agents) * rules.IPUS_PER_AGENT
+    try:
+        made = client.create_partition(name, size, deadline=deadline, num_gcds=ctx.gcds, num_ilds=ctx.ilds,
+                                       reconfigurable=ctx.reconfigurable, allocation=allocation,
+                                       hosts=list(ctx.nodes), owner_uid=ctx.uid)
+    except PartitionExists:
+        made = _adoptable(ctx, client, name, size, allocation, deadline)
+    if made is None or made.name != name or made.state != "ACTIVE":
+        client.wait_active(name, deadline)
+
+
+def _adoptable(ctx: JobContext, client, name: str, size: int, allocation: str, deadline: float):
+    """The job's default partition an earlier attempt made: in its allocation, its user's, its size."""
+    part = client.get_partition(name, deadline)
+    if part is None:
+        return None
+    if part.allocation not in (None, allocation) or part.owner_uid not in (None, ctx.uid):
+        raise ForeignPartition(f"partition {name} already exists (owner uid {part.owner_uid}, allocation "
+                               f"{part.allocation}) and slurm-ipu did not create it for this job")
+    if (part.size, part.num_gcds) != (size, ctx.gcds or 1):
+        raise PartitionExists(f"partition {name} exists with {part.size} IPUs/{part.num_gcds} GCD(s), not "
+                              f"{size}/{ctx.gcds or 1}; remove it (vipu remove partition {name})")
+    return part
 
 
 def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:

@@ -137,6 +137,29 @@ def test_allocation_partition_makes_the_whole_allocation_the_tasks_partition(sit
     assert api.list_partitions() == [] and [a["id"] for a in api.allocations()] == ["default"]
 
 
+@pytest.mark.parametrize("owner", [4202, ALICE])
+def test_a_default_partition_someone_else_made_first_is_never_adopted(site, tmp_path, api, owner):
+    """allocation.partition: a user who made `slurm_<next job>` first, in another allocation, or of
+    another owner, used to have it adopted when its size matched; the victim then could not attach
+    it. A controller that keeps no names (a real one, as far as the record shows) is modelled by
+    creating it as an admin here, in another job's allocation, of another user or of the job's
+    own: the prolog holds the job with the reason, and the partition stays for an admin to judge."""
+    _, client = site
+    path = tmp_path / "site.yaml"
+    doc = json.loads(path.read_text())
+    doc["allocation"] = {"partition": True}
+    path.write_text(json.dumps(doc))
+    cfg = config.load(str(path), environ={})
+    api.create_allocation("c9", ["ag12", "ag13"], [owner])
+    client.create_partition("slurm_42", 8, allocation="c9", owner_uid=owner)
+    slurm = FakeSlurm()
+    assert prolog.run(job(), cfg, client, slurm) == 1
+    said = slurm.comments[42]
+    assert 42 in slurm.held and "partition slurm_42 already exists" in said and "did not create it" in said, said
+    part = client.get_partition("slurm_42")
+    assert (part.allocation, part.owner_uid) == ("c9", owner)
+
+
 def test_the_next_job_on_a_host_waits_out_the_last_one_s_queued_removal(site, api):
     """The storm's case: job 41's epilog only queued c41 (the hook service removes it a moment
     later) when job 42 starts on the same host. The same machines are busy, not a bad request:

@@ -390,3 +390,29 @@ def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machin
             lab.run(*emu, agent, "up")
         labmod.restart_reaper(lab.spec)
         lab.run("scontrol", "update", "NodeName=node[2-4]", "State=RESUME")
+
+
+def test_another_user_cannot_take_a_job_s_step_partition_name(clean):
+    """Inside their own job's allocation a user made `slurm_<the next job>_0` first (the site kept
+    only the allocation prefix to the hooks), and the victim's first step then failed. Refused now,
+    and the victim's step gets its partition."""
+    lab = clean
+    attacker, victim = ensure_users()
+    probe = lab.sbatch("--hold", "-o", "/dev/null", "--wrap", "true")
+    lab.run("scancel", str(probe), check=True)
+    mine, theirs = probe + 1, probe + 2
+    take = f"vipu create partition slurm_{theirs}_0 --allocation c{mine} --size 4; echo rc=$?"
+    proc = lab.run_as(attacker, "sbatch", "--parsable", "-N1", "-w", "node1", "--gres=ipu:16", "-o",
+                      str(lab.spec.path("users", f"take-{mine}.out")), "--wrap", take)
+    assert proc.returncode == 0 and int(proc.stdout.strip()) == mine, proc.stdout + proc.stderr
+    wait_gone(lab, mine, 90)
+    said = lab.spec.path("users", f"take-{mine}.out").read_text()
+    assert "rc=0" not in said and f"partition name slurm_{theirs}_0 is reserved" in said, said
+    out = lab.spec.path("users", f"steps-{theirs}.out")
+    proc = lab.run_as(victim, "sbatch", "--parsable", "-N1", "-w", "node2", "--gres=ipu:16", "-o", str(out),
+                      "--wrap", "srun -n1 --gres=ipu:4 bash -c 'echo STEP $IPUOF_VIPU_API_PARTITION_ID "
+                                "$(vipu-emu attach >/dev/null 2>&1 && echo attached)'")
+    assert proc.returncode == 0 and int(proc.stdout.strip()) == theirs, proc.stdout + proc.stderr
+    wait_gone(lab, theirs, 90)
+    assert f"STEP slurm_{theirs}_0 attached" in out.read_text(), out.read_text()
+    nothing_left(lab, theirs)
