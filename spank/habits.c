@@ -1,4 +1,4 @@
-/* spank_ipu: GPU habits get a hint (issue 39, item 4).
+/* spank_ipu: GPU habits, and near misses of the IPU GRES's name, get a hint.
  *
  * `sbatch --gpus=4` on a cluster whose GresTypes has no gpu is refused by sbatch itself: it
  * validates the GRES of a request before sending it (slurm_opt_create_job_desc, 22.05 to 26.05)
@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <slurm/slurm.h>
 #include <slurm/slurm_version.h>
@@ -89,6 +90,25 @@ static const char *gres_gpu(const char *value, char *item, size_t size)
     return NULL;
 }
 
+/* A near miss of the IPU GRES's name in a `--gres` value (ipus:4, IPU:4; a site's own GRES whose
+ * name only starts with ipu, such as ipu2, is none), written into `item` whole, or NULL.
+ * templates/job_submit.lua.j2 (MISSPELT) knows the same spellings; tests/unit/test_spank_args.py
+ * holds the two to the same cases. */
+static const char *gres_misspelt(const char *value, char *item, size_t size)
+{
+    for (const char *p = value; *p;) {
+        size_t len = strcspn(p, ","), name = strcspn(p, ":,");
+
+        if ((name == 3 && strncmp(p, "ipu", 3) && !strncasecmp(p, "ipu", 3)) ||
+            (name == 4 && !strncasecmp(p, "ipus", 4))) {
+            snprintf(item, size, "%.*s", (int)len, p);
+            return item;
+        }
+        p += len + (p[len] ? 1 : 0);
+    }
+    return NULL;
+}
+
 enum way { EITHER, JOB_TOTAL, PER_NODE };  /* how IPUs are asked for in the same sense */
 
 /* `what` is the request past its GRES name ("4", "ipu:4", ""). */
@@ -113,12 +133,14 @@ static const struct {
 } GPU_OPTIONS[] = {{"--gpus", JOB_TOTAL}, {"--gpus-per-node", PER_NODE}, {"--gpus-per-task", EITHER},
                    {"--gpus-per-socket", EITHER}, {NULL, EITHER}};
 
-/* What a GPU option on this command line should be told ("" when it has none): argv as
- * sbatch, salloc or srun got it, read up to the first word that is neither an option nor an
- * option's value (the script or command: its own arguments are not Slurm's). */
-int ipu_gpu_habit(int argc, char **argv, char *out, size_t size)
+/* What a GPU option, or a misspelt IPU GRES, on this command line should be told ("" when it has
+ * none): argv as sbatch, salloc or srun got it, read up to the first word that is neither an
+ * option nor an option's value (the script or command: its own arguments are not Slurm's).
+ * `gres` gets the GRES whose absence from the cluster's GresTypes makes the hint true. */
+int ipu_gpu_habit(int argc, char **argv, char *out, size_t size, char *gres, size_t gres_size)
 {
     out[0] = '\0';
+    snprintf(gres, gres_size, "gpu");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *value = NULL;
         char option[64], item[64];
@@ -148,6 +170,12 @@ int ipu_gpu_habit(int argc, char **argv, char *out, size_t size)
             hint(out, size, option, value, item, PER_NODE);
             return 1;
         }
+        if (!strcmp(option, "--gres") && gres_misspelt(value, item, sizeof(item))) {
+            snprintf(gres, gres_size, "%.*s", (int)strcspn(item, ":"), item);
+            snprintf(out, size, "--gres=%s names no GRES here: IPUs are --gres=ipu:%ld (IPUs per node)", item,
+                     gpu_count(item));
+            return 1;
+        }
         for (int k = 0; GPU_OPTIONS[k].name; k++)
             if (!strcmp(option, GPU_OPTIONS[k].name)) {
                 hint(out, size, option, value, value, GPU_OPTIONS[k].way);
@@ -157,16 +185,21 @@ int ipu_gpu_habit(int argc, char **argv, char *out, size_t size)
     return 0;
 }
 
-/* GresTypes as slurmctld runs it names gpu (one RPC); unknown counts as yes: no hint. */
-static int cluster_has_gpus(void)
+/* GresTypes as slurmctld runs it names `gres` (one RPC); unknown counts as yes: no hint. */
+static int cluster_has(const char *gres)
 {
     slurm_conf_t *conf = NULL;
-    char item[64];
-    int found;
+    int found = 0;
+    size_t len = strlen(gres);
 
     if (!slurm_load_ctl_conf || !free_conf || slurm_load_ctl_conf((time_t)0, &conf) != SLURM_SUCCESS)
         return 1;
-    found = conf->gres_plugins && gres_gpu(conf->gres_plugins, item, sizeof(item));
+    for (const char *p = conf->gres_plugins ? conf->gres_plugins : ""; *p && !found;) {
+        size_t item = strcspn(p, ",");
+
+        found = item == len && !strncmp(p, gres, len);
+        p += item + (p[item] ? 1 : 0);
+    }
     free_conf(conf);
     return found;
 }
@@ -175,7 +208,7 @@ static int cluster_has_gpus(void)
 void ipu_hint_gpu_habits(void)
 {
     static char buf[CMDLINE_MAX];
-    char *argv[512], text[512];
+    char *argv[512], text[512], gres[64];
     int argc = 0, fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     ssize_t got = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
 
@@ -186,6 +219,6 @@ void ipu_hint_gpu_habits(void)
     buf[got] = '\0';
     for (char *p = buf; p < buf + got && argc < (int)(sizeof(argv) / sizeof(argv[0])); p += strlen(p) + 1)
         argv[argc++] = p;
-    if (ipu_gpu_habit(argc, argv, text, sizeof(text)) && !cluster_has_gpus())
+    if (ipu_gpu_habit(argc, argv, text, sizeof(text), gres, sizeof(gres)) && !cluster_has(gres))
         slurm_error("spank_ipu: %s", text);
 }

@@ -40,7 +40,7 @@ extern struct ipu_opts ipu_opts;
 
 int ipu_parse_plugstack(int ac, char **av);
 int ipu_register_options(spank_t sp, spank_context_t ctx);
-int ipu_gpu_habit(int argc, char **argv, char *out, size_t size);
+int ipu_gpu_habit(int argc, char **argv, char *out, size_t size, char *gres, size_t gres_size);
 const char *const *ipu_valued_options(const char **short_ones);
 void ipu_hint_gpu_habits(void);
 int ipu_valid_count(const char *text, long max);

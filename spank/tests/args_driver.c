@@ -80,9 +80,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (argc >= 3 && !strcmp(argv[1], "habit")) {
-        char text[512];
-        if (ipu_gpu_habit(argc - 2, argv + 2, text, sizeof(text)))
-            puts(text);
+        char text[512], gres[64];
+        if (ipu_gpu_habit(argc - 2, argv + 2, text, sizeof(text), gres, sizeof(gres)))
+            printf("%s [unless GresTypes has %s]\n", text, gres);
         return 0;
     }
     if (argc == 2 && !strcmp(argv[1], "valued")) {

@@ -114,6 +114,8 @@ def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
      ["-N4", "--gres=ipu:16"]),
     (["--gres=ipu:32", "-N1"], "for 32 IPUs use -N 2 --gres=ipu:16", ["-N2", "--gres=ipu:16"]),
     (["--ipus=64", "-N1"], "puts 64 IPUs on a node; a node has 16: use -N 4 or more", ["--ipus=64", "-N4"]),
+    # a near miss of the GRES name: Slurm alone says "Invalid generic resource (gres) specification"
+    (["--gres=ipus:4"], "--gres=ipus:4 names no GRES here: IPUs are --gres=ipu:4", ["--gres=ipu:4"]),
     # GPU habits on a cluster without GPUs (the lab's GresTypes has none): Slurm alone says only
     # "Invalid generic resource (gres) specification"
     (["--gpus=4"], "--gpus=4 asks for GPUs, and this cluster has none: ask for IPUs with --ipus=4", ["--ipus=4"]),

@@ -146,6 +146,20 @@ def test_gpus_of_type_ipu_are_told_how_to_ask_for_ipus(lua_file, job, words):
     assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg, msg
 
 
+@pytest.mark.parametrize("tres,words", [
+    ("gres:ipus:4", "--gres=ipus:4 names no GRES here: IPUs are --gres=ipu:4 (IPUs per node)"),
+    ("gres/IPU:8", "--gres=IPU:8 names no GRES here: IPUs are --gres=ipu:8"),
+    ("gres/gpu:1,gres/IPUS:2", "--gres=IPUS:2 names no GRES here: IPUs are --gres=ipu:2"),
+])
+def test_a_misspelt_ipu_gres_is_told_the_spelling(lua_file, tres, words):
+    """Slurm alone says only 'Invalid generic resource (gres) specification'; the advice followed
+    (the same count as --gres=ipu:N) is accepted."""
+    rc, _lic, _nodes, msg = run(lua_file, {"tres_per_node": tres})
+    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg, msg
+    fixed = words.split("IPUs are --gres=")[1].split()[0]
+    assert run(lua_file, {"tres_per_node": f"gres/{fixed}"})[0] == 0
+
+
 def test_a_site_s_gpu_jobs_pass_untouched(lua_file):
     for job in ({"tres_per_job": "gres:gpu:4"}, {"tres_per_node": "gres/gpu:a100:2,gres/ipu:4"},
                 {"tres_per_task": "gres/gpu:1"}, {"tres_per_node": "gres/gpu"}):

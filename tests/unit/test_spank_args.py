@@ -129,3 +129,31 @@ def test_the_habit_scan_steps_over_exactly_the_values_srun_and_sbatch_take(drive
 
     short = {letter for letter, name in srunopts.SHORT.items() if name in srunopts.VALUED} | {"-a"}  # sbatch --array
     assert set(run(driver, "valued").split()) == srunopts.VALUED | srunopts.SUBMIT_VALUED | short
+
+
+# The IPU GRES's near misses, as the plugin (spank/habits.c, what sbatch, salloc and srun type) and
+# job_submit.lua (MISSPELT: -M, REST and libslurm submissions, which no client checked) tell them.
+MISSPELT = [("ipus:4", "--gres=ipus:4 names no GRES here: IPUs are --gres=ipu:4 (IPUs per node)"),
+            ("IPU:8", "--gres=IPU:8 names no GRES here: IPUs are --gres=ipu:8"),
+            ("IPUS", "--gres=IPUS names no GRES here: IPUs are --gres=ipu:1"),
+            ("ipu2:4", ""), ("ipu:4", ""), ("ipusb:4", "")]
+
+
+@pytest.mark.parametrize("gres,said", MISSPELT)
+def test_a_misspelt_ipu_gres_gets_the_same_word_from_the_plugin_and_job_submit(driver, tmp_path, gres, said):
+    """Slurm alone says "Invalid generic resource (gres) specification". The plugin hints only if
+    the cluster's GresTypes lacks that very name (a site's own GRES named ipus is left alone)."""
+    from slurm_ipu.deploy import render
+
+    from .test_job_submit_lua import run as run_lua
+    from .test_job_submit_lua import values
+
+    out = run(driver, "habit", "sbatch", f"--gres={gres}", "job.sh").strip()
+    if not said:
+        assert out == "", out
+    else:
+        assert out.startswith(said) and out.endswith(f"[unless GresTypes has {gres.split(':')[0]}]"), out
+    lua = tmp_path / "job_submit.lua"
+    lua.write_text(render.render("job_submit.lua", values(64)))
+    rc, _lic, _nodes, msg = run_lua(str(lua), {"tres_per_node": ",".join(f"gres/{g}" for g in gres.split(","))})
+    assert (rc == -1 and said in msg) if said else "names no GRES" not in msg, msg

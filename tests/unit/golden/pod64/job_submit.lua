@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "dfd96e3c306c9a8b"
+local CODE_ID = "9fcc08181d8c0a6a"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -117,6 +117,22 @@ local GPU_FIELDS = {  -- where the request lands, how the user wrote it, its IPU
   { "tres_per_task", "--gpus-per-task=%s", nil },
   { "tres_per_socket", "--gpus-per-socket=%s", nil },
 }
+
+-- A near miss of the GRES name (--gres=ipus:4, --gres=IPU:4): Slurm says only "Invalid generic
+-- resource (gres) specification", after this script. Only these spellings: a site may have GRES
+-- of its own whose names start with ipu (ipu2).
+local MISSPELT = { ipu = true, ipus = true }
+
+local function ipu_misspelt(job_desc)
+  for item in string.gmatch(job_desc.tres_per_node or "", "[^,]+") do
+    local name, rest = string.match(item, "^gres[:/]([^:]+)(.*)$")
+    if name ~= nil and name ~= "ipu" and MISSPELT[string.lower(name)] then
+      local n = tonumber(string.match(rest, ":(%d+)$")) or 1
+      return reject("--gres=%s%s names no GRES here: IPUs are --gres=ipu:%d (IPUs per node)", name, rest, n)
+    end
+  end
+  return nil
+end
 
 local function gpu_habit(job_desc)
   for _, f in ipairs(GPU_FIELDS) do
@@ -495,7 +511,7 @@ local function job_submit(job_desc, part_list, submit_uid)
     job_desc.admin_comment = "slurm-ipu-job_submit.lua:" .. CODE_ID
   end
   local refused = oversized(job_desc, reject) or bad_count(job_desc, reject) or other_paths(job_desc) or
-                  gpu_habit(job_desc)
+                  gpu_habit(job_desc) or ipu_misspelt(job_desc)
   if refused then return refused end
   local per, err = requested(job_desc.tres_per_node)
   if err then return err end
