@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -327,6 +328,20 @@ def test_a_failed_ipu_machine_drains_its_host_until_it_is_back_and_an_admin_s_dr
     nothing_left(lab, job)
 
 
+def drains_in_flight() -> list[int]:
+    """scontrol processes still asking for a drain: a SIGKILLed service's children go on retrying
+    while slurmctld is down, and land their drain when it is back."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[0].endswith(b"scontrol") and b"State=DRAIN" in argv:
+            found.append(int(proc.name))
+    return found
+
+
 def ours_drained(lab) -> list[str]:
     """The nodes Slurm shows drained with the health pass's reason."""
     from slurm_ipu.hooks.health import drained_by_us
@@ -384,6 +399,8 @@ def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machin
         # killed pass's scontrol still had in flight lands when slurmctld is back, after that
         # pass: the next one lifts it, here an admin's `slurm-ipu health`, which an unlifted drain
         # would outlive)
+        wait_for("no drain of the killed pass still in flight", drains_in_flight, 60, until=lambda n: n == [])
+
         def lifted():
             if ours_drained(lab):
                 lab.run("slurm-ipu", "health")
@@ -391,7 +408,9 @@ def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machin
 
         wait_for("no node drained by the health pass, none recorded", lifted, 60, interval=1.0,
                  until=lambda now: now == ([], {}))
-        wait_idle(lab, 60, "every node idle")
+        # every node idle, its reason shown if not (Slurm's own drains are not the pass's)
+        wait_for("every node idle", lambda: lab.run("sinfo", "-N", "-h", "-o", "%N|%T|%E").stdout.splitlines(), 60,
+                 until=lambda rows: len(rows) == 4 and all(r.split("|")[1] == "idle" for r in rows))
     finally:
         for agent in ("ag5", "ag9", "ag13"):
             lab.run(*emu, agent, "up")
