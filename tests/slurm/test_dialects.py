@@ -163,3 +163,24 @@ def test_ipu_4_is_ipus_4_and_only_srun_offers_ipurun_s_own_option(clean_lab):
     assert len(seen) == 2 and len({p[2] for p in seen}) == 1, seen
     assert ", 8 IPUs," in created(lab, int(seen[0][2].removeprefix("slurm_")))
     wait_no_partitions(lab, 30, "its partition removed")
+
+
+def test_an_exclusive_job_s_partition_licence_and_accounting_agree(clean_lab):
+    """`sbatch --exclusive --gres=ipu:4`: Slurm allocates and accounts the node's every GRES
+    (gres/ipu=16), and the job's partition and licence said 4. All three are the node's 16 now,
+    and the user is told so at submit."""
+    from ..waiting import wait_for
+
+    lab = clean_lab
+    proc = lab.run_as(USER, "sbatch", "--parsable", "--exclusive", "-N1", "--gres=ipu:4", "-o", "/dev/null",
+                      "--wrap", "true")
+    assert proc.returncode == 0, proc.stderr
+    assert "4 IPUs per node raised to 16: --exclusive gives the job its nodes' every IPU" in proc.stderr, proc.stderr
+    job = int(proc.stdout.strip())
+    wait_gone(lab, job)
+    assert ", 16 IPUs," in created(lab, job)
+    tres = wait_for(f"accounting has job {job}'s allocation", lambda: lab.run(
+        "sacct", "-j", str(job), "-X", "-n", "-P", "-o", "AllocTRES").stdout.strip(), 60,
+        until=lambda text: "gres/ipu" in text and "license/ipu" in text)
+    assert "gres/ipu=16" in tres and "license/ipu=16" in tres, tres
+    wait_no_partitions(lab, 30, "its partition removed")

@@ -576,3 +576,18 @@ def test_too_many_ipus_per_node_gets_advice_that_is_accepted_when_followed(lua_1
     for advised in followed:
         rc, lic, _tres, said = run_tres(lua_16, advised)
         assert rc == 0 and lic.startswith("ipu:"), (msg, advised, said)
+
+
+@pytest.mark.parametrize("job,licence,tres,said", [
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 1, "shared": 0}, "ipu:16", "gres/ipu:16",
+     "4 IPUs per node raised to 16: --exclusive gives the job its nodes' every IPU"),
+    (ipus(8, min_nodes=2, shared=0), "ipu:32", "gres/ipu:16", "4 IPUs per node raised to 16"),
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 2, "shared": 0}, "ipu:32", "gres/ipu:16", ""),
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 1, "shared": 2}, "ipu:4", "gres/ipu:4", ""),  # --exclusive=user
+    ({"tres_per_node": "gres/ipu:4", "min_nodes": 1}, "ipu:4", "gres/ipu:4", ""),
+])
+def test_an_exclusive_job_s_licence_and_gres_are_its_nodes_every_ipu(lua_16, job, licence, tres, said):
+    """Slurm allocates and accounts an --exclusive job's nodes' every GRES: its licence (and so
+    its partition) were the request's, 4 where accounting said gres/ipu=16."""
+    rc, lic, got, msg = run_tres(lua_16, job)
+    assert (rc, lic, got) == (0, licence, tres) and said in msg, msg

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "a938c5b27d8a9c4c"
+local CODE_ID = "4ce0f9112ad0dd62"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 128
@@ -381,16 +381,22 @@ end
 
 -- The allocation model: the request raised to the hosts' every IPU (its GRES rewritten), said
 -- to the user; other GRES of the request are kept.
-local function whole_hosts(job_desc, per)
+local function whole_hosts(job_desc, per, why)
   local items = {}
   for item in string.gmatch(job_desc.tres_per_node or "", "[^,]+") do
     if ipu_item(item) == nil then table.insert(items, item) end
   end
   table.insert(items, GRES_PREFIX .. "ipu:" .. IPUS_PER_HOST)
   job_desc.tres_per_node = table.concat(items, ",")
-  slurm.log_user("slurm-ipu: %d IPUs per node raised to %d: on this cluster a job gets its hosts' every "
-                 .. "IPU-Machine (its V-IPU allocation)", per, IPUS_PER_HOST)
+  slurm.log_user("slurm-ipu: %d IPUs per node raised to %d: %s", per, IPUS_PER_HOST,
+                 why or "on this cluster a job gets its hosts' every IPU-Machine (its V-IPU allocation)")
   return IPUS_PER_HOST
+end
+
+-- --exclusive (a node of its own): Slurm allocates and accounts the node's every GRES, so the
+-- job's licence and partition are its nodes' every IPU too, or accounting and V-IPU disagree.
+local function exclusive(job_desc)
+  return job_desc.shared == 0
 end
 
 -- The valid totals that spread evenly over `nodes` nodes of this Pod, smallest first.
@@ -437,6 +443,9 @@ local function apply(job_desc, per, nodes, others, refuse, total_option, partiti
   local met = MIXED and models_met(partition, part_list) or {}
   if (WHOLE_HOSTS or met.allocation) and per < IPUS_PER_HOST then
     per = whole_hosts(job_desc, per)
+  elseif exclusive(job_desc) and per < IPUS_PER_HOST then
+    per = whole_hosts(job_desc, per, "--exclusive gives the job its nodes' every IPU (Slurm allocates and " ..
+                      "accounts them all), so its partition holds them all too")
   end
   local total = per * nodes
   if total > POD_IPUS then
