@@ -408,14 +408,14 @@ def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machin
 
         wait_for("no node drained by the health pass, none recorded", lifted, 60, interval=1.0,
                  until=lambda now: now == ([], {}))
-        # every node idle, its reason shown if not (Slurm's own drains are not the pass's)
-        wait_for("every node idle", lambda: lab.run("sinfo", "-N", "-h", "-o", "%N|%T|%E").stdout.splitlines(), 60,
-                 until=lambda rows: len(rows) == 4 and all(r.split("|")[1] == "idle" for r in rows))
+        # No "every node idle" here: a slurmctld SIGKILLed before its state save restores the
+        # nodes as it last saved them, an earlier test's admin drain among them (seen on 24.11:
+        # node4 "admin: cabling", resumed before the kill); those are Slurm's, not the pass's.
     finally:
         for agent in ("ag5", "ag9", "ag13"):
             lab.run(*emu, agent, "up")
         labmod.restart_reaper(lab.spec)
-        lab.run("scontrol", "update", "NodeName=node[2-4]", "State=RESUME")
+        lab.run("scontrol", "update", "NodeName=node[1-4]", "State=RESUME")
 
 
 def test_another_user_cannot_take_a_job_s_step_partition_name(clean):
