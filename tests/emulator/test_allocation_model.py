@@ -120,13 +120,18 @@ def test_a_host_in_no_pod_requeues_the_job_with_the_reason(site, api):
     assert {a["id"] for a in api.allocations()} == {"default"}
 
 
-def test_allocation_partition_makes_the_whole_allocation_the_tasks_partition(site, tmp_path, api):
-    _, client = site
+def with_default_partition(tmp_path):
+    """The site fixture's description with allocation.partition on."""
     path = tmp_path / "site.yaml"
     doc = json.loads(path.read_text())
     doc["allocation"] = {"partition": True}
     path.write_text(json.dumps(doc))
-    cfg = config.load(str(path), environ={})
+    return config.load(str(path), environ={})
+
+
+def test_allocation_partition_makes_the_whole_allocation_the_tasks_partition(site, tmp_path, api):
+    _, client = site
+    cfg = with_default_partition(tmp_path)
     assert prolog.run(job(), cfg, client, FakeSlurm()) == 0
     assert prolog.run(job(restart=1), cfg, client, FakeSlurm()) == 0  # a requeue adopts both
     (part,) = [p["partition"] for p in api.list_partitions()]
@@ -145,11 +150,7 @@ def test_a_default_partition_someone_else_made_first_is_never_adopted(site, tmp_
     creating it as an admin here, in another job's allocation, of another user or of the job's
     own: the prolog holds the job with the reason, and the partition stays for an admin to judge."""
     _, client = site
-    path = tmp_path / "site.yaml"
-    doc = json.loads(path.read_text())
-    doc["allocation"] = {"partition": True}
-    path.write_text(json.dumps(doc))
-    cfg = config.load(str(path), environ={})
+    cfg = with_default_partition(tmp_path)
     api.create_allocation("c9", ["ag12", "ag13"], [owner])
     client.create_partition("slurm_42", 8, allocation="c9", owner_uid=owner)
     slurm = FakeSlurm()
