@@ -107,13 +107,15 @@ static int read_step(spank_t sp, uint32_t job, uint32_t step, struct step_info *
     return rc;
 }
 
-/* The job's IPUs per node (job_submit.lua turns every dialect into a per-node GRES). */
-static long job_per_node(uint32_t job)
+/* The job's IPUs per node (job_submit.lua turns every dialect into a per-node GRES), and, for a
+ * component of a heterogeneous job, the job it belongs to (its first component's id; else 0). */
+static long job_per_node(uint32_t job, uint32_t *het)
 {
     job_info_msg_t *resp = NULL;
     long n = -1;
     int rc;
 
+    *het = 0;
     if (!slurm_load_job || !slurm_free_job_info_msg)
         return -1;
 #if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(26, 5, 0)
@@ -124,8 +126,15 @@ static long job_per_node(uint32_t job)
 #endif
     if (rc != 0 || !resp)
         return -1;
-    if (resp->record_count > 0)
-        n = ipu_gres_count(resp->job_array[0].tres_per_node);
+    /* A leader's record lists every component: take this job's own. */
+    for (uint32_t i = 0; i < resp->record_count; i++) {
+        if (resp->job_array[i].job_id != job)
+            continue;
+        n = ipu_gres_count(resp->job_array[i].tres_per_node);
+        if (resp->job_array[i].het_job_id && resp->job_array[i].het_job_id != NO_VAL)
+            *het = resp->job_array[i].het_job_id;
+        break;
+    }
     slurm_free_job_info_msg(resp);
     return n;
 }
@@ -190,7 +199,7 @@ int ipu_step_start(spank_t sp)
 {
     uint32_t job = 0, step = 0;
     struct step_info info = {0};
-    char ipus[24], per_node[24], job_node[24], jobs[16], steps[16], reply[IPU_NAME_MAX + 16 + sizeof(removal)];
+    char ipus[24], per_node[24], job_node[24], jobs[16], steps[16], hets[16], reply[IPU_NAME_MAX + 16 + sizeof(removal)];
     char *verb, *name, *rest;
 
     if (!ipu_conf.helper[0] || ipu_opts.instance)  /* no helper configured; ipurun drives its own */
@@ -204,7 +213,8 @@ int ipu_step_start(spank_t sp)
     }
     if (info.ipus <= 0)
         return 0;
-    if ((info.job_per_node = job_per_node(job)) < 0)
+    uint32_t het = 0;
+    if ((info.job_per_node = job_per_node(job, &het)) < 0)
         info.job_per_node = info.per_node;  /* unknown: take the step for the job's whole */
     slurm_debug("spank_ipu: step %u.%u: %ld IPU(s), %ld per node on %s; the job has %ld per node", job, step,
                 info.ipus, info.per_node, info.nodes, info.job_per_node);
@@ -216,8 +226,9 @@ int ipu_step_start(spank_t sp)
     snprintf(job_node, sizeof(job_node), "%ld", info.job_per_node);
     snprintf(jobs, sizeof(jobs), "%u", job);
     snprintf(steps, sizeof(steps), "%u", step);
+    snprintf(hets, sizeof(hets), "%u", het);
     char *argv[] = {ipu_conf.helper, "step", "start", jobs, steps, ipus, per_node, job_node, info.nodes,
-                    ipu_opts.gcds[0] ? ipu_opts.gcds : "1", NULL};
+                    ipu_opts.gcds[0] ? ipu_opts.gcds : "1", hets, NULL};
     if (run(argv, STEP_SECONDS, reply, sizeof(reply)) != 0)
         return refuse();  /* the helper said why, in one line */
     if (!reply[0])

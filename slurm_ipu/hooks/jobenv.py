@@ -2,8 +2,10 @@
 
 Trusted (set by slurmctld): SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_NODELIST,
 SLURM_JOB_LICENSES (job_submit.lua keeps the ipu licence equal to --gres=ipu:N x nodes),
-SLURM_JOB_RESTART_COUNT. From the user's side (SPANK_*): only the partition's shape options,
-validated like any user input, never its size, name or owner.
+SLURM_JOB_RESTART_COUNT, SLURM_HET_JOB_ID (a heterogeneous job's components each run the hooks
+under their own job id; this names the job they belong to; 22.05 also says SLURM_PACK_JOB_ID).
+From the user's side (SPANK_*): only the partition's shape options, validated like any user
+input, never its size, name or owner.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ class JobContext:
     ilds: int | None = None
     reconfigurable: bool = False
     script_context: str = ""
+    het_job_id: int | None = None  # a heterogeneous job's component: the job (its first component's id)
 
     def partition(self, prefix: str) -> str:
         return f"{prefix}{self.job_id}"
@@ -72,4 +75,12 @@ def from_env(env: dict) -> JobContext:
         ilds=_shape(env, "SPANK_IPU_ILDS", "--ipu-ilds"),
         reconfigurable=env.get("SPANK_IPU_RECONFIGURABLE", "") == "1",
         script_context=env.get("SLURM_SCRIPT_CONTEXT", ""),
+        het_job_id=_het_job_id(env),
     )
+
+
+def _het_job_id(env: dict) -> int | None:
+    for key in ("SLURM_HET_JOB_ID", "SLURM_PACK_JOB_ID"):
+        if env.get(key):
+            return _int(env, key)
+    return None

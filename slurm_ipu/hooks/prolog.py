@@ -280,7 +280,7 @@ def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str
         if busy is None:
             raise
         raise busy from exc
-    if cfg["allocation.partition"]:
+    if cfg["allocation.partition"] or ctx.het_job_id is not None:
         _default_partition(ctx, cfg, client, name, agents, deadline)
 
 
@@ -309,7 +309,9 @@ def _existing_allocation(ctx, client, name: str, agents: list[str], grants: list
 
 
 def _default_partition(ctx: JobContext, cfg, client, allocation: str, agents: list[str], deadline: float) -> None:
-    """allocation.partition: the whole allocation as the partition the tasks' IPUOF variables name
+    """allocation.partition, and every component of a heterogeneous job (docs/slurm.md: srun can
+    tell only one component's tasks the partition made for a step, so each component's tasks name
+    its own job's): the whole allocation as the partition the tasks' IPUOF variables name
     (an earlier attempt's is adopted if it fits; the epilog removes it with the allocation). One
     already there is adopted only if it is in this job's allocation and the job's user's: a
     partition of that name another user made first, of any size, is never the job's."""

@@ -2,19 +2,23 @@
 as the user, once per step with IPUs, after slurmctld created the step and before any task
 (spank/step.c), through the install's own command (which every user can run):
 
-    slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS
+    slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS [HET]
 
-IPUS is what Slurm granted the step (PER_NODE on each of NODES), JOB_PER_NODE the job's. It
+IPUS is what Slurm granted the step (PER_NODE on each of NODES), JOB_PER_NODE the job's; HET,
+for a component of a heterogeneous job, the job it belongs to (0 or absent: none). It
 prints `create NAME` and, on a second line, the `vipu` command line (tab-separated) that removes
 it, which srun runs itself when it exits (a second Python start there would double a step's
 cost: docs/performance.md); or `use NAME` (one that exists: the user's own); or nothing (the
 job's partition). It refuses in one line (exit 2) a step that cannot have the IPUs it asked
 for. The rules:
 
-- A job held as one partition (vipu.model partition, or allocation with allocation.partition)
-  cannot be split: a step asking for fewer IPUs per node than the job has (GPU-style steps over
-  a node's devices) is refused, never handed the whole partition silently; a step with all of
-  its nodes' IPUs (srun without --gres: Slurm gives a step its job's GRES) gets the job's.
+- A job held as one partition (vipu.model partition, or allocation with allocation.partition,
+  or a heterogeneous job's component: srun tells only one component's tasks what it chose for a
+  step spanning several, so each component's tasks name its own whole partition, or the user's
+  exported one where it is in the component's allocation) cannot be split: a step asking for
+  fewer IPUs per node than the job has (GPU-style steps over a node's devices) is refused, never
+  handed the whole partition silently; a step with all of its nodes' IPUs (srun without --gres:
+  Slurm gives a step its job's GRES) gets the job's.
 - A job held as an allocation (Graphcore's model) gets, per step, a partition of exactly the
   IPUs Slurm granted the step, named prefix + job + "_" + step, in the job's allocation, over the
   step's hosts, owned by the user. Except, for a step with all of its nodes' IPUs: the user
@@ -35,7 +39,7 @@ import time
 from ..cli_common import run_main
 from ..errors import ConfigError, InsufficientIpus, VipuError
 
-USAGE = "usage: slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS"
+USAGE = "usage: slurm-ipu step start JOB STEP IPUS PER_NODE JOB_PER_NODE NODES GCDS [HET]"
 
 
 class StepRefused(ConfigError):
@@ -43,12 +47,12 @@ class StepRefused(ConfigError):
 
 
 class Step:
-    __slots__ = ("job", "step", "ipus", "per_node", "job_per_node", "nodes", "gcds")
+    __slots__ = ("job", "step", "ipus", "per_node", "job_per_node", "nodes", "gcds", "het")
 
     def __init__(self, job: int, step: int, ipus: int, per_node: int, job_per_node: int, nodes: list[str],
-                 gcds: int = 1):
+                 gcds: int = 1, het: int = 0):
         self.job, self.step, self.ipus, self.per_node = job, step, ipus, per_node
-        self.job_per_node, self.nodes, self.gcds = job_per_node, nodes, gcds
+        self.job_per_node, self.nodes, self.gcds, self.het = job_per_node, nodes, gcds, het
 
     @property
     def label(self) -> str:
@@ -64,6 +68,17 @@ def step_name(prefix: str, job: int, step: int) -> str:
     return f"{prefix}{job}_{step}"
 
 
+def hooks_name(name: str, prefix: str) -> tuple[int, int | None] | None:
+    """(job, step or None) when `name` has the form the hooks and the plugin give a job's or a
+    step's partition (step_name), else None."""
+    if not name.startswith(prefix):
+        return None
+    job, sep, step = name[len(prefix):].partition("_")
+    if not (job.isascii() and job.isdigit()) or (sep and not (step.isascii() and step.isdigit())):
+        return None
+    return int(job), int(step) if sep else None
+
+
 def decide(step: Step, site, client, env: dict, deadline: float) -> str:
     """What `start` prints (see the module's docstring)."""
     model = site.model_for(step.nodes)
@@ -72,9 +87,14 @@ def decide(step: Step, site, client, env: dict, deadline: float) -> str:
         return _whole(step, f"{prefix}{step.job}")
     allocation = f"{site['allocation.prefix']}{step.job}"
     own = env.get("IPUOF_VIPU_API_PARTITION_ID", "")
-    mine = own == f"{prefix}{step.job}" or own.startswith(f"{prefix}{step.job}_")  # the plugin set it
+    named = hooks_name(own, prefix)
+    # The plugin set it: for this job or a step of it, or for a heterogeneous job's batch script
+    # (its first component's name, which every component's srun inherits).
+    mine = named is not None and named[0] in (step.job, step.het)
     if own and not mine and not step.splits:
         return _users(step, client, own, allocation, deadline)
+    if step.het:
+        return _whole(step, f"{prefix}{step.job}")
     name = step_name(prefix, step.job, step.step)
     try:
         client.ensure_partition(name, step.ipus, deadline, num_gcds=step.gcds if step.gcds > 1 else None,
@@ -106,6 +126,8 @@ def _users(step: Step, client, own: str, allocation: str, deadline: float) -> st
     part = client.get_partition(own, deadline)
     if part is not None and part.allocation == allocation:
         return f"use {own}"
+    if step.het:  # a heterogeneous batch script's export, for another component: this one keeps its own
+        return _whole(step, "")
     where = "does not exist" if part is None else f"is in allocation {part.allocation}"
     raise StepRefused(f"{step.label}: IPUOF_VIPU_API_PARTITION_ID={own} {where}, not in job {step.job}'s "
                       f"allocation {allocation}; create it there (vipu create partition {own} --allocation "
@@ -139,13 +161,13 @@ def _number(text: str, what: str) -> int:
 
 
 def parse_start(args: list[str]) -> Step:
-    if len(args) != 7:
+    if len(args) not in (7, 8):  # 7: a plugin built before heterogeneous jobs were told apart
         raise ConfigError(USAGE)
     from ..slurm.hostlist import expand
 
-    job, step, ipus, per_node, job_per_node, nodes, gcds = args
+    job, step, ipus, per_node, job_per_node, nodes, gcds, het = [*args, "0"][:8]
     return Step(_number(job, "JOB"), _number(step, "STEP"), _number(ipus, "IPUS"), _number(per_node, "PER_NODE"),
-                _number(job_per_node, "JOB_PER_NODE"), expand(nodes), _number(gcds, "GCDS"))
+                _number(job_per_node, "JOB_PER_NODE"), expand(nodes), _number(gcds, "GCDS"), _number(het, "HET"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,10 +36,10 @@ def site(tmp_path, emu):
     return cfg, client
 
 
-def job(job_id=42, nodes="node[1-2]", uid=ALICE, restart=0):
+def job(job_id=42, nodes="node[1-2]", uid=ALICE, restart=0, ipus=32, **more):
     return jobenv.from_env({"SLURM_JOB_ID": str(job_id), "SLURM_JOB_UID": str(uid), "SLURM_JOB_NODELIST": nodes,
-                            "SLURM_JOB_LICENSES": "ipu:32", "SLURM_JOB_RESTART_COUNT": str(restart),
-                            "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld"})
+                            "SLURM_JOB_LICENSES": f"ipu:{ipus}", "SLURM_JOB_RESTART_COUNT": str(restart),
+                            "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", **more})
 
 
 def test_the_job_gets_its_hosts_machines_makes_partitions_in_them_and_the_epilog_removes_all(site, api, vipu):
@@ -139,6 +139,23 @@ def test_allocation_partition_makes_the_whole_allocation_the_tasks_partition(sit
         ("slurm_42", "c42", 32, ALICE)
     assert sorted(part["spec"]["hosts"]) == ["node1", "node2"]
     assert epilog.run(job(), cfg, client) == 0
+    assert api.list_partitions() == [] and [a["id"] for a in api.allocations()] == ["default"]
+
+
+@pytest.mark.parametrize("het", [{"SLURM_HET_JOB_ID": "41", "SLURM_HET_JOB_OFFSET": "1"},
+                                 {"SLURM_PACK_JOB_ID": "41", "SLURM_PACK_JOB_OFFSET": "1"}])
+def test_a_heterogeneous_component_s_allocation_is_held_as_its_tasks_partition(site, api, het):
+    """Each component of a heterogeneous job runs the hooks under its own job id (Slurm 22.05 says
+    SLURM_PACK_JOB_ID, later releases SLURM_HET_JOB_ID too). srun tells a step's choice to one
+    component's tasks only, so each component's allocation is its tasks' partition, as with
+    allocation.partition, and the epilog removes both."""
+    cfg, client = site
+    assert not cfg["allocation.partition"]
+    assert prolog.run(job(42, nodes="node2", ipus=16, **het), cfg, client, FakeSlurm()) == 0
+    (part,) = [p["partition"] for p in api.list_partitions()]
+    assert (part["id"], part["spec"]["allocation"], part["spec"]["size"], part["spec"]["owner_uid"]) == \
+        ("slurm_42", "c42", 16, ALICE)
+    assert epilog.run(job(42, nodes="node2", ipus=16, **het), cfg, client) == 0
     assert api.list_partitions() == [] and [a["id"] for a in api.allocations()] == ["default"]
 
 

@@ -123,8 +123,44 @@ def test_a_step_with_all_of_its_nodes_ipus_keeps_the_job_s_partition(site, fake,
     assert fake.calls == []
 
 
+def test_a_heterogeneous_component_s_step_names_the_component_s_own_partition(site, fake, capsys, monkeypatch):
+    """Allocation model: srun passes what it chose for a step to one component's tasks only, so a
+    heterogeneous job's components are each held as one partition (the prolog makes it) and their
+    steps name it, whatever the batch script's variable (its first component's) says."""
+    site("allocation")
+    monkeypatch.setenv("IPUOF_VIPU_API_PARTITION_ID", "slurm_20")  # the batch script's, component 0's
+    assert step(capsys, "start", "21", "0", "16", "16", "16", "node2", "1", "20") == (0, "", "")
+    assert fake.calls == []
+    code, out, err = step(capsys, "start", "21", "1", "4", "4", "16", "node2", "1", "20")
+    assert (code, out) == (2, "") and "job 21 holds its 16 per node as one V-IPU partition (slurm_21)" in err
+
+
+def test_a_heterogeneous_component_takes_the_user_s_partition_only_from_its_own_allocation(site, fake, capsys,
+                                                                                            monkeypatch):
+    """Graphcore's idiom in a component: the user's partition in the component's allocation is
+    used; one in another component's (the batch script's export, which every srun inherits) is
+    not refused: the component keeps its own."""
+    site("allocation")
+    fake.plant("p20", 16, allocation="c20")
+    fake.plant("p21", 16, allocation="c21")
+    monkeypatch.setenv("IPUOF_VIPU_API_PARTITION_ID", "p21")
+    assert step(capsys, "start", "21", "0", "16", "16", "16", "node2", "1", "20") == (0, "use p21", "")
+    monkeypatch.setenv("IPUOF_VIPU_API_PARTITION_ID", "p20")
+    assert step(capsys, "start", "21", "1", "16", "16", "16", "node2", "1", "20") == (0, "", "")
+    assert step(capsys, "start", "20", "2", "16", "16", "16", "node1", "1", "20") == (0, "use p20", "")
+
+
+def test_a_plugin_of_before_heterogeneous_jobs_still_gets_its_answer(site, fake, capsys):
+    """Seven arguments (a plugin not yet rebuilt, with the helper upgraded): not heterogeneous."""
+    site("allocation")
+    assert step(capsys, "start", "42", "3", "4", "4", "16", "node1", "1")[1].startswith("create slurm_42_3\n")
+    assert step(capsys, "start", "42", "4", "4", "4", "16", "node1", "1", "0")[1].startswith("create slurm_42_4\n")
+
+
 @pytest.mark.parametrize("args", [["start", "9", "x", "4", "4", "16", "node1", "1"], ["start", "9"],
-                                  ["start", "9", "1", "4", "4", "16", "node[1-", "1"], ["end", "9", "p9"], []])
+                                  ["start", "9", "1", "4", "4", "16", "node[1-", "1"], ["end", "9", "p9"], [],
+                                  ["start", "9", "1", "4", "4", "16", "node1", "1", "x"],
+                                  ["start", "9", "1", "4", "4", "16", "node1", "1", "0", "extra"]])
 def test_bad_arguments_get_one_line_and_exit_2(site, fake, capsys, args):
     site("allocation")
     code, out, err = step(capsys, *args)
