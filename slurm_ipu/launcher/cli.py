@@ -17,6 +17,7 @@ import sys
 from ..cli_common import run_main
 from ..errors import ConfigError
 from . import numa, partition
+from .hetjob import component_env
 from .options import Options, export_config, parse
 from .plan import Plan, make_plan
 from .task import CACHE_ROOT, TASK
@@ -27,8 +28,9 @@ class Launch:
 
     def __init__(self, opts: Options, plan: Plan, env: dict, srun: list[str] | None, command: list[str],
                  cache_dir: str | None, vipu: partition.PartitionPlan, client_factory, mpi=None, host_pods=None,
-                 inside: bool = False):
+                 inside: bool = False, job_env: dict | None = None):
         self.opts, self.plan, self.env, self.srun, self.command = opts, plan, env, srun, command
+        self.job_env = job_env if job_env is not None else dict(os.environ)  # as ipurun read its job (hetjob.py)
         self.cache_dir = cache_dir   # a cache ipurun itself must remove (local backend only)
         self.vipu, self.client_factory = vipu, client_factory
         self.mpi = mpi               # what the --mpi-* options asked (None without them)
@@ -114,6 +116,7 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     """Plan the run and check every option against it and the partition's real shape (one
     V-IPU read when there is a partition to drive). Nothing starts or changes here."""
     check_options(opts, srun_extra)
+    env = component_env(env, srun_extra)
     mpi = mpi_args(opts)
     check_autoreport(opts, env, mpi)
     hosts, inside, subset = hosts_for(opts, env)
@@ -142,7 +145,7 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     if opts.verbose >= 3:  # PopRun's -vvv: the launcher's own messages too
         srun_extra = [*srun_extra, "--verbose"]
     srun = None if local else srun_line(opts, plan, inside, subset, env, srun_extra)
-    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods, inside)
+    return Launch(opts, plan, task_env, srun, command, own_cache, vipu, factory, mpi, host_pods, inside, env)
 
 
 def pod_placement(plan: Plan, vipu, factory, env: dict, inside: bool, show: bool):
@@ -249,7 +252,7 @@ def srun_line(opts: Options, plan: Plan, inside: bool, subset: bool, env: dict, 
 def run(launch: Launch) -> int:
     from . import output
 
-    partition.apply(launch.vipu, os.environ, launch.client_factory)
+    partition.apply(launch.vipu, launch.job_env, launch.client_factory)
     try:
         env = dict(os.environ, **launch.env)
         out = output.Output(launch.opts.tag_output or (launch.mpi is not None and launch.mpi.tag_output))

@@ -288,14 +288,19 @@ def _missing(name: str, env: dict, opts, own: str | None = None) -> str:
         return (f"--vipu-partition {name}: no such partition on V-IPU; check `vipu list partitions` "
                 "or leave --vipu-partition out to use the job's own")
     job = env.get("SLURM_JOB_ID", "?")
-    if not _named_after(name, job):  # the caller's own export (a Graphcore script's p$SLURM_JOB_ID)
+    if not named_after(name, job):  # the caller's own export (a Graphcore script's p$SLURM_JOB_ID)
         return (f"partition {name} does not exist (IPUOF_VIPU_API_PARTITION_ID names it): create it first, or "
                 f"unset IPUOF_VIPU_API_PARTITION_ID to use job {job}'s own partition")
+    group = next((k for k in range(64) if job in (env.get(f"SLURM_JOB_ID_HET_GROUP_{k}"),
+                                                   env.get(f"SLURM_JOB_ID_PACK_GROUP_{k}"))), None)
+    if group is not None:  # hetjob.py: ipurun reads its component as the job
+        return (f"partition {name} does not exist: component {group} of this heterogeneous job (job {job}) has no "
+                "IPUs; run ipurun with --het-group=N, N the component that asked for them")
     return (f"partition {name} does not exist: job {job} has no IPUs; "
             "submit it with --gres=ipu:N (IPUs per node), or run with --offline-mode=yes")
 
 
-def _named_after(name: str, job: str) -> bool:
+def named_after(name: str, job: str) -> bool:
     """Whether `name` is this job's or one of its steps' partition names, as the SPANK plugin
     sets them: a prefix, the job id, and for a step `_<step>`."""
     head, sep, step = name.rpartition("_")

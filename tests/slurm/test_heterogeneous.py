@@ -1,12 +1,12 @@
-"""Heterogeneous jobs on both V-IPU models, as a user writes them: `srun A : --gres=ipu:N B`, an
-`#SBATCH hetjob` script running `srun --het-group=...`, and IPUs in every component. Each
-component that asks for IPUs gets a partition of its own, named after its own job id (Slurm runs
-the hooks once per component); every IPU task names one that exists and attaches to it; the hook
-service's pass leaves a running component's partition alone; nothing is left after the job.
+"""Heterogeneous jobs on both V-IPU models, as a user writes them: `srun --gres=ipu:N B : A`, an
+`#SBATCH hetjob` script running `srun --het-group=...` and ipurun. Slurm takes licences from a
+heterogeneous job's first component alone, so only it may have IPUs (job_submit.lua says so in one
+line at submit); its partition is named after its job id, every one of its tasks names it and
+attaches, whichever components a step spans; the hook service's pass leaves it alone while the job
+runs; nothing is left after the job.
 
-Why a component's whole partition, in the allocation model too (docs/slurm.md): srun tells the
-partition it chose for a step to one component's tasks only, so a step's own partition could not
-reach the others."""
+Why the component's whole partition in the allocation model too (docs/slurm.md): srun tells the
+partition it chose for a step spanning components to one component's tasks only."""
 
 from __future__ import annotations
 
@@ -91,106 +91,100 @@ def attached(text: str) -> dict[str, list[int]]:
     return {a["partition"]: a["ipus"] for a in attaches if a.get("partition") and a["ipus"]}
 
 
-def test_srun_with_ipus_in_its_second_component_attaches_there(clean, users):
+def test_srun_with_ipus_in_its_first_component_attaches_there(clean, users):
     lab = clean
     probe = probe_script(lab)
-    proc = lab.run_as(users[0], "srun", "-n1", probe, ":", "-n1", "--gres=ipu:16", probe, timeout=START + 60)
+    proc = lab.run_as(users[0], "srun", "-n1", "--gres=ipu:16", probe, ":", "-n1", probe, timeout=START + 60)
     assert proc.returncode == 0, proc.stderr
-    probes, attaches = parse_probe(proc.stdout)
+    probes, _ = parse_probe(proc.stdout)
     assert len(probes) == 2, proc.stdout
-    names = sorted(p[4] for p in probes)  # slurm_<first component>, slurm_<second component>
-    first, second = (int(n.rpartition("_")[2]) for n in names)
-    assert second == first + 1, names
+    first = min(int(p[4].rpartition("_")[2]) for p in probes)
     got = attached(proc.stdout)
-    assert list(got) == [f"slurm_{second}"] and len(got[f"slurm_{second}"]) == 16, proc.stdout
+    assert list(got) == [f"slurm_{first}"] and len(got[f"slurm_{first}"]) == 16, proc.stdout
     assert "does not exist" not in proc.stderr and "no partition made" not in proc.stderr, proc.stderr
-    nothing_left(lab, first, second)
+    nothing_left(lab, first, first + 1)
+
+
+LATER = """#!/bin/bash
+#SBATCH -n1
+#SBATCH hetjob
+#SBATCH -n1 --gres=ipu:16
+true
+"""
+
+
+def test_ipus_in_a_later_component_are_refused_at_submit_in_one_line(clean, users):
+    lab = clean
+    said = "component 1 of this heterogeneous job asks for IPUs, which only its first component may have"
+    proc = lab.run_as(users[0], "srun", "-n1", "true", ":", "-n1", "--gres=ipu:16", "true", timeout=60)
+    assert proc.returncode != 0 and said in proc.stderr, proc.stderr
+    path = lab.spec.path("users", "later.sh")
+    path.write_text(LATER)
+    path.chmod(0o755)
+    proc = lab.run_as(users[0], "sbatch", str(path))
+    assert proc.returncode != 0 and said in proc.stderr, proc.stderr
+    assert queue(lab) == []
 
 
 HETJOB = """#!/bin/bash
-#SBATCH -n1 -o {out}
+#SBATCH -N1 --gres=ipu:16 -o {out}
 #SBATCH hetjob
-#SBATCH -n1 --gres=ipu:16
+#SBATCH -n1
 echo "IDS $SLURM_JOB_ID $SLURM_JOB_ID_HET_GROUP_1"
-srun --het-group=1 {probe}
-echo "RC1 $?"
+srun --het-group=0 {probe}
+echo "RC0 $?"
 srun --het-group=0,1 {probe}
 echo "RC01 $?"
-"""
-
-
-def test_a_hetjob_script_s_srun_reaches_the_ipus_of_its_component(clean, users):
-    """The batch script runs in component 0 (no IPUs) with its variable naming component 0's
-    partition; `srun --het-group=1` once refused that as the user's choice (allocation model)."""
-    lab = clean
-    out = lab.spec.path("users", "hetjob-%j.out")
-    job = submit_as(lab, users[0], HETJOB.format(out=out, probe=probe_script(lab)))
-    wait_done(lab, job)
-    text = lab.spec.path("users", f"hetjob-{job}.out").read_text()
-    ids = next(line.split()[1:] for line in text.splitlines() if line.startswith("IDS "))
-    assert ids == [str(job), str(job + 1)], text
-    assert "RC1 0" in text and "RC01 0" in text, text
-    got = attached(text)
-    assert list(got) == [f"slurm_{job + 1}"] and len(got[f"slurm_{job + 1}"]) == 16, text
-    _, attaches = parse_probe(text)
-    assert sum(1 for a in attaches if a.get("partition") == f"slurm_{job + 1}") == 2, text  # both sruns' tasks
-    nothing_left(lab, job, job + 1)
-
-
-BOTH = """#!/bin/bash
-#SBATCH -N1 -o {out}
-#SBATCH --gres=ipu:16
-#SBATCH hetjob
-#SBATCH -N1 --gres=ipu:16
-srun --het-group=0,1 {probe}
-echo "RC $?"
+srun --het-group=1 {probe}
+echo "RC1 $?"
+ipurun --num-instances 1 --num-replicas 1 {probe}
+echo "RCI $?"
 touch {ready}
 for i in $(seq 600); do [ -e {go} ] && break; sleep 0.2; done
-srun --het-group=0,1 {probe}
 """
 
 
-def test_every_component_with_ipus_gets_its_own_and_keeps_it_through_the_reap(clean, users):
-    """Two components of 16 IPUs each: two partitions, each component's tasks on their own, both
-    left alone by a pass of the hook service's reap while the job runs, both gone at its end."""
+def test_a_hetjob_script_s_steps_and_ipurun_reach_the_first_component_s_ipus(clean, users):
+    """Every step with the first component's tasks attaches to its partition (`srun --het-group=1`
+    names the second's, which has none); ipurun runs there too; the hook service's reap, run while
+    the job runs, leaves the partition alone; the job's end removes it."""
     lab = clean
     ready, go = lab.spec.path("users", "het-ready"), lab.spec.path("users", "het-go")
     for path in (ready, go):
         path.unlink(missing_ok=True)
-    out = lab.spec.path("users", "both-%j.out")
-    job = submit_as(lab, users[1], BOTH.format(out=out, probe=probe_script(lab), ready=ready, go=go))
-    wait_for("the first step to end", ready.exists, START + 60)
-    mine = {f"slurm_{job}", f"slurm_{job + 1}"}
-    assert mine <= set(lab.partitions())
+    out = lab.spec.path("users", "hetjob-%j.out")
+    job = submit_as(lab, users[1], HETJOB.format(out=out, probe=probe_script(lab), ready=ready, go=go))
+    wait_for("the script's steps to end", ready.exists, START + 60)
+    name = f"slurm_{job}"
+    assert name in lab.partitions()
     reap = lab.run(str(lab.spec.path("bin", "slurm-ipu")), "reap", "--site", lab.site)
-    assert reap.returncode == 0, reap.stderr
-    assert mine <= set(lab.partitions()), reap.stdout + reap.stderr
+    assert reap.returncode == 0 and name in lab.partitions(), reap.stdout + reap.stderr
     go.touch()
     wait_done(lab, job)
-    text = lab.spec.path("users", f"both-{job}.out").read_text()
+    text = lab.spec.path("users", f"hetjob-{job}.out").read_text()
+    assert next(line.split()[1:] for line in text.splitlines() if line.startswith("IDS ")) == [str(job), str(job + 1)]
+    assert "RC0 0" in text and "RC01 0" in text and "RCI 0" in text, text
     _, attaches = parse_probe(text)
-    assert "RC 0" in text, text
-    by_name = sorted(a["partition"] for a in attaches if a["ipus"])
-    assert by_name == sorted(2 * sorted(mine)), text  # each component's task, twice
-    assert all(len(a["ipus"]) == 16 for a in attaches), text
+    mine = [a for a in attaches if a.get("partition") == name and len(a["ipus"]) == 16]
+    assert len(mine) == 3, text  # --het-group=0, the first component's task of 0,1, and ipurun's instance
+    assert f"slurm_{job + 1}" not in attached(text), text
     nothing_left(lab, job, job + 1)
 
 
 GRAPHCORE = """#!/bin/bash
-#SBATCH -n1 -o {out}
+#SBATCH -N1 --gres=ipu:16 -o {out}
 #SBATCH hetjob
-#SBATCH -n1 --gres=ipu:16
-C=$SLURM_JOB_ID_HET_GROUP_1
-vipu remove partition slurm_$C && vipu create partition p$C --allocation c$C --size 16 && echo MADE
-export IPUOF_VIPU_API_PARTITION_ID=p$C
-srun --het-group=1 {probe}
+#SBATCH -n1
+vipu remove partition slurm_$SLURM_JOB_ID && \
+  vipu create partition p$SLURM_JOB_ID --allocation c$SLURM_JOB_ID --size 16 && echo MADE
+export IPUOF_VIPU_API_PARTITION_ID=p$SLURM_JOB_ID
+srun --het-group=0 {probe}
 """
 
 
-def test_graphcore_s_own_partition_in_a_component_s_allocation_is_what_its_tasks_name(clean, users, hlab):
-    """docs/slurm.md's form of Graphcore's `c$SLURM_JOB_ID` idiom for a component: the component's
-    own id is SLURM_JOB_ID_HET_GROUP_<n> (SLURM_JOB_ID is the first component's), and its allocation
-    is held by its partition until the user removes that."""
+def test_graphcore_s_own_partition_in_the_job_s_allocation_is_what_its_tasks_name(clean, users, hlab):
+    """docs/slurm.md's form of Graphcore's `c$SLURM_JOB_ID` idiom in a heterogeneous job: the
+    first component's allocation is held by its partition until the user removes that."""
     if hlab.spec.model != "allocation":
         pytest.skip("the allocation model's idiom")
     lab = clean
@@ -200,7 +194,6 @@ def test_graphcore_s_own_partition_in_a_component_s_allocation_is_what_its_tasks
     text = lab.spec.path("users", f"graphcore-{job}.out").read_text()
     assert "MADE" in text, text
     got = attached(text)
-    assert list(got) == [f"p{job + 1}"] and len(got[f"p{job + 1}"]) == 16, text
+    assert list(got) == [f"p{job}"] and len(got[f"p{job}"]) == 16, text
     nothing_left(lab, job, job + 1)
-    assert f"p{job + 1}" not in lab.partitions()
-
+    assert f"p{job}" not in lab.partitions()

@@ -76,6 +76,8 @@ def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, st
 @pytest.mark.parametrize("job,licence,nodes", [
     ({"tres_per_node": "gres:ipu:4", "min_nodes": 2, "max_nodes": 2}, "ipu:8", "2"),
     ({"tres_per_node": "gres:ipu:4", "min_nodes": NO_VAL, "max_nodes": NO_VAL}, "ipu:4", "1"),
+    ({"tres_per_node": "gres:ipu:4", "het_job_offset": 0}, "ipu:4", "1"),  # a heterogeneous job's first component
+    ({"tres_per_node": "gres:ipu:4", "het_job_offset": NO_VAL}, "ipu:4", "1"),
     ({"tres_per_node": "gres/ipu:16", "min_nodes": 4}, "ipu:64", "4"),
     ({"tres_per_node": "gres:ipu", "min_nodes": 1}, "ipu:1", "1"),
     ({"tres_per_node": "gres:gpu:1,gres:ipu:8", "licenses": "matlab:1", "min_nodes": 1}, "matlab:1,ipu:8", "1"),
@@ -124,6 +126,9 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     ({"tres_per_socket": "gres:ipu:1"}, "--tres-per-socket=gres:ipu:1"),
     ({"licenses": "ipu:64|matlab:1"}, "licence ipu:64|matlab:1: the ipu licence cannot be one of several choices"),
     ({"licenses": "matlab:1|ipu:64", "tres_per_node": "gres:ipu:4"}, "cannot be one of several choices"),
+    # Slurm takes licences from a heterogeneous job's first component alone
+    ({"tres_per_node": "gres:ipu:16", "het_job_offset": 1}, "component 1 of this heterogeneous job asks for IPUs, "
+                                                            "which only its first component may have"),
 ])
 def test_submit_refuses_with_one_line(lua_file, job, words):
     rc, _lic, _nodes, msg = run(lua_file, job)

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "96ba35d3594725b1"
+local CODE_ID = "83d32946869765dd"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -535,6 +535,13 @@ local function job_submit(job_desc, part_list, submit_uid)
   end
   if lic_ipu ~= nil then  -- beside a GRES too: never dropped in silence
     return reject("-L %s: the ipu licence is slurm-ipu's, set from --gres=ipu:N; leave it out of -L", lic_ipu)
+  end
+  -- The licence sizes the partition, and Slurm takes licences from a heterogeneous job's first
+  -- component alone (24.11 and later refuse another's: "license request allowed only on leader job").
+  if set_count(job_desc.het_job_offset) then
+    return reject("component %d of this heterogeneous job asks for IPUs, which only its first component may have: "
+                  .. "put the IPU component first (srun --gres=ipu:16 ./train : ./loader, or the first #SBATCH "
+                  .. "block)", job_desc.het_job_offset)
   end
   local min, max = job_desc.min_nodes, job_desc.max_nodes
   if set_count(min) and set_count(max) and min ~= max then
