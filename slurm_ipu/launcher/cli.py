@@ -30,7 +30,7 @@ class Launch:
                  cache_dir: str | None, vipu: partition.PartitionPlan, client_factory, mpi=None, host_pods=None,
                  inside: bool = False, job_env: dict | None = None):
         self.opts, self.plan, self.env, self.srun, self.command = opts, plan, env, srun, command
-        self.job_env = job_env if job_env is not None else dict(os.environ)  # as ipurun read its job (hetjob.py)
+        self.job_env = os.environ if job_env is None else job_env  # as ipurun read its job (hetjob.py)
         self.cache_dir = cache_dir   # a cache ipurun itself must remove (local backend only)
         self.vipu, self.client_factory = vipu, client_factory
         self.mpi = mpi               # what the --mpi-* options asked (None without them)

@@ -12,10 +12,11 @@ plugin set for the batch script, which names the first component's.
 from __future__ import annotations
 
 from ..errors import ConfigError
+from .hetenv import component_value as _of
 from .partition import named_after
 
-# Per-component variables ipurun reads as the job's.
-KEYS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES", "SLURM_JOB_CPUS_PER_NODE", "SLURM_NNODES")
+# Per-component variables ipurun reads as the job's (cli.py).
+KEYS = ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_CPUS_PER_NODE")
 
 
 def group_of(srun_extra: list[str]) -> int | None:
@@ -43,10 +44,10 @@ def component_env(env: dict, srun_extra: list[str]) -> dict:
     group = group or 0
     view = dict(env)
     for key in KEYS:
-        value = env.get(f"{key}_HET_GROUP_{group}") or env.get(f"{key}_PACK_GROUP_{group}")
+        value = _of(env, key, group)
         if value is not None:
             view[key] = value
-    if f"SLURM_JOB_ID_HET_GROUP_{group}" not in env and f"SLURM_JOB_ID_PACK_GROUP_{group}" not in env:
+    if _of(env, "SLURM_JOB_ID", group) is None:
         size = env.get("SLURM_HET_SIZE") or env.get("SLURM_PACK_SIZE")
         raise ConfigError(f"--het-group={group}: job {env.get('SLURM_JOB_ID', '?')} has {size} components (0 to "
                           f"{int(size) - 1 if size.isdigit() else '?'}); give one of them")
@@ -54,4 +55,3 @@ def component_env(env: dict, srun_extra: list[str]) -> dict:
     if view["SLURM_JOB_ID"] != leader and named_after(env.get("IPUOF_VIPU_API_PARTITION_ID", ""), leader):
         del view["IPUOF_VIPU_API_PARTITION_ID"]  # the plugin's, for the first component
     return view
-

@@ -291,8 +291,9 @@ def _missing(name: str, env: dict, opts, own: str | None = None) -> str:
     if not named_after(name, job):  # the caller's own export (a Graphcore script's p$SLURM_JOB_ID)
         return (f"partition {name} does not exist (IPUOF_VIPU_API_PARTITION_ID names it): create it first, or "
                 f"unset IPUOF_VIPU_API_PARTITION_ID to use job {job}'s own partition")
-    group = next((k for k in range(64) if job in (env.get(f"SLURM_JOB_ID_HET_GROUP_{k}"),
-                                                   env.get(f"SLURM_JOB_ID_PACK_GROUP_{k}"))), None)
+    from .hetenv import component_of
+
+    group = component_of(env, job)
     if group is not None:  # hetjob.py: ipurun reads its component as the job
         return (f"partition {name} does not exist: component {group} of this heterogeneous job (job {job}) has no "
                 "IPUs; run ipurun with --het-group=N, N the component that asked for them")
