@@ -20,7 +20,7 @@ from typing import Any
 
 from .boolean import parse_bool
 from .errors import ConfigError, shown
-from .pods import Pod
+from .pods import Pod, host_runs, run_features
 from .rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS, VIPU_PORT
 from .slurm import releases
 
@@ -425,6 +425,14 @@ class Site:
         return {host: agents[k * per:(k + 1) * per]
                 for hosts_of, agents in self.pod_agents() for k, host in enumerate(hosts_of)}
 
+    def placement(self) -> tuple[dict[str, list[str]], dict[int, list[str]]]:
+        """Where a multi-host job of the allocation model may land (pods.host_runs): each host's
+        node features and each host count's alternatives; ({}, {}) on a site without the model."""
+        if "allocation" not in self.models:
+            return {}, {}
+        runs = host_runs([hosts for hosts, _ in self.pod_agents()], self["pod.ipus_per_host"] // IPUS_PER_AGENT)
+        return run_features(runs)
+
     def pod_agents(self) -> list[tuple[list[str], list[str]]]:
         """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's
         agents keys, else ag0, ag1, ... counted over the Pods in the site's order."""
@@ -788,6 +796,10 @@ def _cross_checks(site: Site) -> None:
         raise ConfigError(f"{_at(site, 'pod.ipus_per_host')}: pod.ipus_per_host={per} with vipu.model allocation: a "
                           f"host's jobs get its whole IPU-Machines of {IPUS_PER_AGENT} IPUs each; use a multiple of "
                           f"{IPUS_PER_AGENT}")
+    try:
+        site.placement()
+    except ConfigError as exc:
+        raise ConfigError(f"{_at(site, 'pod.hosts')}: {exc}") from None
     timeout = site["prolog_epilog_timeout"]
     for key in ("prolog.deadline", "epilog.deadline"):
         if site[key] >= timeout:

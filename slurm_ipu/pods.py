@@ -11,7 +11,7 @@ a job over the Pods of one group gets that group's IPU-Machines.
 from __future__ import annotations
 
 from .errors import ConfigError
-from .rules import IPUS_PER_ILD
+from .rules import AGENTS_PER_ILD, IPUS_PER_ILD, is_valid_allocation, is_valid_size
 from .slurm.hostlist import expand
 
 
@@ -76,3 +76,60 @@ def ilds_given(part) -> list[int] | None:
     if not given or len(given) != len(ipus) or not all(isinstance(g, int) for g in given):
         return None
     return given
+
+
+# --- where a multi-host allocation-model job may land ---------------------------------------------
+#
+# In the allocation model a job's allocation is its hosts' IPU-Machines, and a partition takes an
+# aligned block of them in each ILD it spans (docs/vipu.md): two hosts of a POD64 with four hosts
+# hold an aligned block of 32 IPUs only if they are its first two or its last two. Slurm knows
+# nothing of this, so each run of hosts that can hold one partition is a node feature, and
+# job_submit.lua gives a job on n hosts a matching OR of the runs of n (`[a|b|...]`: every node of
+# the job has the same one of them). Runs may overlap: each is a feature of its own.
+
+GROUP_FEATURE = "ipugroup{n}_{k}"
+# Slurm keeps a matching OR's alternatives in a bitmap of MAX_FEATURES (64) bits
+# (src/slurmctld/node_scheduler.c); more would be written past its end.
+MAX_ALTERNATIVES = 64
+
+
+def _usable(first: int, count: int) -> bool:
+    """Whether `count` IPU-Machines from the Pod's `first` (counted from the Pod's first ILD) are
+    one V-IPU allocation that one partition can fill: an aligned block inside an ILD, or whole ILDs."""
+    ipus = count * IPUS_PER_ILD // AGENTS_PER_ILD
+    if not (is_valid_allocation(ipus) and is_valid_size(ipus)):
+        return False
+    if count >= AGENTS_PER_ILD:
+        return first % AGENTS_PER_ILD == 0 and count % AGENTS_PER_ILD == 0
+    return first // AGENTS_PER_ILD == (first + count - 1) // AGENTS_PER_ILD and first % AGENTS_PER_ILD % count == 0
+
+
+def host_runs(pod_hosts: list[list[str]], agents_per_host: int) -> dict[int, list[tuple[str, ...]]]:
+    """For each host count n from 2 to a Pod's hosts less one: the runs of n consecutive hosts
+    (a Pod's hosts in hostlist order take its IPU-Machines in order, Site.agents_of) whose
+    IPU-Machines one partition can fill, Pod after Pod. A job on all of a Pod's hosts takes the
+    Pod and needs no run (topology keeps it in one Pod)."""
+    out: dict[int, list[tuple[str, ...]]] = {}
+    for hosts in pod_hosts:
+        for n in range(2, len(hosts)):
+            out.setdefault(n, []).extend(tuple(hosts[i:i + n]) for i in range(len(hosts) - n + 1)
+                                         if _usable(i * agents_per_host, n * agents_per_host))
+    return {n: runs for n, runs in out.items() if runs}
+
+
+def run_features(runs: dict[int, list[tuple[str, ...]]]) -> tuple[dict[str, list[str]], dict[int, list[str]]]:
+    """(each host's features, each host count's features in site order) for host_runs' runs;
+    ConfigError when a count has more runs than Slurm's matching OR can hold."""
+    per_host: dict[str, list[str]] = {}
+    per_count: dict[int, list[str]] = {}
+    for n, found in sorted(runs.items()):
+        if len(found) > MAX_ALTERNATIVES:
+            raise ConfigError(f"{len(found)} runs of {n} hosts can each hold one allocation-model partition, more "
+                              f"than the {MAX_ALTERNATIVES} alternatives Slurm's matching OR constraint holds; split "
+                              "the site's allocation-model Pods between clusters, or use the partition model")
+        for k, run in enumerate(found):
+            feature = GROUP_FEATURE.format(n=n, k=k)
+            per_count.setdefault(n, []).append(feature)
+            for host in run:
+                per_host.setdefault(host, []).append(feature)
+    return per_host, per_count

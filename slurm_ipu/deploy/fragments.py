@@ -93,6 +93,7 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "whole_hosts": site.models == {"allocation"}, "mixed": len(site.models) > 1,
         "allocation_model": "allocation" in site.models, "helper": site.path("helper"),  # spank/step.c
         "host_models": site.host_models() if len(site.models) > 1 else {},
+        **placement_values(site),
         "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
         "top_members": top_switches(site), "job_prefixes": site.job_prefixes,
         # the emulator keeps these names to the hooks: every job-named object, the allocation model's
@@ -101,6 +102,14 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         # the site's nodes in no Pod: a leaf of their own, so each keeps a path in the tree
         "others": (merged.others if merged else []), "others_switch": _others_switch(site),
     }
+
+
+def placement_values(site: Site) -> dict:
+    """job_submit.lua's host runs (Site.placement): each host count's alternatives, and the counts
+    a job inside one Pod may have."""
+    runs = site.placement()[1]
+    per_pod = len(site.pod_agents()[0][0])
+    return {"runs": runs, "hosts_per_pod": per_pod, "run_counts": sorted({1, *runs, per_pod})}
 
 
 def texts(site: Site, slurm_conf: str | None = None) -> dict[str, str]:

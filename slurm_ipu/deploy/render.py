@@ -72,4 +72,6 @@ def pod_values(pod_ipus: int) -> dict:
                   "ilds": {n: rules.valid_gcds(s, n) for n in rules.valid_ilds(s, ilds)}} for s in sizes}
     return {"pod_ipus": pod_ipus, "sizes": sizes, "shapes": shapes,
             "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}, "pods": [], "switch_wait": SWITCH_WAIT,
-            "probe_name": PROBE_NAME, "probe_comment": PROBE_COMMENT}
+            "probe_name": PROBE_NAME, "probe_comment": PROBE_COMMENT,
+            # a site without the allocation model: no host runs (fragments.placement_values)
+            "runs": {}, "run_counts": [1], "hosts_per_pod": 1}

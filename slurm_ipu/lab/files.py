@@ -27,6 +27,8 @@ def context(spec: LabSpec) -> dict:
     """What the lab's own slurm.conf needs beyond the site's fragments (machine, ports, paths)."""
     host = socket.gethostname()
     mem = max(1024, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // (1 << 20) // spec.nodes // 2)
+    # the node features a site's NodeName lines carry for the allocation model (Site.placement)
+    features = config.parse(site_description(spec), "site.yaml").placement()[0]
     ctx = {
         "cluster_name": CLUSTER,
         "controller": {"hostname": host, "addr": "127.0.0.1", "port": spec.ctld_port},
@@ -34,7 +36,8 @@ def context(spec: LabSpec) -> dict:
         "paths": {k: str(spec.path(v)) for k, v in
                   {"state": "spool/ctld", "spool": "spool", "run": "run", "log": "log", "etc": "etc"}.items()},
         "nodes": [{"name": n, "hostname": host, "addr": "127.0.0.1", "port": spec.node_port + i,
-                   "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": spec.ipus_per_node}
+                   "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": spec.ipus_per_node,
+                   "features": features.get(n, [])}
                   for i, n in enumerate(spec.node_names)],
         "partition_name": "ipu",
         "model_partitions": _model_partitions(spec),

@@ -13,6 +13,8 @@ from slurm_ipu.errors import ConfigError
 from slurm_ipu.hooks import jobenv
 from slurm_ipu.slurm import licences, limits, releases
 
+from .conftest import write_conf
+
 LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
 NO_VAL = 4294967294
@@ -471,9 +473,15 @@ def test_bad_ipus_requests_are_refused_with_one_line(lua_16, job, line):
 
 @pytest.fixture(scope="module")
 def lua_whole_hosts(tmp_path_factory):
-    """The allocation model (vipu.model: allocation): the lab's Pod, a job takes its hosts whole."""
-    path = tmp_path_factory.mktemp("luawhole") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(64, "24.11", per_host=16) | {"whole_hosts": True}))
+    """The allocation model (vipu.model: allocation): the lab's Pod, a job takes its hosts whole;
+    rendered from the site description, as `slurm-ipu render` does."""
+    from slurm_ipu import config
+    from slurm_ipu.deploy import fragments
+
+    tmp = tmp_path_factory.mktemp("luawhole")
+    site = config.load(str(write_conf(tmp, vipu={"model": "allocation"}, slurm={"version": "24.11"})))
+    path = tmp / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", fragments.context(site)))
     return str(path)
 
 
@@ -492,6 +500,56 @@ def test_in_the_allocation_model_a_job_takes_its_hosts_whole(lua_whole_hosts, jo
 def test_in_the_allocation_model_a_host_count_that_is_no_allocation_is_refused(lua_whole_hosts):
     rc, _, _, msg = run_tres(lua_whole_hosts, {"tres_per_node": "gres/ipu:4", "min_nodes": 3})
     assert rc != 0 and "asks for 48 IPUs, not a valid partition size" in msg
+
+
+def run_features(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str]:
+    """rc, the job's constraint (--constraint, job_desc.features) and the message."""
+    code = HARNESS.replace('tostring(job.min_nodes)', 'tostring(job.features)') % {
+        "path": lua_file, "job": lua_table(job), "rec": lua_table(rec or {}),
+        "modify": "true" if rec is not None else "false", "parts": "{}"}
+    proc = subprocess.run([LUA, "-"], input=code, capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    rc, _, features, msg = proc.stdout.rstrip("\n").split("\t")
+    return int(rc), features, msg
+
+
+RUNS2 = "[ipugroup2_0|ipugroup2_1]"  # the lab's Pod: node[1-2] and node[3-4]
+
+
+@pytest.mark.parametrize("job,features", [
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 2}, RUNS2),
+    (ipus(8, min_nodes=2), RUNS2),  # Graphcore's dialect, raised to whole hosts
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 2, "features": "intel|amd"}, f"(intel|amd)&{RUNS2}"),
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 2, "features": RUNS2}, RUNS2),  # ours, not doubled
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 1, "features": "intel"}, "intel"),  # one host: any
+    ({"tres_per_node": "gres/ipu:16", "min_nodes": 4}, "nil"),  # the whole Pod
+    ({"min_nodes": 2, "features": "intel"}, "intel"),  # no IPUs: untouched
+])
+def test_a_multi_host_allocation_model_job_is_kept_to_runs_of_hosts_v_ipu_can_partition(lua_whole_hosts, job,
+                                                                                          features):
+    rc, got, _ = run_features(lua_whole_hosts, job)
+    assert (rc, got) == (0, features)
+
+
+def test_a_constraint_that_cannot_be_combined_with_the_runs_is_refused_in_one_line(lua_whole_hosts):
+    rc, _, msg = run_features(lua_whole_hosts, {"tres_per_node": "gres/ipu:16", "min_nodes": 2,
+                                                "features": "[rack1|rack2]"})
+    assert rc == -1 and msg.count("\n") == 0 and "--constraint=[rack1|rack2]: brackets or counts cannot" in msg
+
+
+@pytest.mark.parametrize("change,rec,features", [
+    # NumNodes 2 -> 1: the runs go, the user's own constraint stays
+    ({"min_nodes": 1}, {"tres_per_node": "gres/ipu:16", "min_nodes": 2, "features": f"(intel)&{RUNS2}"}, "intel"),
+    ({"min_nodes": 1}, {"tres_per_node": "gres/ipu:16", "min_nodes": 2, "features": RUNS2}, ""),
+    # 1 -> 2: the runs come
+    ({"min_nodes": 2}, {"tres_per_node": "gres/ipu:16", "min_nodes": 1, "features": "intel"}, f"(intel)&{RUNS2}"),
+    # a new constraint on a 2-host job keeps the runs
+    ({"features": "amd"}, {"tres_per_node": "gres/ipu:16", "min_nodes": 2, "features": RUNS2}, f"(amd)&{RUNS2}"),
+    ({"features": ""}, {"tres_per_node": "gres/ipu:16", "min_nodes": 2, "features": f"(amd)&{RUNS2}"}, RUNS2),
+])
+def test_modify_keeps_the_runs_to_the_job_s_host_count(lua_whole_hosts, change, rec, features):
+    rc, got, msg = run_features(lua_whole_hosts, change, rec)
+    assert (rc, got) == (0, features), msg
 
 
 # --- Pods of both models (issue 25, item 3: the model chosen per Pod group) ---------------------

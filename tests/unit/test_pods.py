@@ -299,3 +299,53 @@ def test_a_job_over_the_pods_of_one_group_gets_the_groups_allocation(fake, tmp_p
     ctx = env(SLURM_JOB_NODELIST=nodes, SLURM_JOB_LICENSES=f"ipu:{32 * len(pods.Pod('x', 1, nodes).hosts)}")
     assert prolog.run(ctx, cfg, cfg.vipu_client(), FakeSlurm()) == 0
     assert _create(fake)["--allocation"] == allocation
+
+
+# --- where a multi-host job of the allocation model may land ------------------------------------
+
+def _partitionable(ilds: int, first_agent: int, agents: int) -> bool:
+    """Whether the emulator (V-IPU's rule, docs/vipu.md) makes a partition of every IPU of these
+    IPU-Machines, shaped as the prolog asks for it (default ILDs and GCDs)."""
+    from slurm_ipu.emulator.model import Cluster, InsufficientIpus, place
+
+    size = agents * rules.IPUS_PER_AGENT
+    if not (rules.is_valid_size(size) and rules.is_valid_allocation(size)):
+        return False
+    n = rules.default_ilds(size)
+    cluster = Cluster("t", ilds, rules.AGENTS_PER_ILD, {})
+    free = {a * rules.IPUS_PER_AGENT + j for a in range(first_agent, first_agent + agents)
+            for j in range(rules.IPUS_PER_AGENT)}
+    try:
+        return sorted(place(cluster, rules.Shape(size, rules.default_gcds(size, n), n), free)) == sorted(free)
+    except InsufficientIpus:
+        return False
+
+
+@pytest.mark.parametrize("ilds,per_host", [(1, 4), (1, 8), (1, 16), (1, 32), (2, 16), (4, 16), (3, 16), (4, 32),
+                                           (2, 64)])
+def test_the_host_runs_are_exactly_where_v_ipu_can_partition_a_job_s_machines(ilds, per_host):
+    """Held to the emulator's placement: a run of n hosts is offered iff one partition of the
+    default shape can take all of its IPU-Machines; no other run is."""
+    hosts = [f"h{i}" for i in range(ilds * rules.IPUS_PER_ILD // per_host)]
+    agents = per_host // rules.IPUS_PER_AGENT
+    runs = pods.host_runs([hosts], agents)
+    for n in range(2, len(hosts)):
+        want = [tuple(hosts[i:i + n]) for i in range(len(hosts) - n + 1)
+                if _partitionable(ilds, i * agents, n * agents)]
+        assert runs.get(n, []) == want, (n, runs.get(n))
+
+
+def test_runs_stay_inside_their_pod_and_are_named_per_host():
+    runs = pods.host_runs([["a1", "a2", "a3", "a4"], ["b1", "b2", "b3", "b4"]], 4)
+    assert runs == {2: [("a1", "a2"), ("a3", "a4"), ("b1", "b2"), ("b3", "b4")]}
+    per_host, per_count = pods.run_features(runs)
+    assert per_count == {2: ["ipugroup2_0", "ipugroup2_1", "ipugroup2_2", "ipugroup2_3"]}
+    assert per_host["a3"] == per_host["a4"] == ["ipugroup2_1"] and per_host["b1"] == ["ipugroup2_2"]
+
+
+def test_more_runs_than_slurm_s_matching_or_holds_is_refused_at_load():
+    pods_text = "\n".join(f"  - {{name: p{k}, hosts: 'n{k}x[1-4]', model: allocation}}" for k in range(33))
+    text = (f"version: 1\ncluster: big\nvipu: {{host: 127.0.0.1, allocation: all}}\npod: {{ipus_per_host: 16}}\n"
+            f"pods:\n{pods_text}\n")
+    with pytest.raises(ConfigError, match=r"66 runs of 2 hosts .* more than the 64 alternatives"):
+        config.parse(text, "big.yaml")

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "83d32946869765dd"
+local CODE_ID = "0604ee0a90d79ae3"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -50,6 +50,14 @@ local PODS = 0
 local POD_HOSTS = 0
 local POD_ILDS = 0
 local SWITCH_WAIT = 31536000  -- seconds; SchedulerParameters=max_switch_wait caps it
+
+-- The allocation model: a job's partition is an aligned block of its hosts' IPU-Machines
+-- (docs/vipu.md), so a job on n hosts of a Pod must land on a run of n hosts that holds one.
+-- Each such run is a node feature on its hosts (slurm-ipu render, slurm_ipu/pods.py); per host
+-- count, the runs a job may take, as the alternatives of a matching OR.
+local RUNS = { }
+local RUN_COUNTS = "1, 4"  -- the host counts a job inside a Pod may have
+local HOSTS_PER_POD = 4
 
 local function reject(fmt, ...)
   slurm.log_user("slurm-ipu: " .. string.format(fmt, ...))
@@ -279,6 +287,37 @@ local function pods_of(job_desc, nodes, refuse)
   return spans, nil
 end
 
+-- The site's own part of a constraint this script wrote: "(C)&[runs]" -> C, "[runs]" -> nil; any
+-- other constraint is all the user's.
+local function own_features(features)
+  if features == nil or features == "" then return nil end
+  if string.match(features, "^%[ipugroup[%w_|]*%]$") then return nil end
+  return string.match(features, "^%((.*)%)&%[ipugroup[%w_|]*%]$") or features
+end
+
+-- A job taking whole hosts of the allocation model on 1 < n < a Pod's hosts: its constraint
+-- (the user's, if any, and a matching OR of the runs of n hosts), so Slurm starts it only where
+-- V-IPU can partition its IPU-Machines. `current` is the job's constraint as it stands (a
+-- modify's new one, else the job's). nil, or the refusal.
+local function place(job_desc, nodes, current, refuse)
+  local runs, base = RUNS[nodes], own_features(current)
+  if nodes < 2 or nodes >= HOSTS_PER_POD then
+    if current ~= nil and current ~= (base or "") then job_desc.features = base or "" end  -- ours dropped
+    return nil
+  end
+  if runs == nil then
+    return refuse("-N %d: no %d hosts of a Pod hold IPU-Machines that V-IPU can make one partition of (an aligned " ..
+                  "block); use -N %s", nodes, nodes, RUN_COUNTS)
+  end
+  if base ~= nil and string.find(base, "[%[%]%*]") then
+    return refuse("--constraint=%s: brackets or counts cannot be combined with the host runs an IPU job on %d hosts " ..
+                  "is kept to (a matching OR of node features); drop them, or use plain features with & and |",
+                  base, nodes)
+  end
+  job_desc.features = (base and ("(" .. base .. ")&") or "") .. "[" .. runs .. "]"
+  return nil
+end
+
 -- --ipu-gcds / --ipu-ilds that no partition of `total` IPUs can have: refused now, not by the
 -- prolog after the job has waited for its nodes. `spans` Pods: a partition over several Pods has
 -- one Pod's ILDs in each; within one Pod, at most that Pod's.
@@ -433,7 +472,7 @@ local function advice(total, nodes)
                        table.concat(counts, ", "))
 end
 
-local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list)
+local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current)
   refuse = refuse or reject
   if per < 1 then
     return refuse("--gres=ipu:%d is invalid; ask for at least 1 IPU per node", per)
@@ -476,6 +515,10 @@ local function apply(job_desc, per, nodes, others, refuse, total_option, partiti
   end
   local bad = check_shape(job_desc, total, spans, refuse)
   if bad then return bad end
+  if (WHOLE_HOSTS or met.allocation) and spans == 1 then
+    bad = place(job_desc, nodes, current, refuse)
+    if bad then return bad end
+  end
   table.insert(others, "ipu:" .. total)
   job_desc.licenses = table.concat(others, ",")
   return slurm.SUCCESS
@@ -556,7 +599,7 @@ local function job_submit(job_desc, part_list, submit_uid)
     per, err = spread(job_desc, total, per, nodes)
     if err then return err end
   end
-  return apply(job_desc, per, nodes, others, nil, total ~= nil, job_desc.partition, part_list)
+  return apply(job_desc, per, nodes, others, nil, total ~= nil, job_desc.partition, part_list, job_desc.features)
 end
 
 -- A modify never sets the ipu licence itself: the licence is recomputed from the GRES and the
@@ -588,8 +631,8 @@ local function job_modify(job_desc, job_rec, part_list, modify_uid)
   end
   local new_nodes = set_count(job_desc.min_nodes) and job_desc.min_nodes or nil
   local per = new_per or old_per
-  if per == nil or (new_per == nil and new_nodes == nil and job_desc.licenses == nil) then
-    return slurm.SUCCESS  -- not an IPU job, or nothing the licence depends on changes
+  if per == nil or (new_per == nil and new_nodes == nil and job_desc.licenses == nil and job_desc.features == nil) then
+    return slurm.SUCCESS  -- not an IPU job, or nothing the licence or the job's placement depends on changes
   end
   if new_nodes ~= nil and set_count(job_desc.max_nodes) and job_desc.max_nodes ~= new_nodes then
     return refuse_modify("IPU jobs need a fixed node count; use NumNodes=%d, not a range", new_nodes)
@@ -601,7 +644,9 @@ local function job_modify(job_desc, job_rec, part_list, modify_uid)
   if job_desc.licenses == nil then
     others = split_licenses(job_rec.licenses)
   end
-  return apply(job_desc, per, nodes, others, refuse_modify, nil, job_desc.partition or job_rec.partition, part_list)
+  local current = job_desc.features == nil and job_rec.features or job_desc.features
+  return apply(job_desc, per, nodes, others, refuse_modify, nil, job_desc.partition or job_rec.partition, part_list,
+               current)
 end
 
 -- Alone, this file is the site's job_submit.lua. As a module, a site's own job_submit.lua
