@@ -87,7 +87,8 @@ def ilds_given(part) -> list[int] | None:
 # job_submit.lua gives a job on n hosts a matching OR of the runs of n (`[a|b|...]`: every node of
 # the job has the same one of them). Runs may overlap: each is a feature of its own.
 
-GROUP_FEATURE = "ipugroup{n}_{k}"
+RUN_PREFIX = "ipugroup"  # job_submit.lua.j2's own_features() reads constraints by it
+GROUP_FEATURE = RUN_PREFIX + "{n}_{k}"
 # Slurm keeps a matching OR's alternatives in a bitmap of MAX_FEATURES (64) bits
 # (src/slurmctld/node_scheduler.c); more would be written past its end.
 MAX_ALTERNATIVES = 64

@@ -538,20 +538,27 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
         return Finding("nodes", False, f"cannot list nodes ({facts.errors.get('nodes', 'none defined')})",
                        "check that slurmctld answers")
     want = f"ipu:{site['pod.ipus_per_host']}"
+    runs = site.placement()[0]  # without them job_submit.lua's constraint names features no node has
     bad = []
     for host in site.hosts:
         node = facts.nodes.get(host)
         gres = (node or {}).get("Gres", "(null)")
+        lacking = [f for f in runs.get(host, []) if f not in (node or {}).get("AvailableFeatures", "").split(",")]
         if node is None:
             bad.append(f"{host} is not a Slurm node")
         elif want not in gres.split(","):
             bad.append(f"{host} has Gres={gres}")
+        elif lacking:
+            bad.append(f"{host} lacks the feature(s) {','.join(lacking)} (its runs of the allocation model)")
     strays = [n for n, f in facts.nodes.items() if n not in site.hosts and "ipu" in f.get("Gres", "")]
     bad += [f"{n} has IPUs but is not cabled to the Pod (pod.hosts)" for n in strays]
+    features = " and the Features slurm-ipu.conf lists for each" if runs else ""
     if bad:
         return Finding("nodes", False, "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else ""),
-                       f"Gres={want} on the NodeName lines of {site['pod.hosts']} only, and the gres.conf lines")
-    return Finding("nodes", True, f"{len(site.hosts)} nodes with Gres={want}")
+                       f"Gres={want}{features} on the NodeName lines of {site['pod.hosts']} only, and the gres.conf "
+                       "lines (slurm.conf.diff adds them)")
+    return Finding("nodes", True, f"{len(site.hosts)} nodes with Gres={want}" + (" and their runs' Features" if runs
+                                                                                 else ""))
 
 
 def check_plugstack(site: Site, facts: Facts) -> Finding:

@@ -107,9 +107,13 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
 def placement_values(site: Site) -> dict:
     """job_submit.lua's host runs (Site.placement): each host count's alternatives, and the counts
     a job inside one Pod may have."""
-    runs = site.placement()[1]
+    per_host, runs = site.placement()
     per_pod = len(site.pod_agents()[0][0])
-    return {"runs": runs, "hosts_per_pod": per_pod, "run_counts": sorted({1, *runs, per_pod})}
+    alike: dict[str, list[str]] = {}
+    for host, features in per_host.items():
+        alike.setdefault(",".join(features), []).append(host)
+    return {"runs": runs, "hosts_per_pod": per_pod, "run_counts": sorted({1, *runs, per_pod}),
+            "host_features": [(",".join(hosts), features) for features, hosts in alike.items()]}
 
 
 def texts(site: Site, slurm_conf: str | None = None) -> dict[str, str]:

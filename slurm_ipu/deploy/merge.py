@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..config import Site
 from ..errors import ConfigError
+from ..pods import RUN_PREFIX
 from ..slurm import releases, slurmconf
 from ..slurm.hostlist import expand
 from ..slurm.slurmconf import Node, Setting
@@ -36,6 +37,7 @@ class Merged:
     include: str | None = None                          # the Include line slurm.conf lacks
     notes: list[str] = field(default_factory=list)
     gres: list[tuple[Node, str]] = field(default_factory=list)  # the Pod's NodeName lines, their new Gres
+    features: list[tuple[Node, str]] = field(default_factory=list)  # NodeName lines, their new Features (runs)
     topology: topomerge.TopologyMerge | None = None  # the Pods merged into the site's own topology.conf
     others: list[str] = field(default_factory=list)  # NodeName hostlists of nodes in no Pod (the site's)
 
@@ -81,6 +83,7 @@ def merge(site: Site, slurm_conf: str | None) -> Merged:
             merged.values[key] = RULES.get(key, _same)(site, key, own, value)
     _limits(theirs, merged)
     merged.gres = _node_gres(site, conf.nodes)
+    merged.features = _node_features(site, conf.nodes)
     pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
     merged.others = [n.names for n in conf.nodes if n.names.upper() != "DEFAULT" and not set(expand(n.names)) & pod]
     own = topomerge.site_topology(site)
@@ -231,6 +234,40 @@ def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
     return out
 
 
+def _node_features(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
+    """The NodeName lines of hosts in runs of the allocation model (Site.placement: the node
+    features job_submit.lua keeps a multi-host job to), with the Features each gets: the site's
+    own kept (those of its DEFAULT line too: a Features= on the line replaces the default's), the
+    runs of its hosts added, stale runs dropped. A line's Features are each of its hosts', so a
+    line naming hosts of different runs is refused with the split that works."""
+    per_host = site.placement()[0]
+    if not per_host:
+        return []
+    pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
+    out = []
+    for node in nodes:
+        names = [] if node.names.upper() == "DEFAULT" else [h for h in expand(node.names) if h in pod]
+        if not names:
+            continue
+        kinds: dict[tuple[str, ...], list[str]] = {}
+        for host in names:
+            kinds.setdefault(tuple(per_host.get(host, ())), []).append(host)
+        if len(kinds) > 1:
+            split = "; ".join(f"{','.join(hosts)}: {','.join(runs) or 'none'}" for runs, hosts in kinds.items())
+            raise ConfigError(f"render: {node.where}: NodeName={node.names} names hosts of different runs of the "
+                              f"allocation model ({split}); a line's Features are each of its hosts', so split it "
+                              "into one line per run and render again")
+        own = [f for f in items(node.effective_features or "") if not f.startswith(RUN_PREFIX)]
+        value = ",".join(own + list(next(iter(kinds))))
+        if value == ",".join(items(node.effective_features or "")):
+            continue
+        if node.span > 1:
+            raise ConfigError(f"render: {node.where}: NodeName={node.names} is on a line continued with '\\'; put "
+                              "it on one line and render again (the merge adds the runs to its Features)")
+        out.append((node, value))
+    return out
+
+
 # --- the diff an admin applies to their own files ------------------------------------------------
 
 
@@ -245,9 +282,11 @@ def edits(merged: Merged, slurm_conf: str | None) -> dict[str, tuple[str, str]]:
             raise ConfigError(f"render: {s.where}: {s.key} is on a line continued with '\\'; put it on a line of "
                               "its own and render again (the merge comments out whole lines)")
         moved.setdefault(s.path, {}).setdefault(s.line, []).append(s)
-    gres: dict[str, dict[int, str]] = {}
+    gres: dict[str, dict[int, dict[str, str]]] = {}
     for node, value in merged.gres:
-        gres.setdefault(node.path, {})[node.line] = value
+        gres.setdefault(node.path, {}).setdefault(node.line, {})["Gres"] = value
+    for node, value in merged.features:
+        gres.setdefault(node.path, {}).setdefault(node.line, {})["Features"] = value
     main = str(Path(slurm_conf).resolve())
     paths = set(moved) | set(gres) | ({main} if merged.include else set())
     out = {path: _edit(path, moved.get(path, {}), gres.get(path, {}), merged.include if path == main else None)
@@ -272,11 +311,13 @@ def as_diff(changes: dict[str, tuple[str, str]]) -> str:
     return "".join(out)
 
 
-def _edit(path: str, moved: dict[int, list[Setting]], gres: dict[int, str], include: str | None) -> tuple[str, str]:
+def _edit(path: str, moved: dict[int, list[Setting]], nodes: dict[int, dict[str, str]],
+          include: str | None) -> tuple[str, str]:
     lines = Path(path).read_text().splitlines(keepends=True)
     changed = {n: _without(lines[n - 1], {s.key for s in settings}) for n, settings in moved.items()}
-    for number, value in gres.items():
-        changed[number] = _with_gres(changed.get(number, lines[number - 1]), value)
+    for number, values in nodes.items():
+        for key, value in values.items():
+            changed[number] = _with_value(changed.get(number, lines[number - 1]), key, value)
     return apply(path, changed, [include] if include else [])
 
 
@@ -324,13 +365,18 @@ def unmerge(site: Site, slurm_conf: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _with_gres(line: str, value: str) -> str:
-    """A NodeName line with its Gres= set to value (added before the line's comment if it had none)."""
+# A NodeName key and the spellings Slurm reads for it.
+SPELLINGS = {"Gres": "gres", "Features": "features?"}
+
+
+def _with_value(line: str, key: str, value: str) -> str:
+    """A NodeName line with its `key`= set to value (added before the line's comment if it had none)."""
     body, hash_, comment = line.rstrip("\n").partition("#")
-    if re.search(r"(?i)(^|\s)gres=\S*", body):
-        body = re.sub(r"(?i)((?:^|\s)gres=)\S*", lambda m: m.group(1) + value, body)
+    pattern = rf"(?i)((?:^|\s)(?:{SPELLINGS[key]})=)\S*"
+    if re.search(pattern, body):
+        body = re.sub(pattern, lambda m: m.group(1) + value, body)
     else:
-        body = f"{body.rstrip()} Gres={value}{' ' if hash_ else ''}"
+        body = f"{body.rstrip()} {key}={value}{' ' if hash_ else ''}"
     return f"{body}{hash_}{comment}\n"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .. import __version__, rules
 from ..errors import ConfigError
+from ..pods import RUN_PREFIX
 
 
 def templates_dir() -> Path:
@@ -74,4 +75,4 @@ def pod_values(pod_ipus: int) -> dict:
             "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}, "pods": [], "switch_wait": SWITCH_WAIT,
             "probe_name": PROBE_NAME, "probe_comment": PROBE_COMMENT,
             # a site without the allocation model: no host runs (fragments.placement_values)
-            "runs": {}, "run_counts": [1], "hosts_per_pod": 1}
+            "runs": {}, "run_counts": [1], "hosts_per_pod": 1, "run_prefix": RUN_PREFIX, "host_features": []}

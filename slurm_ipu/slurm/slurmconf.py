@@ -93,6 +93,7 @@ class Conf:
     # The Gres NodeName=DEFAULT lines have set so far (read_config.c merges each DEFAULT line into
     # the defaults before it, and a node line without a key takes the default's).
     default_gres: str | None = None
+    default_features: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,16 @@ class Node:
     line: int
     span: int = 1
     inherited: str | None = None
+    features: str | None = None            # Features= (or Feature=) on the line
+    inherited_features: str | None = None  # what its NodeName=DEFAULT lines give it
 
     @property
     def effective_gres(self) -> str | None:
         return self.gres if self.gres is not None else self.inherited
+
+    @property
+    def effective_features(self) -> str | None:
+        return self.features if self.features is not None else self.inherited_features
 
     @property
     def where(self) -> str:
@@ -172,10 +179,13 @@ def _parse(text: str, path: str, base: str, skip: set[str], conf: Conf, includes
             continue
         if first == "nodename":
             gres = [v for k, v in found if k.lower() == "gres"]
-            node = Node(found[0][1], gres[-1] if gres else None, path, number, span, conf.default_gres)
+            features = [v for k, v in found if k.lower() in ("feature", "features")]
+            node = Node(found[0][1], gres[-1] if gres else None, path, number, span, conf.default_gres,
+                        features[-1] if features else None, conf.default_features)
             conf.nodes.append(node)
             if node.names.upper() == "DEFAULT":
                 conf.default_gres = node.effective_gres
+                conf.default_features = node.effective_features
             continue
         if first in RECORDS:
             continue

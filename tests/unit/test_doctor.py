@@ -149,6 +149,20 @@ def test_each_check_names_what_differs_and_the_fix(here, change, item, words):
     assert not found.ok and words in found.detail and found.fix, found.line()
 
 
+def test_allocation_model_nodes_without_their_runs_features_are_a_problem(here):
+    """Without the features job_submit.lua's constraint names, every multi-host IPU job of the
+    allocation model would be refused ("Invalid feature specification")."""
+    desc, facts = here
+    desc.values["vipu.model"] = "allocation"
+    found = items(doctor.diagnose(desc, facts))["nodes"]
+    assert not found.ok and "node1 lacks the feature(s) ipugroup2_0" in found.detail and "Features" in found.fix
+    for host, runs in {"node1": "ipugroup2_0", "node2": "gpu,ipugroup2_0", "node3": "ipugroup2_1",
+                       "node4": "ipugroup2_1"}.items():
+        facts.nodes[host]["AvailableFeatures"] = runs
+    found = items(doctor.diagnose(desc, facts))["nodes"]
+    assert found.ok and "their runs' Features" in found.detail, found.line()
+
+
 @pytest.mark.parametrize("moment", ["its epilog runs", "the service removes it", "its job started after"])
 def test_a_partition_on_its_way_in_or_out_is_no_orphan(here, moment):
     """Issue 41: a job's partition between its epilog and the hook service's removal is no orphan;

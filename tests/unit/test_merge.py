@@ -193,6 +193,56 @@ def test_a_nodename_line_with_pod_hosts_and_others_is_one_line_naming_it(site):
     assert "split the line" in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.fixture
+def alloc_site(site, tmp_path):
+    """The same site, its Pods in the allocation model: host runs ipu-host[1-2], [3-4], [5-6], [7-8]."""
+    _, etc = site
+    path = tmp_path / "site.yaml"
+    path.write_text(path.read_text().replace("  model: partition\n", "  model: allocation\n", 1))
+    return config.load(str(path), environ={}), etc
+
+
+def _merged_conf(desc, etc) -> str:
+    return merge.edits(merge.merge(desc, str(etc / "slurm.conf")), str(etc / "slurm.conf"))[
+        str((etc / "slurm.conf").resolve())][1]
+
+
+def test_allocation_model_hosts_get_their_runs_as_features_beside_the_site_s_own(alloc_site):
+    desc, etc = alloc_site
+    conf = SITE_CONF.replace("NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4\n",
+                             "NodeName=DEFAULT Features=ib\nNodeName=ipu-host[1-2] Gres=gpu:1 CPUs=4\n"
+                             "NodeName=ipu-host[3-4] Feature=avx512 CPUs=4  # rack 2\nNodeName=ipu-host5\n"
+                             "NodeName=ipu-host6 Features=ib,ipugroup2_9\nNodeName=ipu-host[7-8]\n")
+    (etc / "slurm.conf").write_text(conf)
+    merged = _merged_conf(desc, etc)
+    lines = merged.splitlines()
+    assert "NodeName=ipu-host[1-2] Gres=gpu:1,ipu:16 CPUs=4 Features=ib,ipugroup2_0" in lines
+    assert "NodeName=ipu-host[3-4] Feature=avx512,ipugroup2_1 CPUs=4 Gres=ipu:16 # rack 2" in lines
+    assert "NodeName=ipu-host5 Gres=ipu:16 Features=ib,ipugroup2_2" in lines
+    assert "NodeName=ipu-host6 Features=ib,ipugroup2_2 Gres=ipu:16" in lines  # a stale run replaced
+    (etc / "slurm.conf").write_text(merged.replace("Include slurm-ipu.conf\n", ""))
+    again = merge.merge(desc, str(etc / "slurm.conf"))
+    assert again.features == [] and again.gres == []  # a re-render leaves right lines alone
+    back = merge.unmerge(desc, str(etc / "slurm.conf"))
+    assert back[str((etc / "slurm.conf").resolve())][1] == conf
+
+
+def test_a_nodename_line_over_two_runs_is_refused_with_the_split(alloc_site):
+    desc, etc = alloc_site
+    with pytest.raises(ConfigError) as err:
+        merge.merge(desc, str(etc / "slurm.conf"))
+    text = str(err.value)
+    assert "NodeName=ipu-host[1-8] names hosts of different runs of the allocation model" in text
+    assert "ipu-host1,ipu-host2: ipugroup2_0; ipu-host3,ipu-host4: ipugroup2_1" in text and "\n" not in text
+
+
+def test_the_fragment_names_each_host_s_runs(alloc_site):
+    desc, _ = alloc_site
+    text = fragments.texts(desc)["slurm-ipu.conf"]
+    assert "#   ipu-host1,ipu-host2: Features=ipugroup2_0" in text.splitlines()
+    assert "#   ipu-host7,ipu-host8: Features=ipugroup2_3" in text.splitlines()
+
+
 def test_a_site_limiting_what_it_propagates_keeps_its_own_line(site):
     desc, etc = site
     (etc / "slurm.conf").write_text(SITE_CONF + "PropagateResourceLimits=NOFILE,STACK\n")

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "09821bec4411e1c4"
+local CODE_ID = "3323207d7b8f75d5"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 128
@@ -58,6 +58,7 @@ local SWITCH_WAIT = 31536000  -- seconds; SchedulerParameters=max_switch_wait ca
 -- Each such run is a node feature on its hosts (slurm-ipu render, slurm_ipu/pods.py); per host
 -- count, the runs a job may take, as the alternatives of a matching OR.
 local RUNS = { }
+local RUN_PREFIX = "ipugroup"  -- every run's feature starts so
 local RUN_COUNTS = "1, 4"  -- the host counts a job inside a Pod may have
 local HOSTS_PER_POD = 4
 
@@ -293,8 +294,9 @@ end
 -- other constraint is all the user's.
 local function own_features(features)
   if features == nil or features == "" then return nil end
-  if string.match(features, "^%[ipugroup[%w_|]*%]$") then return nil end
-  return string.match(features, "^%((.*)%)&%[ipugroup[%w_|]*%]$") or features
+  local runs = "%[" .. RUN_PREFIX .. "[%w_|]*%]$"
+  if string.match(features, "^" .. runs) then return nil end
+  return string.match(features, "^%((.*)%)&" .. runs) or features
 end
 
 -- A job taking whole hosts of the allocation model on 1 < n < a Pod's hosts: its constraint
