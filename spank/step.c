@@ -202,7 +202,11 @@ int ipu_step_start(spank_t sp)
     char ipus[24], per_node[24], job_node[24], jobs[16], steps[16], hets[16], reply[IPU_NAME_MAX + 16 + sizeof(removal)];
     char *verb, *name, *rest;
 
-    if (!ipu_conf.helper[0] || ipu_opts.instance)  /* no helper configured; ipurun drives its own */
+    /* ipurun's step drives the partition ipurun names (IPURUN_VIPU_PARTITION_ID, in srun's own
+     * environment) and never splits its nodes' IPUs; in the allocation model, naming none (the
+     * job's own name names no partition there), it gets a partition as any step does. */
+    const char *driven = getenv("IPURUN_VIPU_PARTITION_ID");
+    if (!ipu_conf.helper[0] || (ipu_opts.instance && (!ipu_conf.allocation_model || (driven && driven[0]))))
         return 0;
     if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS ||
         spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS)

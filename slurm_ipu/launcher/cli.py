@@ -124,11 +124,14 @@ def build(opts: Options, srun_extra: list[str], command: list[str], env: dict, c
     cpus = cpus_per_host(env, inside, local)
     target = partition.locate(opts, env, inside)
     factory = client_factory or partition.make_client_factory(opts, target)
-    vipu = partition.decide(opts, env, opts.num_instances, target, factory, srun_extra)
+    vipu = partition.decide(opts, env, opts.num_instances, target, factory, srun_extra, hosts=len(hosts))
+    if vipu.step and not any(a.startswith("--ipu-gcds=") for a in srun_extra):
+        srun_extra = [*srun_extra, f"--ipu-gcds={vipu.shape.gcds}"]  # the step partition's shape
     plan = make_plan(opts.num_instances, opts.num_replicas, opts.ipus_per_replica, hosts,
                      opts.num_ilds or vipu.shape.ilds or 1, num_gcds=vipu.shape.gcds,
                      cpus_per_host=cpus if opts.process_placement in numa.ONE_CORE_EACH else None,
-                     partition=(vipu.name, vipu.shape.size) if vipu.name else None,
+                     partition=(vipu.name, vipu.shape.size) if vipu.name else
+                     (f"{target.name}_<step>", vipu.shape.size) if vipu.step else None,
                      distribution=mpi.distribution if mpi else "block",
                      reshape=lambda gcds: partition.reshape_hint(vipu.name, env, gcds=gcds))
     cache, own_cache = cache_for(opts, plan, local)

@@ -165,16 +165,19 @@ def poprun_gcds(size: int, instances: int, ilds: int | None) -> int:
 
 
 class PartitionPlan:
-    """What ipurun will do to the partition, decided before anything changes."""
+    """What ipurun will do to the partition, decided before anything changes. step: the run's
+    srun step gets a partition of its own (the allocation model), of `shape`; nothing to read."""
 
     def __init__(self, name: str | None, shape: Shape, state: dict, recreate: bool = False, reset: bool = False,
-                 current=None, create: bool = False, allocation: str | None = None):
+                 current=None, create: bool = False, allocation: str | None = None, step: bool = False):
         self.name, self.shape, self.state = name, shape, state
         self.recreate, self.reset, self.current = recreate, reset, current  # current: the Partition read
         self.create, self.allocation = create, allocation  # create: it does not exist; this run makes it
+        self.step = step
 
 
-def decide(opts, env: dict, instances: int, target: Target, client_factory, extra: list[str] = ()) -> PartitionPlan:
+def decide(opts, env: dict, instances: int, target: Target, client_factory, extra: list[str] = (),
+           hosts: int = 1) -> PartitionPlan:
     """The partition's real shape and the V-IPU changes the run needs: one V-IPU read when
     there is a partition to drive, none offline; changes nothing."""
     state = read_state(env)
@@ -182,7 +185,10 @@ def decide(opts, env: dict, instances: int, target: Target, client_factory, extr
         return PartitionPlan(None, requested_shape(extra), state)
     part = client_factory().get_partition(target.name)
     if part is None:
-        own = job_allocation(env)  # the allocation model: the job's own allocation
+        site = allocation_site(env)  # the allocation model: the site, for the job's own allocation
+        own = f"{site['allocation.prefix']}{env['SLURM_JOB_ID']}" if site else None
+        if own and not opts.vipu_partition and _job_name(target.name, env, site):
+            return _step_plan(opts, instances, hosts * site["pod.ipus_per_host"], extra, state)
         if not opts.update_partition:
             raise ConfigError(_missing(target.name, env, opts, own))
         return PartitionPlan(target.name, _new_shape(opts, instances), state, create=True,
@@ -256,10 +262,11 @@ def _new_shape(opts, instances: int) -> Shape:
     return shape
 
 
-def job_allocation(env: dict) -> str | None:
-    """On a site (or the job's Pods) with the allocation model, the job's allocation (prefix + job id), where a
-    partition this run creates goes unless --vipu-allocation says otherwise; else None. Read only
-    when the partition is missing: the site description costs start-up."""
+def allocation_site(env: dict):
+    """The site description, when the job's hosts are of the allocation model (its allocation is
+    allocation.prefix + job id, where a partition this run creates goes unless --vipu-allocation
+    says otherwise); else None. Read only when the partition is missing: the site description
+    costs start-up."""
     from .. import config
 
     path, _ = config.locate(env)
@@ -276,7 +283,30 @@ def job_allocation(env: dict) -> str | None:
         model = site.model_for(expand(env.get("SLURM_JOB_NODELIST", "")))
     except (ValueError, SlurmIpuError):
         return None
-    return f"{site['allocation.prefix']}{job}" if model == "allocation" else None
+    return site if model == "allocation" else None
+
+
+def _job_name(name: str, env: dict, site) -> bool:
+    """Whether `name` is the job's own name (partition prefix + job id), which in the allocation
+    model names no partition (unless allocation.partition) and no user may make."""
+    return name == f"{site['partition.prefix']}{env.get('SLURM_JOB_ID')}"
+
+
+def _step_plan(opts, instances: int, size: int, extra: list[str], state: dict) -> PartitionPlan:
+    """The allocation model, the job's own name: as for a plain srun, the run's step gets a
+    partition of its own (prefix + job + _step, of the step's IPUs, made by the SPANK plugin
+    under a name nobody else may take, removed when the step ends), with one GCD per instance
+    where V-IPU allows (--ipu-gcds on the run's srun). Nothing here makes or reads a partition, so
+    --update-partition has nothing to add."""
+    from ..rules import IPUS_PER_ILD
+
+    ilds = max(1, size // IPUS_PER_ILD)  # the job's hosts are a run: an aligned block, or whole ILDs
+    if opts.num_ilds and opts.num_ilds != ilds:
+        raise ConfigError(f"--num-ilds {opts.num_ilds}: this run's partition, the {size} IPUs of its hosts in the "
+                          f"job's allocation, spans {ilds} ILD(s); use --num-ilds {ilds} or leave it out")
+    given = requested_shape(extra)
+    gcds = given.gcds if given.gcds > 1 else poprun_gcds(size, instances, ilds)
+    return PartitionPlan(None, Shape(gcds, ilds, False, size), state, step=True)
 
 
 def _missing(name: str, env: dict, opts, own: str | None = None) -> str:

@@ -167,3 +167,35 @@ def test_other_ilds_than_the_partition_s_are_refused_not_ignored(client, job_env
         launch(client, job_env, "--num-instances", "2", "--num-replicas", "8", "--num-ilds", "2")
     launch(client, env, "--num-instances", "2", "--num-replicas", "8", "--num-ilds", "1")
     assert "remove" not in admin.stats()
+
+
+@pytest.fixture
+def allocation_job(tmp_path, job_env):
+    """A 2-host job of the allocation model, in its batch script: the SPANK plugin names the job's
+    own name (slurm_4242), which names no partition there and no user may make."""
+    import json
+
+    site = tmp_path / "site.yaml"
+    site.write_text(json.dumps({"version": 1, "cluster": "c", "state_dir": str(tmp_path / "state"),
+                                "vipu": {"host": "v", "model": "allocation"},
+                                "pod": {"ipus": 64, "hosts": "node[1-4]", "ipus_per_host": 16}}))
+    return dict(job_env, IPUOF_VIPU_API_PARTITION_ID=f"slurm_{JOB}", SLURM_IPU_SITE=str(site))
+
+
+@pytest.mark.parametrize("instances,replicas,gcds", [(2, 8, 2), (4, 8, 4), (1, 8, 1), (6, 6, 2)])
+def test_on_the_job_s_own_name_in_the_allocation_model_the_run_s_step_gets_its_partition(client, allocation_job,
+                                                                                        instances, replicas, gcds):
+    """As a plain srun's step: the SPANK plugin makes slurm_<job>_<step> of the step's IPUs, with one
+    GCD per instance where V-IPU allows (--ipu-gcds on ipurun's srun); ipurun makes and names
+    nothing, so no advice to create a name nobody may make."""
+    built = launch(client, allocation_job, "--num-instances", str(instances), "--num-replicas", str(replicas))
+    assert built.vipu.step and built.vipu.name is None and built.env["IPURUN_VIPU_PARTITION_ID"] == ""
+    assert f"--ipu-gcds={gcds}" in built.srun and built.plan.num_gcds == gcds
+    assert client.get_partition(f"slurm_{JOB}") is None  # nothing made here
+
+
+def test_on_the_job_s_own_name_a_shape_the_hosts_cannot_have_is_refused(client, allocation_job):
+    with pytest.raises(SlurmIpuError, match="--num-ilds 2: this run's partition, the 32 IPUs of its hosts"):
+        launch(client, allocation_job, "--num-instances", "2", "--num-replicas", "8", "--num-ilds", "2")
+    with pytest.raises(SlurmIpuError, match="64 replicas x 1 IPU.s. = 64 IPUs, but partition slurm_4242_<step>"):
+        launch(client, allocation_job, "--num-instances", "2", "--num-replicas", "64")

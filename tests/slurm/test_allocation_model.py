@@ -94,8 +94,9 @@ def test_ipurun_with_vipu_allocation_places_an_instance_on_each_host(clean):
     wait_gone(lab, job, 120)
     out = lab.spec.path(f"ipurun-{job}.out").read_text()
     runs = sorted(line.split()[1:] for line in out.splitlines() if line.startswith("RUN "))
-    assert sorted(r[1:] for r in runs) == [[f"p{job}", "0"], [f"p{job}", "1"],
-                                           [f"slurm_{job}", "0"], [f"slurm_{job}", "1"]], out
+    # the second run, on the job's own name: its step's partition, as a plain srun's (slurm_<job>_<step>)
+    step = next((r[1] for r in runs if r[1].startswith(f"slurm_{job}_")), "none")
+    assert sorted(r[1:] for r in runs) == [[f"p{job}", "0"], [f"p{job}", "1"], [step, "0"], [step, "1"]], out
     assert len({r[0] for r in runs}) == 2, out  # one instance on each host
     nothing_left(lab, job)
 
@@ -442,3 +443,69 @@ def test_another_user_cannot_take_a_job_s_step_partition_name(clean):
     wait_gone(lab, theirs, 90)
     assert f"STEP slurm_{theirs}_0 attached" in out.read_text(), out.read_text()
     nothing_left(lab, theirs)
+
+
+# ipurun as a user, in an allocation-model batch script: on the job's own name (which names no
+# partition in this model, and which no user may make) and on Graphcore's p$SLURM_JOB_ID, with
+# each piece of its advice followed.
+USER_PROBE = """#!/bin/bash
+echo "PROBE $SLURMD_NODENAME $POPDIST_INSTANCE_INDEX $IPUOF_VIPU_API_PARTITION_ID $IPUOF_VIPU_API_GCD_ID"
+echo "ATTACH $(vipu-emu attach 2>&1)"
+"""
+IPURUN_ADVICE = """#!/bin/bash
+echo "== own2"; ipurun --num-instances 2 --num-replicas 8 {probe}; echo "rc=$?"
+echo "== own4"; ipurun --num-instances 4 --num-replicas 8 {probe}; echo "rc=$?"
+echo "== ilds"; ipurun --num-instances 2 --num-replicas 8 --num-ilds 2 {probe}; echo "rc=$?"
+vipu create partition p$SLURM_JOB_ID --allocation c$SLURM_JOB_ID --size 8 --num-gcds 4 >/dev/null; echo "made=$?"
+export IPUOF_VIPU_API_PARTITION_ID=p$SLURM_JOB_ID
+echo "== mine2"; ipurun --num-instances 2 --num-replicas 8 {probe}; echo "rc=$?"
+echo "== advice-instances"; ipurun --num-instances 4 --num-replicas 8 {probe}; echo "rc=$?"
+echo "== advice-update"; ipurun --num-instances 2 --num-replicas 8 --update-partition=yes {probe}; echo "rc=$?"
+echo "== again"; ipurun --num-instances 2 --num-replicas 8 {probe}; echo "rc=$?"
+"""
+
+
+def sections(text: str) -> dict[str, str]:
+    out, name = {}, ""
+    for line in text.splitlines():
+        if line.startswith("== "):
+            name = line[3:]
+        else:
+            out[name] = out.get(name, "") + line + "\n"
+    return out
+
+
+def test_ipurun_as_a_user_runs_on_the_job_s_own_name_and_its_advice_works_when_followed(clean):
+    """On the job's own name each run's step gets a partition of its own (slurm_<job>_<step>, one
+    GCD per instance); on p$SLURM_JOB_ID of 4 GCDs, 2 instances are refused with two pieces of
+    advice, and each, followed, runs, as does the next plain run; nothing is left after the job."""
+    lab = clean
+    user = ensure_users()[0]
+    probe = lab.spec.path("users", "alloc-probe")
+    probe.write_text(USER_PROBE)
+    probe.chmod(0o755)
+    script = lab.spec.path("users", "ipurun-advice.sh")
+    script.write_text(IPURUN_ADVICE.format(probe=probe))
+    script.chmod(0o755)
+    proc = lab.run_as(user, "sbatch", "--parsable", "-N2", "--gres=ipu:16", "-o", "advice-%j.out", str(script))
+    assert proc.returncode == 0, proc.stderr
+    job = int(proc.stdout.strip())
+    wait_gone(lab, job, 180)
+    got = sections(lab.spec.path("users", f"advice-{job}.out").read_text())
+
+    def attached(name: str) -> list[tuple[str, str, int]]:
+        assert "rc=0" in got[name], got[name]
+        return sorted((a["partition"], a.get("gcd", ""), len(a["ipus"])) for a in parse_probe(got[name])[1])
+
+    own2, own4 = attached("own2"), attached("own4")
+    assert [(g, n) for _, g, n in own2] == [("0", 16), ("1", 16)] and len({p for p, _, _ in own2}) == 1, got
+    assert own2[0][0].startswith(f"slurm_{job}_"), own2
+    assert [(g, n) for _, g, n in own4] == [(str(k), 8) for k in range(4)] and own4[0][0] != own2[0][0], own4
+    assert "rc=2" in got["ilds"] and "--num-ilds 2: this run's partition" in got["ilds"], got["ilds"]
+    assert "made=0" in got["ilds"]
+    said = got["mine2"]
+    assert "rc=2" in said and "use --num-instances 4, or --update-partition=yes to recreate it with 2 GCD(s)" in said
+    assert attached("advice-instances") == [(f"p{job}", str(k), 2) for k in range(4)]
+    assert attached("advice-update") == [(f"p{job}", "0", 4), (f"p{job}", "1", 4)]
+    assert attached("again") == [(f"p{job}", "0", 4), (f"p{job}", "1", 4)]
+    nothing_left(lab, job)
