@@ -22,7 +22,7 @@ from ..config import Site
 from ..errors import ConfigError
 from ..pods import RUN_PREFIX
 from ..slurm import releases, slurmconf
-from ..slurm.hostlist import expand
+from ..slurm.hostlist import compress, expand
 from ..slurm.slurmconf import Node, Setting
 from . import topomerge
 from .render import SWITCH_WAIT
@@ -37,7 +37,9 @@ class Merged:
     include: str | None = None                          # the Include line slurm.conf lacks
     notes: list[str] = field(default_factory=list)
     gres: list[tuple[Node, str]] = field(default_factory=list)  # the Pod's NodeName lines, their new Gres
-    features: list[tuple[Node, str]] = field(default_factory=list)  # NodeName lines, their new Features (runs)
+    # NodeName lines and their new Features (the runs): (None, value) for the line as it is, or one
+    # (hostlist, value) per run when the line names hosts of several (the line is split).
+    features: list[tuple[Node, list[tuple[str | None, str]]]] = field(default_factory=list)
     topology: topomerge.TopologyMerge | None = None  # the Pods merged into the site's own topology.conf
     others: list[str] = field(default_factory=list)  # NodeName hostlists of nodes in no Pod (the site's)
 
@@ -234,12 +236,14 @@ def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
     return out
 
 
-def _node_features(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
+def _node_features(site: Site, nodes: list[Node]) -> list[tuple[Node, list[tuple[str | None, str]]]]:
     """The NodeName lines of hosts in runs of the allocation model (Site.placement: the node
     features job_submit.lua keeps a multi-host job to), with the Features each gets: the site's
     own kept (those of its DEFAULT line too: a Features= on the line replaces the default's), the
     runs of its hosts added, stale runs dropped. A line's Features are each of its hosts', so a
-    line naming hosts of different runs is refused with the split that works."""
+    line naming hosts of different runs is split into one line per run (the first in its place,
+    the others added after it), unless it gives each node a value of its own (NodeAddr=...),
+    which is refused with the split that works."""
     per_host = site.placement()[0]
     if not per_host:
         return []
@@ -252,19 +256,21 @@ def _node_features(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
         kinds: dict[tuple[str, ...], list[str]] = {}
         for host in names:
             kinds.setdefault(tuple(per_host.get(host, ())), []).append(host)
-        if len(kinds) > 1:
-            split = "; ".join(f"{','.join(hosts)}: {','.join(runs) or 'none'}" for runs, hosts in kinds.items())
-            raise ConfigError(f"render: {node.where}: NodeName={node.names} names hosts of different runs of the "
-                              f"allocation model ({split}); a line's Features are each of its hosts', so split it "
-                              "into one line per run and render again")
         own = [f for f in items(node.effective_features or "") if not f.startswith(RUN_PREFIX)]
-        value = ",".join(own + list(next(iter(kinds))))
-        if value == ",".join(items(node.effective_features or "")):
-            continue
+        values = [(compress(hosts), ",".join(own + list(runs))) for runs, hosts in kinds.items()]
+        if len(values) == 1:
+            if values[0][1] == ",".join(items(node.effective_features or "")):
+                continue
+            values = [(None, values[0][1])]
+        elif node.per_node:
+            split = "; ".join(f"{hosts}: Features={value}" for hosts, value in values)
+            raise ConfigError(f"render: {node.where}: NodeName={node.names} names hosts of different runs of the "
+                              f"allocation model and gives each node its own {node.per_node}; split it into one line "
+                              f"per run ({split}) and render again")
         if node.span > 1:
             raise ConfigError(f"render: {node.where}: NodeName={node.names} is on a line continued with '\\'; put "
                               "it on one line and render again (the merge adds the runs to its Features)")
-        out.append((node, value))
+        out.append((node, values))
     return out
 
 
@@ -285,8 +291,8 @@ def edits(merged: Merged, slurm_conf: str | None) -> dict[str, tuple[str, str]]:
     gres: dict[str, dict[int, dict[str, str]]] = {}
     for node, value in merged.gres:
         gres.setdefault(node.path, {}).setdefault(node.line, {})["Gres"] = value
-    for node, value in merged.features:
-        gres.setdefault(node.path, {}).setdefault(node.line, {})["Features"] = value
+    for node, values in merged.features:
+        gres.setdefault(node.path, {}).setdefault(node.line, {})["Features"] = values
     main = str(Path(slurm_conf).resolve())
     paths = set(moved) | set(gres) | ({main} if merged.include else set())
     out = {path: _edit(path, moved.get(path, {}), gres.get(path, {}), merged.include if path == main else None)
@@ -316,9 +322,24 @@ def _edit(path: str, moved: dict[int, list[Setting]], nodes: dict[int, dict[str,
     lines = Path(path).read_text().splitlines(keepends=True)
     changed = {n: _without(lines[n - 1], {s.key for s in settings}) for n, settings in moved.items()}
     for number, values in nodes.items():
-        for key, value in values.items():
-            changed[number] = _with_value(changed.get(number, lines[number - 1]), key, value)
+        line = changed.get(number, lines[number - 1])
+        if "Gres" in values:
+            line = _with_value(line, "Gres", values["Gres"])
+        changed[number] = _split(line, values["Features"]) if "Features" in values else line
     return apply(path, changed, [include] if include else [])
+
+
+def _split(line: str, values: list[tuple[str | None, str]]) -> str:
+    """The NodeName line with its Features set; with several (hostlist, Features), one line per
+    hostlist: the first in the line's place (its comment kept), the others after it, marked as
+    added (unmerge drops them)."""
+    out = []
+    for k, (hosts, value) in enumerate(values):
+        one = _with_value(line if k == 0 else line.partition("#")[0].rstrip() + "\n", "Features", value)
+        if hosts is not None:
+            one = re.sub(r"(?i)^(\s*nodename=)\S+", lambda m, names=hosts: m.group(1) + names, one, count=1)
+        out.append(one.rstrip("\n") if k == 0 else topomerge.added_line(one.rstrip("\n").rstrip()))
+    return "\n".join(out) + "\n"
 
 
 def apply(path: str, changed: dict[int, str], appended: list[str]) -> tuple[str, str]:
@@ -356,7 +377,9 @@ def unmerge(site: Site, slurm_conf: str) -> dict[str, tuple[str, str]]:
             if skip:
                 skip = False
             elif line.startswith(slurmconf.WAS):
-                back.append(line[len(slurmconf.WAS):])
+                was = line[len(slurmconf.WAS):]
+                if not was.rstrip("\n").endswith(slurmconf.ADDED):  # a line of ours, changed since: not theirs
+                    back.append(was)
                 skip = True
             elif line.rstrip("\n") not in includes and not line.rstrip("\n").endswith(slurmconf.ADDED):
                 back.append(line)

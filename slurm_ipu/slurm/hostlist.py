@@ -66,3 +66,40 @@ def expand(expr: str) -> list[str]:
         if len(hosts) > MAX_HOSTS:
             raise ConfigError(f"hostlist {shown(expr)} names more than {MAX_HOSTS} hosts; check the ranges")
     return hosts
+
+
+def compress(hosts: list[str]) -> str:
+    """['node1', 'node2', 'node4'] -> 'node[1-2,4]': runs of names that differ only in a trailing
+    number (of one width, or unpadded) folded into one range each, order kept; expand() reads it
+    back as the same list."""
+    import re
+
+    words: list[tuple[str, list[str]]] = []  # (head, numbers) in order; a name without a number alone
+    for host in hosts:
+        found = re.fullmatch(r"(.*?)(\d+)", host)
+        if found is None:
+            words.append((host, []))
+            continue
+        head, number = found.groups()
+        if words and words[-1][1] and words[-1][0] == head and _same_form(words[-1][1][-1], number):
+            words[-1][1].append(number)
+        else:
+            words.append((head, [number]))
+    return ",".join(head if not numbers else head + numbers[0] if len(numbers) == 1 else
+                    f"{head}[{_ranges(numbers)}]" for head, numbers in words)
+
+
+def _same_form(a: str, b: str) -> bool:
+    """Two numbers one range may hold: both unpadded, or both of one padded width; increasing."""
+    padded = a.startswith("0") or b.startswith("0")
+    return int(b) > int(a) and (len(a) == len(b) if padded else not (a.startswith("0") or b.startswith("0")))
+
+
+def _ranges(numbers: list[str]) -> str:
+    out, start = [], 0
+    for i in range(1, len(numbers) + 1):
+        if i == len(numbers) or int(numbers[i]) != int(numbers[i - 1]) + 1:
+            lo, hi = numbers[start], numbers[i - 1]
+            out.append(lo if lo == hi else f"{lo}-{hi}")
+            start = i
+    return ",".join(out)

@@ -109,6 +109,7 @@ class Node:
     inherited: str | None = None
     features: str | None = None            # Features= (or Feature=) on the line
     inherited_features: str | None = None  # what its NodeName=DEFAULT lines give it
+    per_node: str | None = None            # a key of the line with a value per node (NodeAddr=...), if any
 
     @property
     def effective_gres(self) -> str | None:
@@ -121,6 +122,12 @@ class Node:
     @property
     def where(self) -> str:
         return f"{self.path}:{self.line}"
+
+
+def _per_node(key: str, value: str) -> bool:
+    """A NodeName key with a value for each node of the line (NodeAddr=10.0.0.[1-4], Port=[6818-6821]):
+    such a line cannot be cut into several without cutting that value too."""
+    return key.lower() in ("nodeaddr", "nodehostname") or (key.lower() == "port" and any(c in value for c in "[,"))
 
 
 def read(path: str, skip: set[str] | None = None) -> Conf:
@@ -180,8 +187,9 @@ def _parse(text: str, path: str, base: str, skip: set[str], conf: Conf, includes
         if first == "nodename":
             gres = [v for k, v in found if k.lower() == "gres"]
             features = [v for k, v in found if k.lower() in ("feature", "features")]
+            per_node = next((k for k, v in found if _per_node(k, v)), None)
             node = Node(found[0][1], gres[-1] if gres else None, path, number, span, conf.default_gres,
-                        features[-1] if features else None, conf.default_features)
+                        features[-1] if features else None, conf.default_features, per_node)
             conf.nodes.append(node)
             if node.names.upper() == "DEFAULT":
                 conf.default_gres = node.effective_gres

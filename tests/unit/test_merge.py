@@ -227,13 +227,34 @@ def test_allocation_model_hosts_get_their_runs_as_features_beside_the_site_s_own
     assert back[str((etc / "slurm.conf").resolve())][1] == conf
 
 
-def test_a_nodename_line_over_two_runs_is_refused_with_the_split(alloc_site):
+def test_a_nodename_line_over_several_runs_is_split_and_unmerged_byte_for_byte(alloc_site):
+    """The usual `NodeName=ipu-host[1-8] ...`: one line per run, the first in its place (its
+    comment kept), the others added after it; a re-render changes nothing, unmerge gives it back."""
     desc, etc = alloc_site
+    conf = SITE_CONF.replace("CPUs=4\n", "CPUs=4  # the Pod\n", 1)
+    (etc / "slurm.conf").write_text(conf)
+    merged = _merged_conf(desc, etc)
+    lines = merged.splitlines()
+    at = lines.index("NodeName=ipu-host[1-2] Gres=gpu:1,ipu:16 CPUs=4 Features=ipugroup2_0 # the Pod")
+    assert lines[at - 1] == "#slurm-ipu-was: NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4  # the Pod"
+    assert lines[at + 1:at + 4] == [f"NodeName=ipu-host[{a}-{a + 1}] Gres=gpu:1,ipu:16 CPUs=4 Features=ipugroup2_{k} "
+                                    "# slurm-ipu added" for k, a in ((1, 3), (2, 5), (3, 7))]
+    (etc / "slurm.conf").write_text(merged.replace("Include slurm-ipu.conf\n", ""))
+    again = merge.merge(desc, str(etc / "slurm.conf"))
+    assert again.features == [] and again.gres == [], again.features
+    back = merge.unmerge(desc, str(etc / "slurm.conf"))
+    assert back[str((etc / "slurm.conf").resolve())][1] == conf
+
+
+def test_a_nodename_line_over_two_runs_with_an_address_per_node_is_refused_with_the_split(alloc_site):
+    desc, etc = alloc_site
+    (etc / "slurm.conf").write_text(SITE_CONF.replace("CPUs=4\n", "CPUs=4 NodeAddr=10.0.0.[1-8]\n", 1))
     with pytest.raises(ConfigError) as err:
         merge.merge(desc, str(etc / "slurm.conf"))
     text = str(err.value)
-    assert "NodeName=ipu-host[1-8] names hosts of different runs of the allocation model" in text
-    assert "ipu-host1,ipu-host2: ipugroup2_0; ipu-host3,ipu-host4: ipugroup2_1" in text and "\n" not in text
+    assert "NodeName=ipu-host[1-8] names hosts of different runs of the allocation model and gives each node its " \
+           "own NodeAddr" in text
+    assert "ipu-host[1-2]: Features=ipugroup2_0; ipu-host[3-4]: Features=ipugroup2_1" in text and "\n" not in text
 
 
 def test_the_fragment_names_each_host_s_runs(alloc_site):

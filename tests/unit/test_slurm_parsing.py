@@ -6,7 +6,7 @@ import pytest
 
 from slurm_ipu.errors import ConfigError, SlurmError
 from slurm_ipu.slurm.commands import parse_squeue, parse_squeue_json
-from slurm_ipu.slurm.hostlist import expand
+from slurm_ipu.slurm.hostlist import compress, expand
 
 
 @pytest.mark.parametrize("expr,hosts", [
@@ -101,3 +101,15 @@ def test_text_after_a_range_is_read_only_before_another_range_as_slurm_does():
     assert expand("rack[1-2]-n[01-02]") == ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]
     with pytest.raises(ConfigError, match=r"'x' after the range \[1-3\]; Slurm reads text after a range only"):
         expand("node[1-3]x")
+
+
+@pytest.mark.parametrize("hosts,text", [
+    (["node1", "node2", "node4"], "node[1-2,4]"),
+    (["n01", "n02", "n10"], "n[01-02,10]"),
+    (["n9", "n10"], "n[9-10]"),
+    (["n1", "n01"], "n1,n01"),  # one padded, one not: two words
+    (["n3", "n1"], "n3,n1"),  # order kept
+    (["login", "r1-n1", "r1-n2"], "login,r1-n[1-2]"),
+])
+def test_compress_folds_numbered_runs_that_expand_reads_back(hosts, text):
+    assert compress(hosts) == text and expand(text) == hosts
