@@ -854,7 +854,7 @@ def check_accounting(site: Site, facts: Facts) -> Finding:
 
 def check_service(site: Site, facts: Facts) -> Finding:
     from ..hooks import remover
-    from ..hooks.transport import socket_path
+    from ..hooks.endpoint import socket_path
 
     if not remover.is_service(remover.holder(site["state_dir"])):
         return Finding("service", False, "the hook service is not running: every IPU job's prolog and epilog "

@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import rules
 from ..config import Site
 from ..fsutil import atomic_write
-from ..hooks import transport
+from ..hooks.endpoint import socket_path
 from ..pods import ild_ids
 from ..slurm import licences, limits, releases
 from . import merge, render
@@ -67,7 +67,7 @@ def top_switches(site: Site) -> list[str]:
 
 def hook_paths(state_dir: str) -> dict:
     """What slurm-ipu-hook's fast path touches (templates/slurm-ipu-hook.conf.j2)."""
-    return {"socket": str(transport.socket_path(state_dir))}
+    return {"socket": str(socket_path(state_dir))}
 
 
 def prolog_wait(deadline: float, slurm_timeout: int) -> int:

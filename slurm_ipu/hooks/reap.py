@@ -14,11 +14,13 @@ harmless, both are idempotent.
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 from ..errors import ConfigError, SlurmIpuError
 from ..locks import LockTimeout
 from . import remover, restarts
+from .endpoint import socket_path
 from .journal import Journal
 from .ledger import Ledger
 from .removal import remove_vipu
@@ -81,7 +83,7 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
     """`slurm-ipu reap` by hand. A dry run only reads. Otherwise it becomes the remover
     (remover.py) for its run, waiting `wait` seconds (by default as long as one reap may take)
     for an epilog or another reap that is; while the hook service is the remover, the service
-    reaps now on its behalf (transport.ask_reap) and its lines are printed here."""
+    reaps now on its behalf (ask_reap, below) and its lines are printed here."""
     try:
         if dry_run:
             return sweep(cfg, client, slurm, True, out, clock)
@@ -92,18 +94,43 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
 
 
 def _as_remover(cfg, client, slurm, out, clock, wait: float | None) -> int:
-    from . import transport
-
     try:
         fd = remover.take(cfg["state_dir"], "reap", cfg["epilog.deadline"] * 4 if wait is None else wait)
     except remover.Busy as busy:
         if not remover.is_service(busy.holder):
             raise ConfigError(f"reap: {busy}; let it finish, or run `slurm-ipu reap --dry-run`") from None
-        return transport.ask_reap(cfg, out, busy)
+        return ask_reap(cfg, out, busy)
     try:
         return sweep(cfg, client, slurm, False, out, clock)
     finally:
         remover.give_up(fd)
+
+
+def ask_reap(cfg, out, busy) -> int:
+    """`slurm-ipu reap` while the hook service is the remover: it reaps now and sends each line,
+    then "exit N" (transport.answer_reap). Only root and the service's own user are answered (as
+    for the hooks)."""
+    path, wait = socket_path(cfg["state_dir"]), cfg["epilog.deadline"] * 4 + 30
+    who = remover.describe(busy.holder)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(wait)
+        try:
+            sock.connect(str(path))
+            sock.sendall(b"reap\n")
+            sock.shutdown(socket.SHUT_WR)
+            lines = sock.makefile("r", encoding="utf-8", errors="replace")
+            for line in lines:
+                if line.startswith("exit ") and line[5:].strip().isdigit():
+                    return int(line[5:])
+                out(line.rstrip("\n"))
+        except TimeoutError:
+            raise ConfigError(f"reap: {who} did not finish its reap within {wait:g}s; see its log "
+                              f"({cfg['state_dir']}/hooks.log)") from None
+        except OSError as exc:
+            raise ConfigError(f"reap: {who} removes for {cfg['state_dir']} but does not take requests on {path} "
+                              f"({exc.strerror or exc}): it starts or stops; run again in a moment") from None
+    raise ConfigError(f"reap: {who} closed {path} without an answer: only root and the service's own user may ask "
+                      "it; run `slurm-ipu reap` as one of them")
 
 
 def sweep(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic) -> int:

@@ -31,13 +31,13 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import ConfigError, SlurmIpuError
+from ..errors import SlurmIpuError
 from . import (  # here, not per request: a package's `from . import` runs Python each time
     jobenv,
     prolog,
     removal,
-    remover,
 )
+from .endpoint import socket_path
 from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
@@ -45,10 +45,6 @@ from .ledger import Ledger
 MAX_REQUEST = 2 << 20  # job_submit.lua bounds what a job brings (slurm/limits.py): far below this
 READ_TIMEOUT = 5.0  # a request is written at once by the client, or never
 NO_SERVICE = 75
-
-
-def socket_path(state_dir: str) -> Path:
-    return Path(state_dir) / "hooks.sock"
 
 
 HOOK_SOURCE = Path(__file__).with_name("hook.c")
@@ -221,32 +217,6 @@ def _give_back(cfg, job: int) -> None:
     for name in (f"{prefix}{job}" for prefix in cfg.job_prefixes):  # the job's hosts are not at hand here
         if Ledger(cfg["state_dir"]).owns(name, job):
             Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
-
-
-def ask_reap(cfg, out, busy) -> int:
-    """`slurm-ipu reap` while the hook service is the remover: it reaps now and sends each line,
-    then "exit N". Only root and the service's own user are answered (as for the hooks)."""
-    path, wait = socket_path(cfg["state_dir"]), cfg["epilog.deadline"] * 4 + 30
-    who = remover.describe(busy.holder)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.settimeout(wait)
-        try:
-            sock.connect(str(path))
-            sock.sendall(b"reap\n")
-            sock.shutdown(socket.SHUT_WR)
-            lines = sock.makefile("r", encoding="utf-8", errors="replace")
-            for line in lines:
-                if line.startswith("exit ") and line[5:].strip().isdigit():
-                    return int(line[5:])
-                out(line.rstrip("\n"))
-        except TimeoutError:
-            raise ConfigError(f"reap: {who} did not finish its reap within {wait:g}s; see its log "
-                              f"({cfg['state_dir']}/hooks.log)") from None
-        except OSError as exc:
-            raise ConfigError(f"reap: {who} removes for {cfg['state_dir']} but does not take requests on {path} "
-                              f"({exc.strerror or exc}): it starts or stops; run again in a moment") from None
-    raise ConfigError(f"reap: {who} closed {path} without an answer: only root and the service's own user may ask "
-                      "it; run `slurm-ipu reap` as one of them")
 
 
 def answer_reap(conn: socket.socket, cfg, run) -> None:

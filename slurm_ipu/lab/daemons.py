@@ -14,9 +14,9 @@ from pathlib import Path
 
 from ..errors import LabError
 from ..fsutil import atomic_write, pid_alive, poll
+from ..hooks.endpoint import socket_path
 from ..hooks.journal import Journal
 from ..hooks.remover import lock_path as remover_lock
-from ..hooks.transport import socket_path
 from . import trust
 from .procs import _log_tail, _pid, _pid_in, _record, _run, _running, _stop_pid, _wait_pidfile, say
 from .spec import SBIN, LabSpec

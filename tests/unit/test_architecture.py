@@ -100,11 +100,20 @@ def module_imports(path: Path) -> set[str]:
             targets = [base + [a.name] for a in node.names] + [base]
         elif isinstance(node, ast.Import):
             targets = [a.name.split(".") for a in node.names]
-        for target in targets:
-            if target and target[0] == "slurm_ipu" and (found := _module(target)):
-                out.add(found)
-                break
+        # each name of `from . import (a, b)` is a module of its own; `from .m import f` names m
+        found = {m for target in targets[:-1] if target and target[0] == "slurm_ipu" and (m := _module(target))}
+        if not found and targets and targets[-1] and targets[-1][0] == "slurm_ipu":
+            found = {m for m in [_module(targets[-1])] if m}
+        out |= found
     return out
+
+
+def test_the_circle_check_sees_every_name_of_a_from_import():
+    """`from . import (jobenv, prolog, removal)` is three arrows: a check that kept only the first
+    passed with a circle through the second (transport -> prolog -> health -> reap -> transport)."""
+    seen = module_imports(PKG / "hooks" / "transport.py")
+    assert {"slurm_ipu.hooks.jobenv", "slurm_ipu.hooks.prolog", "slurm_ipu.hooks.removal"} <= seen, seen
+    assert "slurm_ipu.hooks" not in seen  # the package itself is no arrow when its modules are named
 
 
 def test_no_import_circle_in_the_package():
