@@ -10,7 +10,9 @@
 struct ipu_conf ipu_conf;
 struct ipu_opts ipu_opts;
 
-/* A count the user typed: digits only, a power of two, 1..max. Returns the number, or 0. */
+/* A count the user typed: digits only, 1..max. Returns the number, or 0. Whether a partition of
+ * the job's size can have that many GCDs or ILDs (3 ILDs of a 192-IPU partition, 12 GCDs) is
+ * job_submit.lua's to say, from the rule table: the plugin does not know the size yet. */
 long ipu_parse_count(const char *text, long max)
 {
     char *end = NULL;
@@ -20,7 +22,7 @@ long ipu_parse_count(const char *text, long max)
         return 0;
     errno = 0;
     n = strtol(text, &end, 10);
-    if (errno || *end != '\0' || n < 1 || n > max || (n & (n - 1)) != 0)
+    if (errno || *end != '\0' || n < 1 || n > max)
         return 0;
     return n;
 }
@@ -131,7 +133,7 @@ int ipu_opt_count(const char *name, const char *optarg, char *slot, long max)
     long n = ipu_parse_count(optarg, max);
 
     if (!n) {
-        slurm_error("spank_ipu: --%s=%s: not a power of two from 1 to %ld; use e.g. --%s=2",
+        slurm_error("spank_ipu: --%s=%s: not a count from 1 to %ld; use e.g. --%s=2",
                     name, optarg ? optarg : "", max, name);
         return -1;
     }
@@ -143,7 +145,6 @@ int ipu_opt_count(const char *name, const char *optarg, char *slot, long max)
 /* --ipus=N, a job's total IPUs (Graphcore's Slurm integration spells a request so). Any positive
  * count up to IPU_TOTAL_MAX is passed on: job_submit.lua, which knows the Pod, says whether it is
  * a partition size and spreads it over the job's nodes. */
-#define IPU_TOTAL_MAX 65536
 
 int ipu_opt_total(const char *optarg, char *slot)
 {
@@ -174,13 +175,13 @@ static int opt_ipus(int val, const char *optarg, int remote)
 static int opt_gcds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    return ipu_opt_count("ipu-gcds", optarg, ipu_opts.gcds, 1024);
+    return ipu_opt_count("ipu-gcds", optarg, ipu_opts.gcds, IPU_GCDS_MAX);
 }
 
 static int opt_ilds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    return ipu_opt_count("ipu-ilds", optarg, ipu_opts.ilds, 64);
+    return ipu_opt_count("ipu-ilds", optarg, ipu_opts.ilds, IPU_ILDS_MAX);
 }
 
 static int opt_reconf(int val, const char *optarg, int remote)
@@ -207,8 +208,8 @@ static struct spank_option options[] = {
      opt_ipus},
     /* without it, --ipu=4 is an ambiguous abbreviation of the others here */
     {"ipu", "N", "The same as --ipus", 1, 0, opt_ipus},
-    {"ipu-gcds", "N", "Split the job's V-IPU partition into N graph compilation domains (power of two)", 1, 0, opt_gcds},
-    {"ipu-ilds", "N", "Spread the job's V-IPU partition over N IPU-Link domains (power of two)", 1, 0, opt_ilds},
+    {"ipu-gcds", "N", "Split the job's V-IPU partition into N graph compilation domains", 1, 0, opt_gcds},
+    {"ipu-ilds", "N", "Spread the job's V-IPU partition over N IPU-Link domains", 1, 0, opt_ilds},
     {"ipu-reconfigurable", NULL, "Make the job's V-IPU partition reconfigurable", 0, 0, opt_reconf},
     {"ipu-instance", NULL, "(set by ipurun) each task sets up its PopDist instance: environment, cache, binding",
      0, SRUN_ONLY, opt_instance},

@@ -25,6 +25,12 @@ struct ipu_conf {
 };
 
 #define IPU_COUNT_MAX 8
+/* Bounds of what a user may type (held to slurm_ipu/rules.py by tests/unit/test_constants.py):
+ * --ipus, a job's IPUs, and --ipu-gcds, at most one GCD per IPU: a cluster's most IPUs; --ipu-ilds:
+ * a cluster's most ILDs. */
+#define IPU_TOTAL_MAX 65536
+#define IPU_GCDS_MAX 65536
+#define IPU_ILDS_MAX 1024
 
 /* User options, as typed ("" when absent). */
 struct ipu_opts {

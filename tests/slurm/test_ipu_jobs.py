@@ -75,7 +75,8 @@ def test_one_node_srun_gets_variables_and_user_values_are_replaced(clean_lab):
     (["-N", "4", "--gres=ipu:32"], ["128 IPUs, more than the Pod's 64"]),
     (["-N", "2-4", "--gres=ipu:4"], ["fixed node count", "-N 2"]),
     (["-L", "ipu:8"], ["--gres=ipu:N"]),
-    (["--gres=ipu:4", "--ipu-gcds=3"], ["spank_ipu: --ipu-gcds=3", "power of two"]),
+    (["--gres=ipu:4", "--ipu-gcds=0"], ["spank_ipu: --ipu-gcds=0: not a count from 1 to 65536"]),
+    (["--gres=ipu:4", "--ipu-gcds=3"], ["--ipu-gcds=3: a partition of 4 IPUs over 1 ILD(s) has 1, 2, 4 GCD(s)"]),
     # Shapes no partition of that size can have: refused by job_submit.lua, not after requeues.
     (["--gres=ipu:4", "--ipu-gcds=8"], ["--ipu-gcds=8: a partition of 4 IPUs over 1 ILD(s) has 1, 2, 4 GCD(s)"]),
     (["--gres=ipu:16", "--ipu-ilds=2"], ["--ipu-ilds=2: a partition of 16 IPUs on this Pod spans 1 ILD(s)"]),

@@ -40,7 +40,11 @@ def c_default(path: str, field: str) -> str:
     (lambda: c_define("spank/spank_ipu.h", "IPU_JOB_CACHE_ROOT"), lambda: task.JOB_CACHE_ROOT),
     (lambda: c_define("spank/cache.c", "STATE_FMT"), lambda: f"{partition.STATE_ROOT}/ipurun-job-%u.json"),
     (lambda: c_define("spank/instance.c", "MPOL_BIND"), lambda: str(task.MPOL_BIND)),
-], ids=["port", "port-option", "prefix", "prefix-chars", "no-service", "job-cache-root", "run-record", "mpol-bind"])
+    (lambda: c_define("spank/spank_ipu.h", "IPU_TOTAL_MAX"), lambda: str(rules.MAX_CLUSTER_ILDS * rules.IPUS_PER_ILD)),
+    (lambda: c_define("spank/spank_ipu.h", "IPU_GCDS_MAX"), lambda: str(rules.MAX_CLUSTER_ILDS * rules.IPUS_PER_ILD)),
+    (lambda: c_define("spank/spank_ipu.h", "IPU_ILDS_MAX"), lambda: str(rules.MAX_CLUSTER_ILDS)),
+], ids=["port", "port-option", "prefix", "prefix-chars", "no-service", "job-cache-root", "run-record", "mpol-bind",
+        "ipus-max", "gcds-max", "ilds-max"])
 def test_the_c_side_holds_the_python_side_s_value(c_value, python_value):
     assert c_value() == python_value()
 

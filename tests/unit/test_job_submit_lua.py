@@ -654,3 +654,14 @@ def test_an_exclusive_job_s_licence_and_gres_are_its_nodes_every_ipu(lua_16, job
     its partition) were the request's, 4 where accounting said gres/ipu=16."""
     rc, lic, got, msg = run_tres(lua_16, job)
     assert (rc, lic, got) == (0, licence, tres) and said in msg, msg
+
+
+@pytest.mark.parametrize("shape,ok", [(["IPU_ILDS=3"], True), (["IPU_ILDS=3", "IPU_GCDS=12"], True),
+                                      (["IPU_GCDS=3"], True), (["IPU_ILDS=2"], False), (["IPU_GCDS=8"], False)])
+def test_a_192_ipu_partition_takes_the_shapes_the_rule_table_gives_it(tmp_path, shape, ok):
+    """rules.valid_ilds(192) is [3], rules.valid_gcds(192, 3) is 3, 12, 24, 48, 96, 192: the SPANK
+    plugin passes any count on, and this file, rendered from the table, decides."""
+    path = tmp_path / "job_submit.lua"
+    path.write_text(render.render("job_submit.lua", values(256, per_host=64)))
+    rc, lic, _, msg = run(str(path), {"tres_per_node": "gres:ipu:64", "min_nodes": 3, "spank_job_env": shape})
+    assert (rc == 0 and lic == "ipu:192") if ok else (rc == -1 and "IPUs" in msg), (rc, lic, msg)
