@@ -76,3 +76,21 @@ def test_the_uninstall_removes_the_cache_root_the_launcher_and_the_plugin_use():
     from slurm_ipu.deploy import install
 
     assert install.JOB_CACHE_ROOT == task.JOB_CACHE_ROOT
+
+
+def test_the_plugin_holds_partition_names_to_the_rule_table():
+    """A step's partition name the plugin hands its tasks: rules.NAME_MAX characters and a NUL,
+    of rules.NAME_CHARS."""
+    assert c_define("spank/spank_ipu.h", "IPU_NAME_MAX") == str(rules.NAME_MAX + 1)
+    found = re.search(r'strspn\(out, "([^"]+)"\)', (ROOT / "spank/spank_ipu.c").read_text())
+    assert found and set(found.group(1)) == set(rules.NAME_CHARS) and len(found.group(1)) == len(rules.NAME_CHARS)
+
+
+def test_the_plugin_sets_the_job_control_names_job_submit_lua_reads():
+    from slurm_ipu.slurm import limits
+
+    text = (ROOT / "spank/spank_ipu.c").read_text()
+    names = set(re.findall(r'spank_job_control_setenv\(sp, "([A-Z_]+)"', text))
+    assert names == set(limits.SPANK_COUNTS) | {"IPU_RECONFIGURABLE"}  # the counts job_submit.lua checks, a flag
+    prolog_reads = (ROOT / "slurm_ipu/hooks/jobenv.py").read_text()  # slurmctld adds SPANK_ for the hooks
+    assert all(f'"SPANK_{name}"' in prolog_reads for name in names - {"IPU_IPUS"})
