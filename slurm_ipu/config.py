@@ -21,7 +21,7 @@ from typing import Any
 from .boolean import parse_bool
 from .errors import ConfigError, shown
 from .pods import Pod, host_runs, run_features
-from .rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS, VIPU_PORT
+from .rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS, VIPU_PORT, job_name
 from .slurm import releases
 
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
@@ -393,7 +393,7 @@ class Site:
             model = self.model_for(hosts)
         except ConfigError:
             model = "partition"
-        return f"{self.prefix_of(model)}{job_id}"
+        return job_name(self.prefix_of(model), job_id)
 
     @property
     def job_prefixes(self) -> tuple[str, ...]:

@@ -38,6 +38,27 @@ def check_name(name: str) -> str:
                                "'-', starting with a letter or digit")
     return name
 
+def job_name(prefix: str, job: int | str) -> str:
+    """A job's V-IPU object (its partition, or its allocation): the site's prefix, then the job id
+    (slurm_42, c42). The SPANK plugin names it so too (test_constants holds it)."""
+    return f"{prefix}{job}"
+
+
+def step_name(prefix: str, job: int | str, step: int | str) -> str:
+    """A step's partition (the allocation model): the job's name, '_', the step id (slurm_42_0)."""
+    return f"{prefix}{job}_{step}"
+
+
+def parse_name(name: str, prefix: str) -> tuple[int, int | None] | None:
+    """(job, step or None) when `name` is job_name or step_name under `prefix`, else None."""
+    if not name.startswith(prefix):
+        return None
+    job, sep, step = name[len(prefix):].partition("_")
+    if not (job.isascii() and job.isdigit()) or (sep and not (step.isascii() and step.isdigit())):
+        return None
+    return int(job), int(step) if sep else None
+
+
 VIPU_PORT = 8090  # the V-IPU controller's port unless told (PopRun's --vipu-server-port default, vipu's)
 IPUS_PER_AGENT = 4
 AGENTS_PER_ILD = 16

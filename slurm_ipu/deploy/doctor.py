@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import rules
 from ..config import SUPPORTED_SLURM, Site
 from ..errors import SlurmIpuError
 from ..slurm import slurmconf
@@ -1037,7 +1038,8 @@ def _step(cli, site: Site, host: str) -> str:
         busy = "Unable to allocate resources" in str(exc) or "busy" in str(exc)
         return f"busy: {exc}" if busy else str(exc)
     env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-    partition, want = env.get("IPUOF_VIPU_API_PARTITION_ID"), f"{site['partition.prefix']}{env.get('SLURM_JOB_ID')}"
+    partition = env.get("IPUOF_VIPU_API_PARTITION_ID")
+    want = rules.job_name(site["partition.prefix"], env.get("SLURM_JOB_ID"))
     if partition is None:
         return "its task saw no IPUOF_VIPU_API_PARTITION_ID (the SPANK plugin is not loaded there)"
     return "ok" if partition == want else f"its task saw IPUOF_VIPU_API_PARTITION_ID={partition}, not {want}"

@@ -63,8 +63,8 @@ class Cluster:
         prefix, owner = self.reserved_name(name), self.reserved_name(allocation)
         if prefix is None or owner is None:
             return False
-        job, _, step = name[len(prefix):].partition("_")
-        return job.isdigit() and step.isdigit() and allocation[len(owner):] == job
+        named, holder = rules.parse_name(name, prefix), rules.parse_name(allocation, owner)
+        return named is not None and named[1] is not None and holder is not None and holder == (named[0], None)
 
     def grants_over(self, allocation: str) -> list[frozenset[int]]:
         """The grant lists that apply to `allocation`: the nearest one around it (its own, else

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import rules
 from ..errors import ConfigError, shown
 from ..slurm.hostlist import expand
 from ..slurm.licences import HOOKS, parse
@@ -32,7 +33,7 @@ class JobContext:
     het_job_id: int | None = None  # a heterogeneous job's component: the job (its first component's id)
 
     def partition(self, prefix: str) -> str:
-        return f"{prefix}{self.job_id}"
+        return rules.job_name(prefix, self.job_id)
 
 
 def licence_count(licences: str, name: str = "ipu") -> int:

@@ -17,6 +17,7 @@ import os
 import socket
 import time
 
+from .. import rules
 from ..errors import ConfigError, SlurmIpuError
 from ..locks import LockTimeout
 from . import remover, restarts
@@ -46,9 +47,9 @@ def _settle_records(ledger: Ledger, before: float, existing: set[str], jobs: dic
 def job_of(name: str, prefixes: str | tuple[str, ...]) -> int | None:
     """The job a V-IPU object is named after (prefix + job id), under any of the prefixes."""
     for prefix in (prefixes,) if isinstance(prefixes, str) else prefixes:
-        suffix = name[len(prefix):] if name.startswith(prefix) else ""
-        if suffix.isdigit():
-            return int(suffix)
+        parsed = rules.parse_name(name, prefix)
+        if parsed is not None and parsed[1] is None:
+            return parsed[0]
     return None
 
 

@@ -31,6 +31,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import rules
 from ..errors import SlurmIpuError
 from . import (  # here, not per request: a package's `from . import` runs Python each time
     jobenv,
@@ -214,7 +215,7 @@ def gone(conn: socket.socket) -> bool:
 
 
 def _give_back(cfg, job: int) -> None:
-    for name in (f"{prefix}{job}" for prefix in cfg.job_prefixes):  # the job's hosts are not at hand here
+    for name in (rules.job_name(prefix, job) for prefix in cfg.job_prefixes):  # the job's hosts are not at hand here
         if Ledger(cfg["state_dir"]).owns(name, job):
             Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
 

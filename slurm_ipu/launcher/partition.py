@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 
+from .. import rules
 from ..errors import ConfigError, SlurmIpuError, VipuError
 from .task import CACHE_ROOT
 
@@ -122,11 +123,11 @@ def locate(opts, env: dict, inside: bool) -> Target:
     path, _ = config.locate(env)
     if not os.path.exists(path):
         prefix = config.BY_KEY["partition.prefix"].default
-        target = Target(name or f"{prefix}{env['SLURM_JOB_ID']}", host, port, given or ["vipu"])
+        target = Target(name or rules.job_name(prefix, env["SLURM_JOB_ID"]), host, port, given or ["vipu"])
         target.unknown = None if host else path  # nothing says where V-IPU is
         return target
     site = config.load(path, environ=env)
-    name = name or f"{site['partition.prefix']}{env['SLURM_JOB_ID']}"
+    name = name or rules.job_name(site["partition.prefix"], env["SLURM_JOB_ID"])
     # the site's vipu, without the hooks' credentials file (root's): a user's own vipu config applies
     return Target(name, host or site["vipu.host"], port or site["vipu.port"], given or [site["vipu.command"]])
 
@@ -153,8 +154,6 @@ def poprun_gcds(size: int, instances: int, ilds: int | None) -> int:
     """GCDs for a partition ipurun creates: one per instance, as in PopRun's guide (32 replicas
     over 2 instances: a 32-IPU, 2-GCD partition), where V-IPU's rules allow it; otherwise the
     most GCDs that still divide the instances evenly."""
-    from .. import rules
-
     for gcds in sorted((g for g in range(1, instances + 1) if instances % g == 0), reverse=True):
         try:
             rules.check_shape(size, gcds, ilds, cluster_ilds=max(ilds or 1, 1))
@@ -232,8 +231,8 @@ def job_own(name: str, env: dict) -> bool:
         prefix = config.load(path, environ=env)["partition.prefix"] if os.path.exists(path) else prefix
     except (OSError, SlurmIpuError):
         pass
-    own = f"{prefix}{job}"
-    return name == own or (name.startswith(f"{own}_") and name[len(own) + 1:].isdigit())
+    parsed = rules.parse_name(name, prefix)
+    return parsed is not None and parsed[0] == int(job)
 
 
 def reshape_hint(name: str | None, env: dict, gcds: int | None = None, ilds: int | None = None) -> str:
@@ -289,7 +288,7 @@ def allocation_site(env: dict):
 def _job_name(name: str, env: dict, site) -> bool:
     """Whether `name` is the job's own name (partition prefix + job id), which in the allocation
     model names no partition (unless allocation.partition) and no user may make."""
-    return name == f"{site['partition.prefix']}{env.get('SLURM_JOB_ID')}"
+    return name == rules.job_name(site["partition.prefix"], env.get("SLURM_JOB_ID"))
 
 
 def _step_plan(opts, instances: int, size: int, extra: list[str], state: dict) -> PartitionPlan:
@@ -341,8 +340,6 @@ def named_after(name: str, job: str) -> bool:
 
 
 def _check(shape: Shape) -> None:
-    from .. import rules
-
     try:
         rules.check_shape(shape.size, shape.gcds, shape.ilds, cluster_ilds=max(shape.ilds or 1, 1))
     except SlurmIpuError as exc:

@@ -36,6 +36,7 @@ import os
 import sys
 import time
 
+from .. import rules
 from ..cli_common import run_main
 from ..errors import ConfigError, InsufficientIpus, VipuError
 
@@ -64,38 +65,23 @@ class Step:
         return self.per_node < self.job_per_node
 
 
-def step_name(prefix: str, job: int, step: int) -> str:
-    return f"{prefix}{job}_{step}"
-
-
-def hooks_name(name: str, prefix: str) -> tuple[int, int | None] | None:
-    """(job, step or None) when `name` has the form the hooks and the plugin give a job's or a
-    step's partition (step_name), else None."""
-    if not name.startswith(prefix):
-        return None
-    job, sep, step = name[len(prefix):].partition("_")
-    if not (job.isascii() and job.isdigit()) or (sep and not (step.isascii() and step.isdigit())):
-        return None
-    return int(job), int(step) if sep else None
-
-
 def decide(step: Step, site, client, env: dict, deadline: float) -> str:
     """What `start` prints (see the module's docstring)."""
     model = site.model_for(step.nodes)
     prefix = site["partition.prefix"]
     if model == "partition" or site["allocation.partition"]:
-        return _whole(step, f"{prefix}{step.job}")
+        return _whole(step, rules.job_name(prefix, step.job))
     allocation = f"{site['allocation.prefix']}{step.job}"
     own = env.get("IPUOF_VIPU_API_PARTITION_ID", "")
-    named = hooks_name(own, prefix)
+    named = rules.parse_name(own, prefix)
     # The plugin set it: for this job or a step of it, or for a heterogeneous job's batch script
     # (its first component's name, which every component's srun inherits).
     mine = named is not None and named[0] in (step.job, step.het)
     if own and not mine and not step.splits:
         return _users(step, client, own, allocation, deadline)
     if step.het:
-        return _whole(step, f"{prefix}{step.job}")
-    name = step_name(prefix, step.job, step.step)
+        return _whole(step, rules.job_name(prefix, step.job))
+    name = rules.step_name(prefix, step.job, step.step)
     try:
         client.ensure_partition(name, step.ipus, deadline, num_gcds=step.gcds if step.gcds > 1 else None,
                                 allocation=allocation, hosts=step.nodes)
@@ -104,8 +90,9 @@ def decide(step: Step, site, client, env: dict, deadline: float) -> str:
         if step.splits:
             raise StepRefused(f"{step.label}: no partition of {_ipus(step.ipus)} for it in job {step.job}'s "
                               f"allocation {allocation}: {exc}; `vipu list partitions` shows what holds them") from None
-        print(f"slurm-ipu: {step.label}: no partition made for it ({exc}); its tasks name {prefix}{step.job}: "
-              "export IPUOF_VIPU_API_PARTITION_ID to name one of yours", file=sys.stderr)
+        print(f"slurm-ipu: {step.label}: no partition made for it ({exc}); its tasks name "
+              f"{rules.job_name(prefix, step.job)}: export IPUOF_VIPU_API_PARTITION_ID to name one of yours",
+              file=sys.stderr)
         return ""
     except VipuError as exc:
         raise StepRefused(f"{step.label}: no partition of {_ipus(step.ipus)} for it in job {step.job}'s allocation "

@@ -88,3 +88,17 @@ def test_job_request_total(per_node, nodes, ok):
 @pytest.mark.parametrize("size,expected", [(1, 1), (64, 1), (65, 2), (128, 2), (192, 3), (256, 4)])
 def test_default_ilds(size, expected):
     assert rules.default_ilds(size) == expected
+
+
+@pytest.mark.parametrize("name,parsed", [
+    ("slurm_42", (42, None)), ("slurm_42_0", (42, 0)), ("slurm_42_17", (42, 17)),
+    ("slurm_", None), ("slurm_42_", None), ("slurm_4x", None), ("slurm_42_1_2", None), ("other_42", None),
+    ("slurm_\u0664\u0662", None),  # digits of another script: not a Slurm job id
+])
+def test_a_job_s_and_a_step_s_names_are_read_back_as_they_are_made(name, parsed):
+    """One form, composed and read in one place: the hooks, the step helper, ipurun, reap and the
+    emulator all use these (the SPANK plugin's is held to job_name by test_constants)."""
+    assert rules.parse_name(name, "slurm_") == parsed
+    if parsed is not None:
+        job, step = parsed
+        assert (rules.job_name("slurm_", job) if step is None else rules.step_name("slurm_", job, step)) == name
