@@ -86,7 +86,7 @@ def merge(site: Site, slurm_conf: str | None) -> Merged:
     _limits(theirs, merged)
     merged.gres = _node_gres(site, conf.nodes)
     merged.features = _node_features(site, conf.nodes)
-    pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
+    pod = _pod_hosts(site)
     merged.others = [n.names for n in conf.nodes if n.names.upper() != "DEFAULT" and not set(expand(n.names)) & pod]
     own = topomerge.site_topology(site)
     if own is not None:
@@ -207,13 +207,17 @@ def _limits(theirs: dict[str, Setting], merged: Merged) -> None:
     del merged.values["PropagateResourceLimitsExcept"]
 
 
+def _pod_hosts(site: Site) -> set[str]:
+    return set(site.hosts) | {h for one in site.pods for h in one.hosts}
+
+
 def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
     """The Pod's hosts' NodeName lines that need `ipu:<ipus_per_host>` in their Gres (slurmctld
     counts a node's GRES from its NodeName line; gres-ipu.conf only tells slurmd), with the Gres
     each gets: the site's own items kept (those the line inherits from NodeName=DEFAULT too: a
     Gres= on the line replaces the default's), ours added or corrected. Lines already right are
     left."""
-    pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
+    pod = _pod_hosts(site)
     want = f"ipu:{site['pod.ipus_per_host']}"
     out = []
     for node in nodes:
@@ -247,7 +251,7 @@ def _node_features(site: Site, nodes: list[Node]) -> list[tuple[Node, list[tuple
     per_host = site.placement()[0]
     if not per_host:
         return []
-    pod = set(site.hosts) | {h for one in site.pods for h in one.hosts}
+    pod = _pod_hosts(site)
     out = []
     for node in nodes:
         names = [] if node.names.upper() == "DEFAULT" else [h for h in expand(node.names) if h in pod]
@@ -288,14 +292,14 @@ def edits(merged: Merged, slurm_conf: str | None) -> dict[str, tuple[str, str]]:
             raise ConfigError(f"render: {s.where}: {s.key} is on a line continued with '\\'; put it on a line of "
                               "its own and render again (the merge comments out whole lines)")
         moved.setdefault(s.path, {}).setdefault(s.line, []).append(s)
-    gres: dict[str, dict[int, dict[str, str]]] = {}
+    nodes: dict[str, dict[int, dict]] = {}  # path -> line -> {"Gres": value, "Features": [(hosts, value)]}
     for node, value in merged.gres:
-        gres.setdefault(node.path, {}).setdefault(node.line, {})["Gres"] = value
+        nodes.setdefault(node.path, {}).setdefault(node.line, {})["Gres"] = value
     for node, values in merged.features:
-        gres.setdefault(node.path, {}).setdefault(node.line, {})["Features"] = values
+        nodes.setdefault(node.path, {}).setdefault(node.line, {})["Features"] = values
     main = str(Path(slurm_conf).resolve())
-    paths = set(moved) | set(gres) | ({main} if merged.include else set())
-    out = {path: _edit(path, moved.get(path, {}), gres.get(path, {}), merged.include if path == main else None)
+    paths = set(moved) | set(nodes) | ({main} if merged.include else set())
+    out = {path: _edit(path, moved.get(path, {}), nodes.get(path, {}), merged.include if path == main else None)
            for path in paths}
     topo = merged.topology
     if topo is not None and (topo.lines or topo.added):
@@ -317,7 +321,7 @@ def as_diff(changes: dict[str, tuple[str, str]]) -> str:
     return "".join(out)
 
 
-def _edit(path: str, moved: dict[int, list[Setting]], nodes: dict[int, dict[str, str]],
+def _edit(path: str, moved: dict[int, list[Setting]], nodes: dict[int, dict],
           include: str | None) -> tuple[str, str]:
     lines = Path(path).read_text().splitlines(keepends=True)
     changed = {n: _without(lines[n - 1], {s.key for s in settings}) for n, settings in moved.items()}

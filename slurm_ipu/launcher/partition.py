@@ -185,7 +185,7 @@ def decide(opts, env: dict, instances: int, target: Target, client_factory, extr
     part = client_factory().get_partition(target.name)
     if part is None:
         site = allocation_site(env)  # the allocation model: the site, for the job's own allocation
-        own = f"{site['allocation.prefix']}{env['SLURM_JOB_ID']}" if site else None
+        own = rules.job_name(site["allocation.prefix"], env["SLURM_JOB_ID"]) if site else None
         if own and not opts.vipu_partition and _job_name(target.name, env, site):
             return _step_plan(opts, instances, hosts * site["pod.ipus_per_host"], extra, state)
         if not opts.update_partition:
@@ -297,9 +297,7 @@ def _step_plan(opts, instances: int, size: int, extra: list[str], state: dict) -
     under a name nobody else may take, removed when the step ends), with one GCD per instance
     where V-IPU allows (--ipu-gcds on the run's srun). Nothing here makes or reads a partition, so
     --update-partition has nothing to add."""
-    from ..rules import IPUS_PER_ILD
-
-    ilds = max(1, size // IPUS_PER_ILD)  # the job's hosts are a run: an aligned block, or whole ILDs
+    ilds = max(1, size // rules.IPUS_PER_ILD)  # the job's hosts are a run: an aligned block, or whole ILDs
     if opts.num_ilds and opts.num_ilds != ilds:
         raise ConfigError(f"--num-ilds {opts.num_ilds}: this run's partition, the {size} IPUs of its hosts in the "
                           f"job's allocation, spans {ilds} ILD(s); use --num-ilds {ilds} or leave it out")
