@@ -9,6 +9,7 @@
 
 struct ipu_conf ipu_conf;
 struct ipu_opts ipu_opts;
+unsigned ipu_components_done;
 
 /* A count the user typed: digits only, 1..max. Returns the number, or 0. Whether a partition of
  * the job's size can have that many GCDs or ILDs (3 ILDs of a 192-IPU partition, 12 GCDs) is
@@ -169,24 +170,28 @@ int ipu_opt_total(const char *optarg, char *slot)
 static int opt_ipus(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
+    ipu_opts.ipus_in = ipu_components_done;
     return ipu_opt_total(optarg, ipu_opts.ipus);
 }
 
 static int opt_gcds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
+    ipu_opts.gcds_in = ipu_components_done;
     return ipu_opt_count("ipu-gcds", optarg, ipu_opts.gcds, IPU_GCDS_MAX);
 }
 
 static int opt_ilds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
+    ipu_opts.ilds_in = ipu_components_done;
     return ipu_opt_count("ipu-ilds", optarg, ipu_opts.ilds, IPU_ILDS_MAX);
 }
 
 static int opt_reconf(int val, const char *optarg, int remote)
 {
     (void)val; (void)optarg; (void)remote;
+    ipu_opts.reconfigurable_in = ipu_components_done;
     ipu_opts.reconfigurable = 1;
     return 0;
 }

@@ -84,7 +84,16 @@ static int step_asks_ipus(void)
 }
 
 /* Hand the options to PrologSlurmctld. They shape the partition; they never size, name or
- * authorise it (SPANK_* comes from the user's side). */
+ * authorise it (SPANK_* comes from the user's side). Each component of a heterogeneous job gets
+ * the options typed for it alone (`srun --ipus=16 ./train : ./loader`: the loader asks for none). */
+static void pass_on(spank_t sp, const char *name, const char *value, unsigned typed_in, const char *option)
+{
+    if (!value[0] || typed_in != ipu_components_done)
+        return;
+    if (spank_job_control_setenv(sp, name, value, 1) != ESPANK_SUCCESS)
+        slurm_error("spank_ipu: could not pass %s to the job", option);
+}
+
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
     spank_context_t ctx = spank_context();
@@ -95,14 +104,12 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
     ipu_hint_gpu_habits();  /* before sbatch's own check of the request, which refuses it bare */
     if (ctx == S_CTX_LOCAL && step_asks_ipus())
         return -1;
-    if (ipu_opts.ipus[0] && spank_job_control_setenv(sp, "IPU_IPUS", ipu_opts.ipus, 1) != ESPANK_SUCCESS)
-        slurm_error("spank_ipu: could not pass --ipus to the job");
-    if (ipu_opts.gcds[0] && spank_job_control_setenv(sp, "IPU_GCDS", ipu_opts.gcds, 1) != ESPANK_SUCCESS)
-        slurm_error("spank_ipu: could not pass --ipu-gcds to the job");
-    if (ipu_opts.ilds[0] && spank_job_control_setenv(sp, "IPU_ILDS", ipu_opts.ilds, 1) != ESPANK_SUCCESS)
-        slurm_error("spank_ipu: could not pass --ipu-ilds to the job");
-    if (ipu_opts.reconfigurable && spank_job_control_setenv(sp, "IPU_RECONFIGURABLE", "1", 1) != ESPANK_SUCCESS)
-        slurm_error("spank_ipu: could not pass --ipu-reconfigurable to the job");
+    pass_on(sp, "IPU_IPUS", ipu_opts.ipus, ipu_opts.ipus_in, "--ipus");
+    pass_on(sp, "IPU_GCDS", ipu_opts.gcds, ipu_opts.gcds_in, "--ipu-gcds");
+    pass_on(sp, "IPU_ILDS", ipu_opts.ilds, ipu_opts.ilds_in, "--ipu-ilds");
+    pass_on(sp, "IPU_RECONFIGURABLE", ipu_opts.reconfigurable ? "1" : "", ipu_opts.reconfigurable_in,
+            "--ipu-reconfigurable");
+    ipu_components_done++;
     return 0;
 }
 

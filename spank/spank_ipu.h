@@ -39,7 +39,14 @@ struct ipu_opts {
     char ilds[IPU_COUNT_MAX];
     int reconfigurable;
     int instance;   /* --ipu-instance: ipurun's step; each task does its instance's setup */
+    /* The component of a heterogeneous srun/sbatch each job option was typed for: srun and sbatch
+     * parse each component's options and then run slurm_spank_init_post_opt once for it, but a
+     * value stays in the plugin from one component to the next. */
+    unsigned ipus_in, gcds_in, ilds_in, reconfigurable_in;
 };
+
+/* How many components' options slurm_spank_init_post_opt has passed on so far. */
+extern unsigned ipu_components_done;
 
 extern struct ipu_conf ipu_conf;
 extern struct ipu_opts ipu_opts;

@@ -195,6 +195,24 @@ static int refuse(void)
     return 0;
 }
 
+/* ipurun's step in the allocation model drives IPUs or nothing: one with none (a job, or a
+ * heterogeneous job's component, that asked for none) would start instances whose partition
+ * does not exist. The partition model's ipurun finds that out from V-IPU before srun. */
+static int no_ipus(uint32_t job, uint32_t step)
+{
+    uint32_t het = 0;
+
+    job_per_node(job, &het);
+    if (het && het <= job)
+        slurm_error("spank_ipu: step %u.%u: ipurun's instances need IPUs, and component %u of heterogeneous job %u "
+                    "has none; run ipurun with --het-group=N, N the component that asked for them", job, step,
+                    job - het, het);
+    else
+        slurm_error("spank_ipu: step %u.%u: ipurun's instances need IPUs, and job %u has none; submit it with "
+                    "--gres=ipu:N (IPUs per node), or run with --offline-mode=yes", job, step, job);
+    return refuse();
+}
+
 int ipu_step_start(spank_t sp)
 {
     uint32_t job = 0, step = 0;
@@ -216,7 +234,7 @@ int ipu_step_start(spank_t sp)
         return 0;
     }
     if (info.ipus <= 0)
-        return 0;
+        return ipu_opts.instance ? no_ipus(job, step) : 0;
     uint32_t het = 0;
     if ((info.job_per_node = job_per_node(job, &het)) < 0)
         info.job_per_node = info.per_node;  /* unknown: take the step for the job's whole */

@@ -21,11 +21,11 @@ from . import remover
 from .hooklog import report
 from .jobenv import JobContext
 from .journal import Journal
-from .removal import queue, work_off
+from .removal import owed, queue, work_off
 
 
 def run(ctx: JobContext, cfg, client, clock=time.monotonic, sleep=time.sleep) -> int:
-    if ctx.ipus == 0:
+    if not owed(cfg, ctx):
         return 0
     deadline = clock() + cfg["epilog.deadline"]
     name = queue(cfg, ctx)

@@ -186,6 +186,17 @@ static int has_ipu_licence(const char *licences)
 	return 0;
 }
 
+/* A heterogeneous job's component after the first: Slurm gives it no licence (only the first
+ * component may hold one), so its IPUs, if any, are its GRES, which only the Python side reads
+ * (one Slurm query). Such components are rare; every other job keeps the filter above. */
+static int later_component(void)
+{
+	const char *offset = getenv("SLURM_HET_JOB_OFFSET");
+	if (!offset)
+		offset = getenv("SLURM_PACK_JOB_OFFSET");
+	return offset && offset[0] && strcmp(offset, "0") != 0;
+}
+
 /* --- the hook service ------------------------------------------------------------------------ */
 
 static long long now_ms(void)
@@ -438,7 +449,7 @@ int main(int argc, char **argv)
 		return check(&c);
 	if (argc > 1)
 		return fail(2, "usage: %s [--check] (slurmctld runs it with no argument)", argv[0]);
-	ipu = has_ipu_licence(getenv("SLURM_JOB_LICENSES"));
+	ipu = has_ipu_licence(getenv("SLURM_JOB_LICENSES")) || later_component();
 	if (context && !strcmp(context, "prolog_slurmctld")) {
 		if ((status = site_prologs(&c)) != 0)
 			return status;

@@ -2,8 +2,10 @@
 
 Trusted (set by slurmctld): SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_NODELIST,
 SLURM_JOB_LICENSES (job_submit.lua keeps the ipu licence equal to --gres=ipu:N x nodes),
-SLURM_JOB_RESTART_COUNT, SLURM_HET_JOB_ID (a heterogeneous job's components each run the hooks
-under their own job id; this names the job they belong to; 22.05 also says SLURM_PACK_JOB_ID).
+SLURM_JOB_RESTART_COUNT, SLURM_HET_JOB_ID and SLURM_HET_JOB_OFFSET (a heterogeneous job's
+components each run the hooks under their own job id; these name the job they belong to and which
+component this is; 22.05 also says SLURM_PACK_JOB_*). A component after the first has no licence
+(Slurm gives one to the first alone): its IPUs are read from Slurm (prolog.py).
 From the user's side (SPANK_*): only the partition's shape options, validated like any user
 input, never its size, name or owner.
 """
@@ -31,6 +33,7 @@ class JobContext:
     reconfigurable: bool = False
     script_context: str = ""
     het_job_id: int | None = None  # a heterogeneous job's component: the job (its first component's id)
+    het_offset: int = 0            # which component: 0 the first (or no such job)
 
     def partition(self, prefix: str) -> str:
         return rules.job_name(prefix, self.job_id)
@@ -76,12 +79,13 @@ def from_env(env: dict) -> JobContext:
         ilds=_shape(env, "SPANK_IPU_ILDS", "--ipu-ilds"),
         reconfigurable=env.get("SPANK_IPU_RECONFIGURABLE", "") == "1",
         script_context=env.get("SLURM_SCRIPT_CONTEXT", ""),
-        het_job_id=_het_job_id(env),
+        het_job_id=_het(env, "ID"),
+        het_offset=_het(env, "OFFSET") or 0,
     )
 
 
-def _het_job_id(env: dict) -> int | None:
-    for key in ("SLURM_HET_JOB_ID", "SLURM_PACK_JOB_ID"):
+def _het(env: dict, what: str) -> int | None:
+    for key in (f"SLURM_HET_JOB_{what}", f"SLURM_PACK_JOB_{what}"):
         if env.get(key):
             return _int(env, key)
     return None

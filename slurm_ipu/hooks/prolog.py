@@ -1,7 +1,8 @@
 """PrologSlurmctld: create the job's V-IPU partition before any task starts (with vipu.model
 allocation: the job's allocation of its hosts' IPU-Machines, run_allocation below).
 
-Sized from SLURM_JOB_LICENSES (trusted), named prefix + job id, shaped by the user's
+Sized from SLURM_JOB_LICENSES (trusted; a heterogeneous job's later component, which Slurm gives
+no licence, from its GRES: one squeue), named prefix + job id, shaped by the user's
 --ipu-* options (validated), owned by the job's user and attachable from the job's nodes.
 Idempotent: a re-run finds the partition its own earlier attempt created (the ledger's record)
 and adopts it if it still fits the job, or replaces it if not (requeued to other nodes). A
@@ -25,6 +26,7 @@ which leaves the user's own Comment alone):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -54,6 +56,10 @@ class MachineDown(InsufficientIpus):
     not the job's, so the attempt does not count (while the health pass keeps jobs off it)."""
 
 
+class SlurmUnread(SlurmIpuError):
+    """Slurm did not say how many IPUs a heterogeneous job's later component asks for."""
+
+
 class Abandoned(SlurmIpuError):
     """Nobody waits for this prolog any more (the hook service ran it; Slurm killed the
     slurm-ipu-hook because the job was cancelled)."""
@@ -63,6 +69,10 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
     """room(name, deadline) -> how many journaled removals it settled: what a prolog short of IPUs
     asks of the remover (remover.py). By default it removes them itself if nobody else removes
     now (a Python prolog); the hook service wakes its removal thread instead."""
+    if ctx.ipus == 0 and ctx.het_offset:
+        ctx, failed = _component(ctx, cfg, slurm)
+        if failed is not None:
+            return failed
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
     def alone(name: str, deadline: float) -> int:
@@ -74,6 +84,21 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
         name = ctx.partition(cfg["partition.prefix"])
         return _fail(ctx, cfg, slurm, name, StateUnwritable(
             f"the hooks cannot write their state directory {cfg['state_dir']}: {exc.strerror or exc}"))
+
+
+def _component(ctx: JobContext, cfg, slurm) -> tuple[JobContext, int | None]:
+    """A heterogeneous job's later component: Slurm gives it no licence (the first component alone
+    may hold one), so its IPUs are its GRES on each of its nodes, read with the one Slurm query
+    its hooks make (docs/slurm.md, "Heterogeneous jobs"). (ctx with its IPUs, None), or the
+    prolog's exit when Slurm cannot say: a component that may have IPUs never starts without."""
+    if slurm is None:
+        return ctx, None
+    try:
+        per = slurm.ipus_per_node(ctx.job_id)
+    except SlurmIpuError as exc:
+        name = cfg.job_name(ctx.job_id, ctx.nodes)
+        return ctx, _fail(ctx, cfg, slurm, name, SlurmUnread(f"its IPUs could not be read from Slurm: {exc}"))
+    return dataclasses.replace(ctx, ipus=per * len(ctx.nodes)), None
 
 
 def _run(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room) -> int:
@@ -357,8 +382,13 @@ def _ipus(n: int) -> str:
     return "1 IPU" if n == 1 else f"{n} IPUs"
 
 
+def _sized(n: int) -> str:
+    """' (16 IPUs)' in a failure line; nothing before the count is known."""
+    return f" ({_ipus(n)})" if n else ""
+
+
 def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str = "partition") -> int:
-    why = f"job {ctx.job_id}: V-IPU {what} {name} ({_ipus(ctx.ipus)}) not created: {exc}"
+    why = f"job {ctx.job_id}: V-IPU {what} {name}{_sized(ctx.ipus)} not created: {exc}"
     attempts = ctx.restart_count + 1 - restarts.count(cfg["state_dir"], ctx.job_id)  # hardware's are not the job's
     limit = cfg["prolog.max_attempts"]
     if isinstance(exc, Abandoned):
@@ -390,7 +420,7 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
         act = "admin_comment"
     report(cfg["state_dir"], why)  # first: a slow or failing scontrol never hides the cause
     if slurm is not None:
-        _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU {what} {name} ({_ipus(ctx.ipus)}) not "
+        _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU {what} {name}{_sized(ctx.ipus)} not "
                                    f"created: {exc} (the reason stays in `scontrol show job {ctx.job_id}`)")
         told = _tell(cfg, getattr(slurm, act), ctx.job_id, f"slurm-ipu: {why}")
         if act == "cancel" and told:

@@ -20,6 +20,15 @@ from .ledger import Ledger
 QUEUED = "queued by the epilog"
 
 
+def owed(cfg, ctx) -> bool:
+    """Whether a job's end has a V-IPU object to remove: an IPU job's (its licence), or a
+    heterogeneous job's later component's, which has no licence (the prolog read its GRES), when
+    the prolog recorded one for it: a file's stat, no V-IPU call."""
+    if ctx.ipus > 0:
+        return True
+    return bool(ctx.het_offset) and Ledger(cfg["state_dir"]).owns(cfg.job_name(ctx.job_id, ctx.nodes), ctx.job_id)
+
+
 def queue(cfg, ctx) -> str:
     """A job's end, as the hook service and the Python epilog both take it: its V-IPU object's
     removal in the durable journal, for work_off. Returns the object's name."""

@@ -189,7 +189,7 @@ def _epilog(cfg, env: dict, queued) -> int | None:
         ctx = jobenv.from_env(env)
     except SlurmIpuError:
         return None
-    if ctx.ipus > 0:
+    if removal.owed(cfg, ctx):
         removal.queue(cfg, ctx)
         queued()
     return 0

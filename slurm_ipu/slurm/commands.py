@@ -29,6 +29,7 @@ class SlurmBackend(Protocol):
     def requeue(self, job_id: int, text: str) -> None: ...
     def notify(self, job_id: int, text: str) -> None: ...
     def requeueable(self, job_id: int) -> bool | None: ...
+    def ipus_per_node(self, job_id: int) -> int: ...
 
 
 # Up to data_parser v0.0.39 (23.02) job_state is one word, and a flag hides the base state
@@ -271,6 +272,14 @@ class SlurmCli:
         if "BatchFlag" not in fields or "Requeue" not in fields:
             return None
         return fields["BatchFlag"] == "1" and fields["Requeue"] == "1"
+
+    def ipus_per_node(self, job_id: int) -> int:
+        """The IPUs per node a job's GRES asks for (0: none, or the job is gone). For a
+        heterogeneous job's later component, which Slurm gives no licence. One field alone on the
+        line, so nothing a user wrote (a name, a comment) shares it."""
+        from .gres import ipus_per_node
+
+        return ipus_per_node(self._run("squeue", "--noheader", f"--jobs={job_id}", "--Format=tres-per-node:1000"))
 
     def requeue(self, job_id: int, text: str) -> None:
         """A batch job back to the queue, the reason first (Slurm refuses it for srun/salloc jobs)."""

@@ -1,9 +1,9 @@
-"""Heterogeneous jobs on both V-IPU models, as a user writes them: `srun --gres=ipu:N B : A`, an
-`#SBATCH hetjob` script running `srun --het-group=...` and ipurun. Slurm takes licences from a
-heterogeneous job's first component alone, so only it may have IPUs (job_submit.lua says so in one
-line at submit); its partition is named after its job id, every one of its tasks names it and
-attaches, whichever components a step spans; the hook service's pass leaves it alone while the job
-runs; nothing is left after the job.
+"""Heterogeneous jobs on both V-IPU models, as a user writes them: `srun --gres=ipu:N B : A`,
+`srun A : --gres=ipu:N B`, an `#SBATCH hetjob` script running `srun --het-group=...` and ipurun.
+Each component that asks for IPUs gets its own partition, named after its own job id (Slurm gives
+a later component no licence: its GRES sizes it); every one of its tasks names it and attaches,
+whichever components a step spans; the hook service's pass leaves it alone while the job runs;
+nothing is left after the job.
 
 Why the component's whole partition in the allocation model too (docs/slurm.md): srun tells the
 partition it chose for a step spanning components to one component's tasks only."""
@@ -105,25 +105,60 @@ def test_srun_with_ipus_in_its_first_component_attaches_there(clean, users):
     nothing_left(lab, first, first + 1)
 
 
+def test_srun_with_ipus_in_a_later_component_attaches_there(clean, users, hlab):
+    """`srun A : --gres=ipu:N B`, the Slurm GPU habit: the component that asks gets its own
+    partition (Slurm gives it no licence: its GRES sizes it), under its own job id; SPANK's
+    --ipus and --ipu-gcds belong to the component they are typed for."""
+    lab = clean
+    probe = probe_script(lab)
+    cases = [(["-n1", probe, ":", "-n1", "--gres=ipu:16", probe], 1, 16, 1),
+             (["-n1", probe, ":", "-N2", "-n2", "--ipus=32", "--ipu-gcds=2", probe], 1, 32, 2),
+             (["--ipus=16", "-n1", probe, ":", "-n1", probe], 0, 16, 1)]  # the second asks for none
+    for args, which, size, gcds in cases:
+        proc = lab.run_as(users[0], "srun", *args, timeout=START + 60)
+        assert proc.returncode == 0, proc.stderr
+        probes, _ = parse_probe(proc.stdout)
+        first = min(int(p[4].rpartition("_")[2]) for p in probes)
+        got = attached(proc.stdout)
+        name = f"slurm_{first + which}"
+        assert list(got) == [name] and len(got[name]) == size // gcds, (args, proc.stdout)  # a GCD's IPUs
+        attaches = [a for a in parse_probe(proc.stdout)[1] if a.get("partition") == name]
+        assert len(attaches) == (2 if size == 32 else 1), proc.stdout
+        log = lab.spec.path("state", "hooks.log").read_text()
+        made = f"partition {name} ACTIVE, {size} IPUs, {gcds} GCD(s)" if lab.spec.model != "allocation" else \
+            f"allocation c{first + which} of"
+        assert made in log, log[-2000:]
+        nothing_left(lab, first, first + 1)
+
+
 LATER = """#!/bin/bash
-#SBATCH -n1
+#SBATCH -n1 -o {out}
 #SBATCH hetjob
 #SBATCH -n1 --gres=ipu:16
-true
+echo "IDS $SLURM_JOB_ID $SLURM_JOB_ID_HET_GROUP_1"
+srun --het-group=1 {probe}
+echo "RC1 $?"
+ipurun --num-instances 1 --num-replicas 1 {probe}
+echo "RCI $?"
+ipurun --het-group=1 --num-instances 1 --num-replicas 1 {probe}
+echo "RCH $?"
 """
 
 
-def test_ipus_in_a_later_component_are_refused_at_submit_in_one_line(clean, users):
+def test_a_hetjob_script_with_ipus_in_its_second_component(clean, users):
+    """The second #SBATCH block asks for IPUs: its steps attach to its own partition; ipurun, like
+    srun, runs in the first component unless told, says so, and following its advice works."""
     lab = clean
-    said = "component 1 of this heterogeneous job asks for IPUs, which only its first component may have"
-    proc = lab.run_as(users[0], "srun", "-n1", "true", ":", "-n1", "--gres=ipu:16", "true", timeout=60)
-    assert proc.returncode != 0 and said in proc.stderr, proc.stderr
-    path = lab.spec.path("users", "later.sh")
-    path.write_text(LATER)
-    path.chmod(0o755)
-    proc = lab.run_as(users[0], "sbatch", str(path))
-    assert proc.returncode != 0 and said in proc.stderr, proc.stderr
-    assert queue(lab) == []
+    out = lab.spec.path("users", "later-%j.out")
+    job = submit_as(lab, users[1], LATER.format(out=out, probe=probe_script(lab)))
+    wait_done(lab, job)
+    text = lab.spec.path("users", f"later-{job}.out").read_text()
+    assert "RC1 0" in text and "RCH 0" in text, text
+    assert "RCI 0" not in text and "RCI" in text and "run ipurun with --het-group=N" in text, text
+    got = attached(text)
+    assert list(got) == [f"slurm_{job + 1}"] and len(got[f"slurm_{job + 1}"]) == 16, text
+    assert len([a for a in parse_probe(text)[1] if a.get("partition") == f"slurm_{job + 1}"]) == 2, text
+    nothing_left(lab, job, job + 1)
 
 
 HETJOB = """#!/bin/bash
@@ -181,19 +216,32 @@ export IPUOF_VIPU_API_PARTITION_ID=p$SLURM_JOB_ID
 srun --het-group=0 {probe}
 """
 
+# IPUs in the second component: its own id is SLURM_JOB_ID_HET_GROUP_1 (SLURM_JOB_ID is the first's).
+GRAPHCORE_LATER = """#!/bin/bash
+#SBATCH -n1 -o {out}
+#SBATCH hetjob
+#SBATCH -N1 --gres=ipu:16
+J=$SLURM_JOB_ID_HET_GROUP_1
+vipu remove partition slurm_$J && vipu create partition p$J --allocation c$J --size 16 && echo MADE
+export IPUOF_VIPU_API_PARTITION_ID=p$J
+srun --het-group=1 {probe}
+"""
 
-def test_graphcore_s_own_partition_in_the_job_s_allocation_is_what_its_tasks_name(clean, users, hlab):
+
+@pytest.mark.parametrize("script,which", [(GRAPHCORE, 0), (GRAPHCORE_LATER, 1)])
+def test_graphcore_s_own_partition_in_the_job_s_allocation_is_what_its_tasks_name(clean, users, hlab, script, which):
     """docs/slurm.md's form of Graphcore's `c$SLURM_JOB_ID` idiom in a heterogeneous job: the
-    first component's allocation is held by its partition until the user removes that."""
+    component's allocation is held by its partition until the user removes that."""
     if hlab.spec.model != "allocation":
         pytest.skip("the allocation model's idiom")
     lab = clean
     out = lab.spec.path("users", "graphcore-%j.out")
-    job = submit_as(lab, users[0], GRAPHCORE.format(out=out, probe=probe_script(lab)))
+    job = submit_as(lab, users[0], script.format(out=out, probe=probe_script(lab)))
     wait_done(lab, job)
     text = lab.spec.path("users", f"graphcore-{job}.out").read_text()
     assert "MADE" in text, text
     got = attached(text)
-    assert list(got) == [f"p{job}"] and len(got[f"p{job}"]) == 16, text
+    mine = f"p{job + which}"
+    assert list(got) == [mine] and len(got[mine]) == 16, text
     nothing_left(lab, job, job + 1)
-    assert f"p{job}" not in lab.partitions()
+    assert mine not in lab.partitions()

@@ -90,7 +90,7 @@ def test_the_plugin_sets_the_job_control_names_job_submit_lua_reads():
     from slurm_ipu.slurm import limits
 
     text = (ROOT / "spank/spank_ipu.c").read_text()
-    names = set(re.findall(r'spank_job_control_setenv\(sp, "([A-Z_]+)"', text))
+    names = set(re.findall(r'pass_on\(sp, "([A-Z_]+)"', text))
     assert names == set(limits.SPANK_COUNTS) | {"IPU_RECONFIGURABLE"}  # the counts job_submit.lua checks, a flag
     prolog_reads = (ROOT / "slurm_ipu/hooks/jobenv.py").read_text()  # slurmctld adds SPANK_ for the hooks
     assert all(f'"SPANK_{name}"' in prolog_reads for name in names - {"IPU_IPUS"})

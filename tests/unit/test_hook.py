@@ -61,6 +61,24 @@ def test_no_licence_string_slurm_counts_as_ipus_is_missed(hook, licences):
     assert ran or not expected
 
 
+@pytest.mark.parametrize("offset", [{"SLURM_HET_JOB_OFFSET": "1"}, {"SLURM_PACK_JOB_OFFSET": "2"},
+                                    {"SLURM_HET_JOB_OFFSET": "12", "SLURM_PACK_JOB_OFFSET": "12"}])
+def test_a_later_heterogeneous_component_goes_to_python_without_a_licence(hook, offset):
+    """Slurm gives licences to a heterogeneous job's first component alone: a later one with IPUs
+    has only its GRES, which Python reads (one squeue); its end may have a partition to remove."""
+    for context in ("prolog_slurmctld", "epilog_slurmctld"):
+        assert run(hook, SLURM_JOB_LICENSES="", SLURM_SCRIPT_CONTEXT=context, **offset).returncode == 0
+    assert [line.split()[0] for line in python_ran(hook)] == ["prolog_slurmctld", "epilog_slurmctld"]
+
+
+@pytest.mark.parametrize("offset", [{"SLURM_HET_JOB_OFFSET": "0"}, {"SLURM_HET_JOB_OFFSET": ""},
+                                    {"SLURM_PACK_JOB_OFFSET": "0", "SLURM_HET_JOB_OFFSET": "0"}])
+def test_a_first_component_without_a_licence_leaves_at_once(hook, offset):
+    for context in ("prolog_slurmctld", "epilog_slurmctld"):
+        assert run(hook, SLURM_JOB_LICENSES="", SLURM_SCRIPT_CONTEXT=context, **offset).returncode == 0
+    assert python_ran(hook) == []
+
+
 def test_settings_it_cannot_read_fail_the_hook_with_one_line_naming_the_file(hook):
     conf = hook.with_name("slurm-ipu-hook.conf")
     conf.unlink()

@@ -21,8 +21,10 @@ class FakeSlurm:
     """The job as scontrol would show it (its AdminComment, held or cancelled), and squeue's
     view of live jobs."""
 
-    def __init__(self, jobs=None, broken=False):
+    def __init__(self, jobs=None, broken=False, gres=None):
         self.jobs = jobs or {}
+        self.gres = gres or {}  # job -> IPUs per node its GRES asks for (squeue's tres-per-node)
+        self.queries: list[int] = []
         self.comments: dict[int, str] = {}
         self.held: set[int] = set()
         self.cancelled: set[int] = set()
@@ -35,6 +37,12 @@ class FakeSlurm:
 
     def active_jobs(self):
         return dict(self.jobs)
+
+    def ipus_per_node(self, job_id):
+        self.queries.append(job_id)
+        if self.broken:
+            raise SlurmError("`squeue --noheader --jobs=43` timed out after 15s")
+        return self.gres.get(job_id, 0)
 
     def admin_comment(self, job_id, text):
         if self.broken:
@@ -213,6 +221,40 @@ def test_prolog_deadline_bounds_a_slow_partition(fake, tmp_path):
     assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
     assert "still PENDING at the deadline" in slurm.comments[42]
     assert fake.partitions == {}
+
+
+def component(**over):
+    """A heterogeneous job's second component as Slurm runs its hooks: its own id, no licence."""
+    return env(SLURM_JOB_ID="43", SLURM_JOB_LICENSES="", SLURM_HET_JOB_ID="42", SLURM_HET_JOB_OFFSET="1", **over)
+
+
+def test_a_later_component_s_partition_is_sized_from_its_gres_with_one_query(fake, cfg):
+    slurm = FakeSlurm(gres={43: 8})
+    assert prolog.run(component(), cfg, cfg.vipu_client(), slurm) == 0
+    assert fake.partitions["slurm_43"]["size"] == 16 and slurm.queries == [43]  # 8 per node on node[1-2]
+    assert epilog.run(component(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client()) == 0
+    assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_43") is None
+
+
+def test_a_later_component_without_ipus_makes_no_vipu_call(fake, cfg):
+    slurm = FakeSlurm()
+    assert prolog.run(component(), cfg, cfg.vipu_client(), slurm) == 0
+    assert epilog.run(component(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client()) == 0
+    assert fake.calls == [] and slurm.queries == [43]
+
+
+def test_a_later_component_whose_ipus_slurm_cannot_say_does_not_start(fake, cfg):
+    slurm = FakeSlurm(broken=True)
+    assert prolog.run(component(), cfg, cfg.vipu_client(), slurm) == 1
+    assert fake.calls == []
+    assert "job 43: V-IPU partition slurm_43 not created: its IPUs could not be read from Slurm: `squeue" \
+        in hooks_log(cfg)
+
+
+def test_a_first_component_is_sized_by_its_licence_with_no_query(fake, cfg):
+    slurm = FakeSlurm(gres={42: 8})
+    assert prolog.run(env(SLURM_HET_JOB_ID="42", SLURM_HET_JOB_OFFSET="0"), cfg, cfg.vipu_client(), slurm) == 0
+    assert fake.partitions["slurm_42"]["size"] == 16 and slurm.queries == []
 
 
 # --- epilog -------------------------------------------------------------------------------

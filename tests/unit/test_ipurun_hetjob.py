@@ -1,6 +1,6 @@
 """ipurun inside a heterogeneous job: the batch script sees its first component's SLURM_JOB_ID and
 nodes, and each component's own as SLURM_JOB_ID_HET_GROUP_<n> and SLURM_JOB_NODELIST_HET_GROUP_<n>.
-Only the first component may have IPUs (job_submit.lua), as its own partition. ipurun runs its
+Each component that asks for IPUs has its own partition. ipurun runs its
 instances in the component srun's --het-group names (else the first), on that component's nodes,
 and says in one line when that component has no IPUs."""
 

@@ -80,6 +80,11 @@ def run(lua_file, job: dict, rec: dict | None = None) -> tuple[int, str, str, st
     ({"tres_per_node": "gres:ipu:4", "min_nodes": NO_VAL, "max_nodes": NO_VAL}, "ipu:4", "1"),
     ({"tres_per_node": "gres:ipu:4", "het_job_offset": 0}, "ipu:4", "1"),  # a heterogeneous job's first component
     ({"tres_per_node": "gres:ipu:4", "het_job_offset": NO_VAL}, "ipu:4", "1"),
+    # A later component: Slurm takes licences from a heterogeneous job's first component alone
+    # (24.11 and later refuse another's), so its IPUs are its GRES, which the prolog reads back.
+    ({"tres_per_node": "gres:ipu:16", "het_job_offset": 1}, "nil", "1"),
+    ({"tres_per_node": "gres/ipu:8", "het_job_offset": 3, "min_nodes": 2}, "nil", "2"),
+    ({"spank_job_env": ["IPU_IPUS=32"], "het_job_offset": 1, "min_nodes": 2}, "nil", "2"),
     ({"tres_per_node": "gres/ipu:16", "min_nodes": 4}, "ipu:64", "4"),
     ({"tres_per_node": "gres:ipu", "min_nodes": 1}, "ipu:1", "1"),
     ({"tres_per_node": "gres:gpu:1,gres:ipu:8", "licenses": "matlab:1", "min_nodes": 1}, "matlab:1,ipu:8", "1"),
@@ -128,9 +133,10 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     ({"tres_per_socket": "gres:ipu:1"}, "--tres-per-socket=gres:ipu:1"),
     ({"licenses": "ipu:64|matlab:1"}, "licence ipu:64|matlab:1: the ipu licence cannot be one of several choices"),
     ({"licenses": "matlab:1|ipu:64", "tres_per_node": "gres:ipu:4"}, "cannot be one of several choices"),
-    # Slurm takes licences from a heterogeneous job's first component alone
-    ({"tres_per_node": "gres:ipu:16", "het_job_offset": 1}, "component 1 of this heterogeneous job asks for IPUs, "
-                                                            "which only its first component may have"),
+    # a later component's request is held to the same sizes as any job's
+    ({"tres_per_node": "gres:ipu:3", "het_job_offset": 1}, "asks for 3 IPUs, not a valid partition size"),
+    ({"tres_per_node": "gres:ipu:16", "het_job_offset": 1, "min_nodes": 1, "max_nodes": 2},
+     "IPU jobs need a fixed node count"),
 ])
 def test_submit_refuses_with_one_line(lua_file, job, words):
     rc, _lic, _nodes, msg = run(lua_file, job)
@@ -200,6 +206,9 @@ def test_a_site_s_gpu_jobs_pass_untouched(lua_file):
      (REFUSED, None)),
     ({"tres_per_task": "gres/ipu:1"}, {"min_nodes": 1}, (REFUSED, None)),
     ({"min_nodes": 2, "max_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 1}, (REFUSED, None)),
+    # A heterogeneous job's later component keeps its IPUs as GRES alone: no licence, ever.
+    ({"min_nodes": 2}, {"tres_per_node": "gres:ipu:16", "min_nodes": 1, "het_job_offset": 1}, (0, "nil")),
+    ({"min_nodes": 3}, {"tres_per_node": "gres:ipu:16", "min_nodes": 1, "het_job_offset": 1}, (REFUSED, None)),
 ])
 def test_modify_keeps_licence_and_gres_consistent(lua_file, change, rec, result):
     rc, lic, _nodes, msg = run(lua_file, change, rec)

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "7213a4ea4c7ca866"
+local CODE_ID = "3d33c5d87f3d6b7e"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -411,6 +411,14 @@ local function set_count(v)
   return v ~= nil and v ~= 0 and v < NO_VAL
 end
 
+-- A heterogeneous job's component after the first, by its offset (nil: the first, or no such job).
+-- Slurm takes licences from the first alone (24.11 and later refuse another's: "license request
+-- allowed only on leader job").
+local function later_component(offset)
+  if set_count(offset) then return offset end
+  return nil
+end
+
 -- Validate N per node on `nodes` nodes and write the matching licence into job_desc.
 -- How the user asked, for messages: --gres=ipu:N per node, or --ipus=N in all.
 local function asked(per, nodes, total_option)
@@ -474,7 +482,9 @@ local function advice(total, nodes)
                        table.concat(counts, ", "))
 end
 
-local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current)
+-- `component`: a heterogeneous job's later component (its offset), which Slurm gives no licence:
+-- its IPUs are its GRES alone, which the prolog reads back from Slurm (docs/slurm.md).
+local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current, component)
   refuse = refuse or reject
   if per < 1 then
     return refuse("--gres=ipu:%d is invalid; ask for at least 1 IPU per node", per)
@@ -521,6 +531,7 @@ local function apply(job_desc, per, nodes, others, refuse, total_option, partiti
     bad = place(job_desc, nodes, current, refuse)
     if bad then return bad end
   end
+  if component then return slurm.SUCCESS end
   table.insert(others, "ipu:" .. total)
   job_desc.licenses = table.concat(others, ",")
   return slurm.SUCCESS
@@ -581,13 +592,6 @@ local function job_submit(job_desc, part_list, submit_uid)
   if lic_ipu ~= nil then  -- beside a GRES too: never dropped in silence
     return reject("-L %s: the ipu licence is slurm-ipu's, set from --gres=ipu:N; leave it out of -L", lic_ipu)
   end
-  -- The licence sizes the partition, and Slurm takes licences from a heterogeneous job's first
-  -- component alone (24.11 and later refuse another's: "license request allowed only on leader job").
-  if set_count(job_desc.het_job_offset) then
-    return reject("component %d of this heterogeneous job asks for IPUs, which only its first component may have: "
-                  .. "put the IPU component first (srun --gres=ipu:16 ./train : ./loader, or the first #SBATCH "
-                  .. "block)", job_desc.het_job_offset)
-  end
   local min, max = job_desc.min_nodes, job_desc.max_nodes
   if set_count(min) and set_count(max) and min ~= max then
     return reject("IPU jobs need a fixed node count (the partition holds IPUs per node x nodes); use -N %d, not -N %d-%d",
@@ -601,7 +605,8 @@ local function job_submit(job_desc, part_list, submit_uid)
     per, err = spread(job_desc, total, per, nodes)
     if err then return err end
   end
-  return apply(job_desc, per, nodes, others, nil, total ~= nil, job_desc.partition, part_list, job_desc.features)
+  return apply(job_desc, per, nodes, others, nil, total ~= nil, job_desc.partition, part_list, job_desc.features,
+               later_component(job_desc.het_job_offset))
 end
 
 -- A modify never sets the ipu licence itself: the licence is recomputed from the GRES and the
@@ -648,7 +653,7 @@ local function job_modify(job_desc, job_rec, part_list, modify_uid)
   end
   local current = job_desc.features == nil and job_rec.features or job_desc.features
   return apply(job_desc, per, nodes, others, refuse_modify, nil, job_desc.partition or job_rec.partition, part_list,
-               current)
+               current, later_component(job_rec.het_job_offset))
 end
 
 -- Alone, this file is the site's job_submit.lua. As a module, a site's own job_submit.lua
