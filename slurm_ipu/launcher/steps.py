@@ -25,7 +25,9 @@ for. The rules:
   exported IPUOF_VIPU_API_PARTITION_ID naming a partition in the job's allocation (Graphcore's
   scripts make `p$JOB` and export it): that one is kept, after one V-IPU read that it is there;
   or the user's own partitions hold the IPUs: the step runs, told in one line that no partition
-  was made for it (`srun hostname` in such a job must not fail).
+  was made for it (`srun hostname` in such a job must not fail). A step on some of a Pod's hosts
+  whose IPU-Machines V-IPU cannot make one partition of (pods.host_runs) is refused before V-IPU
+  is asked, naming the groups of the job's hosts that work.
 
 V-IPU's own checks decide who may attach; the names only say what a task attaches to.
 """
@@ -81,6 +83,7 @@ def decide(step: Step, site, client, env: dict, deadline: float) -> str:
         return _users(step, client, own, allocation, deadline)
     if step.het:
         return _whole(step, rules.job_name(prefix, step.job))
+    _placeable(step, site, env)
     name = rules.step_name(prefix, step.job, step.step)
     try:
         client.ensure_partition(name, step.ipus, deadline, num_gcds=step.gcds if step.gcds > 1 else None,
@@ -98,6 +101,35 @@ def decide(step: Step, site, client, env: dict, deadline: float) -> str:
         raise StepRefused(f"{step.label}: no partition of {_ipus(step.ipus)} for it in job {step.job}'s allocation "
                           f"{allocation}: {exc}") from None
     return f"create {name}\n{removal}"
+
+
+SHOWN_GROUPS = 4  # groups of hosts a refusal names, at most
+
+
+def _placeable(step: Step, site, env: dict) -> None:
+    """A step on some hosts of a Pod gets a partition only where their IPU-Machines are a run
+    V-IPU can make one partition of (pods.host_runs: the rule Slurm places the job's hosts by).
+    Elsewhere (`srun -N2 -w node[2-3]` in a job on node[1-4]) the create could only fail, and
+    that failure would read as the user's partitions holding the IPUs; refused in one line naming
+    the groups of the job's hosts that work. A step over several Pods is V-IPU's to judge."""
+    from ..pods import host_runs
+    from ..slurm.hostlist import compress, expand
+
+    n, mine = len(step.nodes), set(step.nodes)
+    pods = [hosts for hosts, _ in site.pod_agents()]
+    home = [hosts for hosts in pods if mine <= set(hosts)]
+    if n < 2 or not home or len(home[0]) == n:
+        return
+    runs = host_runs(pods, site["pod.ipus_per_host"] // rules.IPUS_PER_AGENT).get(n, [])
+    if any(set(run) == mine for run in runs):
+        return
+    job = set(expand(env.get("SLURM_JOB_NODELIST", ""))) or set(home[0])
+    fits = [compress(list(run)) for run in runs if set(run) <= job]
+    groups = " or ".join(fits[:SHOWN_GROUPS]) + (" or ..." if len(fits) > SHOWN_GROUPS else "")
+    where = f"on {groups} (srun -w), on all the job's nodes" if fits else "on all the job's nodes"
+    raise StepRefused(f"{step.label} on {compress(step.nodes)}: V-IPU makes one partition of {n} hosts' "
+                      "IPU-Machines only where they are an aligned block (docs/vipu.md, \"Where a partition's IPUs may "
+                      f"sit\"): run it {where}, or with --gres=none if it needs no IPUs")
 
 
 def _whole(step: Step, name: str) -> str:

@@ -465,6 +465,29 @@ echo "== again"; ipurun --num-instances 2 --num-replicas 8 {probe}; echo "rc=$?"
 """
 
 
+def user_probe(lab) -> str:
+    """A probe a user runs: the lab's own vipu-emu on PATH, not root's interpreter."""
+    probe = lab.spec.path("users", "alloc-probe")
+    if not probe.exists():
+        probe.write_text(USER_PROBE)
+        probe.chmod(0o755)
+    return str(probe)
+
+
+def user_script(lab, name: str, text: str, nodes: str) -> tuple[int, dict[str, str]]:
+    """`text` (its {probe} filled in) as a user's batch job of 16 IPUs per node on `nodes`, run to
+    its end: (the job, its output's sections)."""
+    script = lab.spec.path("users", f"{name}.sh")
+    script.write_text(text.format(probe=user_probe(lab)))
+    script.chmod(0o755)
+    proc = lab.run_as(ensure_users()[0], "sbatch", "--parsable", nodes, "--gres=ipu:16", "-o", f"{name}-%j.out",
+                      str(script))
+    assert proc.returncode == 0, proc.stderr
+    job = int(proc.stdout.strip())
+    wait_gone(lab, job, 180)
+    return job, sections(lab.spec.path("users", f"{name}-{job}.out").read_text())
+
+
 def sections(text: str) -> dict[str, str]:
     out, name = {}, ""
     for line in text.splitlines():
@@ -480,18 +503,7 @@ def test_ipurun_as_a_user_runs_on_the_job_s_own_name_and_its_advice_works_when_f
     GCD per instance); on p$SLURM_JOB_ID of 4 GCDs, 2 instances are refused with two pieces of
     advice, and each, followed, runs, as does the next plain run; nothing is left after the job."""
     lab = clean
-    user = ensure_users()[0]
-    probe = lab.spec.path("users", "alloc-probe")
-    probe.write_text(USER_PROBE)
-    probe.chmod(0o755)
-    script = lab.spec.path("users", "ipurun-advice.sh")
-    script.write_text(IPURUN_ADVICE.format(probe=probe))
-    script.chmod(0o755)
-    proc = lab.run_as(user, "sbatch", "--parsable", "-N2", "--gres=ipu:16", "-o", "advice-%j.out", str(script))
-    assert proc.returncode == 0, proc.stderr
-    job = int(proc.stdout.strip())
-    wait_gone(lab, job, 180)
-    got = sections(lab.spec.path("users", f"advice-{job}.out").read_text())
+    job, got = user_script(lab, "advice", IPURUN_ADVICE, "-N2")
 
     def attached(name: str) -> list[tuple[str, str, int]]:
         assert "rc=0" in got[name], got[name]
@@ -508,4 +520,30 @@ def test_ipurun_as_a_user_runs_on_the_job_s_own_name_and_its_advice_works_when_f
     assert attached("advice-instances") == [(f"p{job}", str(k), 2) for k in range(4)]
     assert attached("advice-update") == [(f"p{job}", "0", 4), (f"p{job}", "1", 4)]
     assert attached("again") == [(f"p{job}", "0", 4), (f"p{job}", "1", 4)]
+    nothing_left(lab, job)
+
+
+SUBSET_STEPS = """#!/bin/bash
+echo "== 23"; srun -N2 -n2 -w node[2-3] {probe}; echo "rc=$?"
+echo "== 34"; srun -N2 -n2 -w node[3-4] {probe}; echo "rc=$?"
+echo "== none"; srun -N2 -n2 -w node[2-3] --gres=none hostname; echo "rc=$?"
+"""
+
+
+def test_a_step_on_hosts_v_ipu_cannot_partition_is_refused_and_its_advice_works(clean):
+    """In a job on node[1-4] a step on node[2-3] would need ag4-ag11, no aligned block: refused in
+    one line of ours (before Slurm's) naming the groups that work; each piece of advice, followed
+    (node[3-4]; --gres=none for a step without IPUs), runs."""
+    lab = clean
+    job, got = user_script(lab, "subset", SUBSET_STEPS, "-N4")
+    refused = got["23"].splitlines()
+    assert "rc=0" not in got["23"] and refused[0] == (
+        f"slurm-ipu: step {job}.0 on node[2-3]: V-IPU makes one partition of 2 hosts' IPU-Machines only where they "
+        "are an aligned block (docs/vipu.md, \"Where a partition's IPUs may sit\"): run it on node[1-2] or node[3-4] "
+        "(srun -w), on all the job's nodes, or with --gres=none if it needs no IPUs"), got["23"]
+    assert "PROBE" not in got["23"], got["23"]
+    assert "rc=0" in got["34"], got["34"]
+    attaches = parse_probe(got["34"])[1]
+    assert [a.get("partition") for a in attaches] == [f"slurm_{job}_1"] * 2, got["34"]
+    assert "rc=0" in got["none"] and got["none"].count("\n") == 3, got["none"]  # two hostnames and rc
     nothing_left(lab, job)

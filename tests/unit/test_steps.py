@@ -166,3 +166,34 @@ def test_bad_arguments_get_one_line_and_exit_2(site, fake, capsys, args):
     code, out, err = step(capsys, *args)
     assert (code, out) == (2, "") and len(err.splitlines()) == 1 and err.startswith("slurm-ipu: "), err
     assert fake.calls == []
+
+
+@pytest.mark.parametrize("nodes,job_nodes,groups", [
+    ("node[2-3]", "node[1-4]", "on node[1-2] or node[3-4] (srun -w), on all the job's nodes"),
+    ("node[2-3]", "node[2-4]", "on node[3-4] (srun -w), on all the job's nodes"),
+    ("node[1-3]", "node[1-4]", "on all the job's nodes"),  # 48 IPUs: no partition size at all
+])
+def test_a_step_on_hosts_v_ipu_cannot_make_one_partition_of_is_refused_naming_those_it_can(
+        site, fake, capsys, monkeypatch, nodes, job_nodes, groups):
+    """A job on node[1-4] of a POD64 (16 IPUs a host): a step on node[2-3] would need ag4-ag11, no
+    aligned block; V-IPU is not asked, and the line names the groups that work."""
+    site("allocation")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", job_nodes)
+    n = 3 if nodes == "node[1-3]" else 2
+    code, out, err = step(capsys, "start", "42", "1", str(16 * n), "16", "16", nodes, "1")
+    assert (code, out) == (2, "") and len(err.splitlines()) == 1 and fake.calls == []
+    assert err == (f"slurm-ipu: step 42.1 on {nodes}: V-IPU makes one partition of {n} hosts' IPU-Machines only "
+                   "where they are an aligned block (docs/vipu.md, \"Where a partition's IPUs may sit\"): run it "
+                   f"{groups}, or with --gres=none if it needs no IPUs")
+
+
+@pytest.mark.parametrize("nodes", ["node[1-2]", "node[3-4]", "node[1-4]", "node3"])
+def test_a_step_on_a_group_v_ipu_can_partition_gets_its_partition(site, fake, capsys, monkeypatch, nodes):
+    site("allocation")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-4]")
+    from slurm_ipu.slurm.hostlist import expand
+
+    n = len(expand(nodes))
+    code, out, err = step(capsys, "start", "42", "1", str(16 * n), "16", "16", nodes, "1")
+    assert (code, err) == (0, "") and out.splitlines()[0] == "create slurm_42_1"
+    assert fake.partitions["slurm_42_1"]["size"] == 16 * n
