@@ -58,7 +58,7 @@ apt apt-accounting install-tools apt-deb:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# The example site description and docs/options.md, from the option table (slurm_ipu/config.py);
+# The example site description and docs/options.md, from the option table (slurm_ipu/config/options.py);
 # a unit test fails when they differ from what this writes.
 generated: $(VENV)/.installed
 	$(PY) -m slurm_ipu.deploy.example

@@ -1,6 +1,6 @@
 """Pods: which host servers sit with which IPU-Link domains (the multi-Pod cabling).
 
-The site description's `pods:` and `pod_groups:` (slurm_ipu/config.py) are read into these, for
+The site description's `pods:` and `pod_groups:` (slurm_ipu/config/) are read into these, for
 the prolog (which places a job's partition in its Pods), job_submit.lua (rendered from them), the
 emulator's cluster file and `slurm-ipu status`. A Pod is one switch of Slurm's topology, one V-IPU
 allocation of its own (named like the Pod) and `ilds` IPU-Link domains of 64 IPUs. A group of

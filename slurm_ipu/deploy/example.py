@@ -18,7 +18,7 @@ HEAD = """\
 # 16 IPUs) and slurmdbd. This is slurm-ipu's one configuration file: `slurm-ipu render` makes the
 # fragments a site merges into its Slurm configuration from it, and `make install SITE=<this file>`
 # puts it at install.site, where the hooks, ipurun, doctor and status read it.
-# Generated from the option table (slurm_ipu/config.py) with every option at its default unless
+# Generated from the option table (slurm_ipu/config/options.py) with every option at its default unless
 # the example needs another value; docs/options.md describes each. `make generated` rewrites it.
 version: 1
 """
@@ -82,7 +82,7 @@ def example_yaml(head: str = HEAD, values: dict | None = None) -> str:
 
 def options_markdown() -> str:
     rows = ["# Site description options", "",
-            "Generated from the option table in `slurm_ipu/config.py` (`make generated`); the example",
+            "Generated from the option table in `slurm_ipu/config/options.py` (`make generated`); the example",
             f"`{EXAMPLE}` sets each. The site description is slurm-ipu's one configuration file: the hooks,",
             "the hook service, `ipurun`, `doctor`, `status` and `render` all read it. An environment twin",
             "(`SLURM_IPU_<KEY>`) overrides the file for `ipurun`, `doctor`, `status` and `render`; the",

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ipu import config
+from slurm_ipu.boolean import parse_bool
 from slurm_ipu.deploy import example
 from slurm_ipu.errors import ConfigError
 
@@ -82,7 +83,7 @@ def test_the_example_loads_and_sets_every_option():
 
 
 def test_a_missing_default_file_names_itself_and_the_fix(tmp_path, monkeypatch):
-    monkeypatch.setattr(config, "DEFAULT_SITE", str(tmp_path / "absent.yaml"))
+    monkeypatch.setattr(config.loader, "DEFAULT_SITE", str(tmp_path / "absent.yaml"))
     with pytest.raises(ConfigError, match=f"site description {tmp_path}/absent.yaml not found; install slurm-ipu "
                                           "with `make install SITE=...` or point SLURM_IPU_SITE at"):
         config.load(environ={})
@@ -139,7 +140,7 @@ def test_an_earlier_release_s_files_name_the_upgrade(tmp_path, text, words):
 
 def test_error_lines_cost_the_hooks_nothing(tmp_path, mocker):
     """The key-to-line map is a second YAML parse: made only for an error message."""
-    lines = mocker.spy(config, "key_lines")
+    lines = mocker.spy(config.site, "key_lines")
     config.load(write(tmp_path, BASE), environ={})
     assert lines.call_count == 0
     with pytest.raises(ConfigError, match="site.yaml:4: vipu.host='a b'"):
@@ -148,7 +149,7 @@ def test_error_lines_cost_the_hooks_nothing(tmp_path, mocker):
 
 @pytest.mark.parametrize("text,value", [("yes", True), ("Off", False), ("1", True), ("perhaps", None)])
 def test_one_boolean_parser(text, value):
-    assert config.parse_bool(text) is value
+    assert parse_bool(text) is value
 
 
 def test_a_section_given_twice_is_refused_where_an_admin_looks(tmp_path):
@@ -165,7 +166,7 @@ def test_a_section_given_twice_is_refused_where_an_admin_looks(tmp_path):
 
 
 def test_a_valid_multi_pod_site_costs_no_second_parse(tmp_path, mocker):
-    lines = mocker.spy(config, "key_lines")
+    lines = mocker.spy(config.site, "key_lines")
     site = config.load(str(ROOT / "etc" / "site-pod128.yaml"), environ={})
     assert lines.call_count == 0 and len(site.pods) == 2
 

@@ -415,8 +415,8 @@ def test_in_an_allocation_shell_with_nothing_configured_ipurun_says_what_to_set(
     instead of letting vipu try localhost:8090 (issue 24, item 4)."""
     from slurm_ipu import config
 
-    monkeypatch.setattr(config, "DEFAULT_SITE", str(tmp_path / "absent.yaml"))
-    monkeypatch.setattr(config, "installed", lambda key: None)
+    monkeypatch.setattr(config.loader, "DEFAULT_SITE", str(tmp_path / "absent.yaml"))
+    monkeypatch.setattr(config.loader, "installed", lambda key: None)
     env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_JOB_CPUS_PER_NODE": "4(x2)"}
     ns, extra, cmd = cli.parse(["--num-instances", "2", "--num-replicas", "2", "x"])
     with pytest.raises(ConfigError, match=f"no V-IPU controller known here: {tmp_path}/absent.yaml does not exist and "

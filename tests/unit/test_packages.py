@@ -14,6 +14,7 @@ import pytest
 
 from slurm_ipu import config
 from slurm_ipu.deploy import example, fragments, install, packaging, setup
+from slurm_ipu.errors import ConfigError
 from slurm_ipu.hooks import journal, ledger, transport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def packaged_site(tmp_path: Path, **changes) -> config.Site:
 def etc(tmp_path, monkeypatch):
     """PACKAGED_PATHS under tmp_path: setup writes where the packages' files would be."""
     paths = {k: str(tmp_path / "root" / v.lstrip("/")) for k, v in config.PACKAGED_PATHS.items()}
-    monkeypatch.setattr(config, "PACKAGED_PATHS", paths)
+    monkeypatch.setattr(config.site, "PACKAGED_PATHS", paths)
     return paths
 
 
@@ -150,7 +151,7 @@ def test_setup_names_ipurun_poprun_only_when_the_site_asks_and_never_over_anothe
     assert setup.setup(site) == [etc["poprun"]] and os.readlink(poprun) == etc["ipurun"]
     assert setup.setup(packaged_site(tmp_path, user="root")) == [etc["poprun"]] and not poprun.is_symlink()
     poprun.write_text("#!/bin/sh\n# the Poplar SDK's\n")
-    with pytest.raises(config.ConfigError, match="exists and is not slurm-ipu's"):
+    with pytest.raises(ConfigError, match="exists and is not slurm-ipu's"):
         setup.setup(site)
     assert "Poplar SDK" in poprun.read_text()
 

@@ -14,6 +14,7 @@ import pytest
 
 from slurm_ipu import config
 from slurm_ipu.deploy import fragments
+from slurm_ipu.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden"
@@ -82,7 +83,7 @@ def test_bad_values_name_the_line_and_the_valid_range(tmp_path, extra, words):
     path = tmp_path / "site.yaml"
     text = BASE.replace("  host: v\n", "  host: v\n" + extra) if extra.startswith("  ") else BASE + extra
     path.write_text(text)
-    with pytest.raises(config.ConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         config.load(path)
     for word in words:
         assert word in str(err.value)
@@ -99,7 +100,7 @@ def test_bad_values_name_the_line_and_the_valid_range(tmp_path, extra, words):
 def test_a_wrong_pod_is_refused(tmp_path, change, words):
     path = tmp_path / "site.yaml"
     path.write_text(BASE.replace(*change))
-    with pytest.raises(config.ConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         config.load(path)
     for word in words:
         assert word in str(err.value)

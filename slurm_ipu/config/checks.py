@@ -1,0 +1,162 @@
+"""What no single key of the site description can check: the Pods against their hosts and
+groups, the models' names, deadlines against Slurm's. Run by the loader on a parsed site, which
+they may complete (a multi-Pod site's pod.ipus and pod.hosts are its Pods')."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError, shown
+from ..rules import IPUS_PER_AGENT
+from .grammar import agents as _agents
+from .grammar import pod_entry as _pod_entry
+from .options import BY_KEY, _model, name_check
+from .site import Site
+
+
+class _Place:
+    """A key's file:line, found when a message is made: a valid file costs no second parse."""
+
+    def __init__(self, site: Site, key: str):
+        self.site, self.key = site, key
+
+    def __str__(self) -> str:
+        return self.site.at(self.key)
+
+
+def _pods(site: Site) -> None:
+    """pods: -> normalised entries, and pod.ipus/pod.hosts derived from them (one place each)."""
+    raw = site["pods"]
+    if raw is None:
+        for key in ("pod.ipus", "pod.hosts"):
+            if site[key] is None:
+                raise ConfigError(f"{site.at(key)}: {key} must be set ({BY_KEY[key].help}), or describe the "
+                                  "Pods with pods:")
+        return
+    where = _Place(site, "pods")
+    for key in ("pod.ipus", "pod.hosts"):
+        if site[key] is not None:
+            raise ConfigError(f"{site.at(key)}: {key} and pods: both given; pods: says it (remove {key})")
+    if len(raw) < 2:
+        raise ConfigError(f"{where}: pods: lists {len(raw)} Pod(s); a single Pod is pod.ipus and pod.hosts")
+    site.values["pods"] = [_pod_entry(where, k, item) for k, item in enumerate(raw)]
+    pods = site.pods
+    seen: dict[str, str] = {}
+    for pod in pods:
+        for host in pod.hosts:
+            if host in seen:
+                raise ConfigError(f"{where}: host {host} is in Pod {seen[host]} and Pod {pod.name}; a host is "
+                                  "cabled to one Pod")
+            seen[host] = pod.name
+    shapes = {(len(p.hosts), p.ilds) for p in pods}
+    if len(shapes) > 1 or len({p.name for p in pods}) < len(pods):
+        raise ConfigError(f"{where}: Pods must have distinct names and alike sizes (the same number of hosts and "
+                          "ILDs each): a job over several Pods takes whole Pods")
+    site.values["pod.ipus"] = sum(p.ipus for p in pods)
+    site.values["pod.hosts"] = ",".join(p.hostlist for p in pods)
+    if not site["vipu.allocation"] or site["vipu.allocation"] in seen.values():
+        raise ConfigError(f"{site.at('vipu.allocation')}: vipu.allocation={shown(site['vipu.allocation'])}: with "
+                          "pods: name the V-IPU allocation that holds every Pod (jobs over several Pods go there), "
+                          "not one Pod's")
+    _groups(site, {p.name for p in pods})
+    _pod_models(site, where)
+
+
+def _groups(site: Site, pods: set[str]) -> None:
+    """pod_groups: disjoint groups of two or more Pods, named apart from the Pods and the whole."""
+    raw = site["pod_groups"]
+    if raw is None:
+        return
+    where = _Place(site, "pod_groups")
+    taken: set[str] = set()
+    names = pods | {site["vipu.allocation"]}
+    for k, item in enumerate(raw):
+        ok = (isinstance(item, dict) and {"name", "pods"} <= set(item) <= {"name", "pods", "model"}
+              and isinstance(item["pods"], list))
+        if not ok:
+            raise ConfigError(f"{where}: group {k + 1} must be a mapping of name, pods and (optionally) model, e.g. "
+                              "{name: ab, pods: [poda, podb], model: allocation}")
+        if _model(str(item.get("model", "partition"))):
+            raise ConfigError(f"{where}: group {item['name']}: model={shown(item['model'])} is out of range; use "
+                              "partition or allocation")
+        name, members = item["name"], [str(m) for m in item["pods"]]
+        why = name_check(name) if isinstance(name, str) else "a name"
+        if why or name in names:
+            raise ConfigError(f"{where}: group {k + 1}: name={shown(name)} is out of range; use "
+                              f"{why or 'a name no Pod, group or vipu.allocation has'}")
+        unknown = [m for m in members if m not in pods]
+        if unknown or len(members) < 2 or taken & set(members) or set(members) == pods:
+            raise ConfigError(f"{where}: group {name}: pods={members} must name two or more Pods of pods:, none in "
+                              "another group, not all of them (vipu.allocation is that)")
+        taken |= set(members)
+        names.add(name)
+
+
+def _pod_models(site: Site, where: _Place) -> None:
+    """Each Pod's model: its own, else its group's, else vipu.model. A group's Pods share one (a
+    job over them gets one V-IPU object)."""
+    group_of = {m: g for g in site["pod_groups"] or [] for m in g["pods"]}
+    for pod in site["pods"]:
+        group = group_of.get(pod["name"]) or {}
+        own, theirs = pod.pop("model", None), group.get("model")
+        if own and theirs and own != theirs:
+            raise ConfigError(f"{where}: Pod {pod['name']}: model={own} but its group {group['name']} has "
+                              f"model={theirs}; a group's Pods share one model")
+        pod["model"] = own or theirs or site["vipu.model"]
+    for group in site["pod_groups"] or []:
+        found = {p["name"]: p["model"] for p in site["pods"] if p["name"] in group["pods"]}
+        if len(set(found.values())) > 1:
+            raise ConfigError(f"{where}: group {group['name']}: its Pods' models differ ("
+                              f"{', '.join(f'{n}: {m}' for n, m in found.items())}); a job over them gets one V-IPU "
+                              "object: give the group one model")
+
+
+def _model_checks(site: Site) -> None:
+    """IPU-Machine names and job object names the models can tell apart."""
+    if site["pod.agents"] is not None:
+        if site["pods"]:
+            raise ConfigError(f"{site.at('pod.agents')}: pod.agents and pods: both given; each Pod has its own "
+                              "agents key (remove pod.agents)")
+        _agents(site.at("pod.agents"), site["pod.agents"], site["pod.ipus"])
+    named = site["pod.agents"] is not None or any("agents" in p for p in site["pods"] or [])
+    if named and site["vipu.emulator"]:
+        raise ConfigError(f"{site.at('vipu.emulator')}: vipu.emulator with agents named: the emulator names its "
+                          "IPU-Machines ag0, ag1, ...; leave agents out for it")
+    a, p = site["allocation.prefix"], site["partition.prefix"]
+    if len(site.models) > 1 and (a.startswith(p) or p.startswith(a)):
+        raise ConfigError(f"{site.at('allocation.prefix')}: allocation.prefix={shown(a)} and partition.prefix="
+                          f"{shown(p)} with "
+                          "Pods of both models: neither may begin the other (a name must say which it is)")
+
+
+def cross_checks(site: Site) -> None:
+    """The Pods against their hosts, deadlines against Slurm's."""
+    _pods(site)
+    try:
+        hosts = site.hosts
+    except Exception as exc:  # the hostlist parser's own message says what is wrong
+        raise ConfigError(f"{site.at('pod.hosts')}: pod.hosts={shown(site['pod.hosts'])}: {exc}") from None
+    if len(set(hosts)) != len(hosts) or not hosts:
+        raise ConfigError(f"{site.at('pod.hosts')}: pod.hosts={shown(site['pod.hosts'])} names a host twice, or none")
+    per, pod = site["pod.ipus_per_host"], site["pod.ipus"]
+    if per > pod:
+        raise ConfigError(f"{site.at('pod.ipus_per_host')}: pod.ipus_per_host={per} is more than the Pod's "
+                          f"{pod} IPUs; use 1 to {pod}")
+    for one in site.pods:  # Slurm's view of a Pod's free IPUs is its hosts' GRES: never more than it has
+        if per * len(one.hosts) > one.ipus:
+            raise ConfigError(f"{site.at('pod.ipus_per_host')}: pod.ipus_per_host={per} on Pod {one.name}'s "
+                              f"{len(one.hosts)} hosts is {per * len(one.hosts)} IPUs, more than its {one.ipus}; use "
+                              f"at most {one.ipus // len(one.hosts)}")
+    _model_checks(site)
+    if "allocation" in site.models and per % IPUS_PER_AGENT:
+        raise ConfigError(f"{site.at('pod.ipus_per_host')}: pod.ipus_per_host={per} with vipu.model allocation: a "
+                          f"host's jobs get its whole IPU-Machines of {IPUS_PER_AGENT} IPUs each; use a multiple of "
+                          f"{IPUS_PER_AGENT}")
+    try:
+        site.placement()
+    except ConfigError as exc:
+        raise ConfigError(f"{site.at('pod.hosts')}: {exc}") from None
+    timeout = site["prolog_epilog_timeout"]
+    for key in ("prolog.deadline", "epilog.deadline"):
+        if site[key] >= timeout:
+            default = "" if key in site.lines else " (the default)"  # not in the file: say whose value it is
+            raise ConfigError(f"{site.at(key)}: {key}={site[key]:g}{default} must be below prolog_epilog_timeout="
+                              f"{timeout} (Slurm kills the hook at that timeout); lower it or raise the timeout")

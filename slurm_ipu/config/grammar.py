@@ -1,0 +1,53 @@
+"""The grammar of a Pod entry in `pods:` and of its IPU-Machines' names: pure functions of the
+values, used by the loader's checks and by the site."""
+
+from __future__ import annotations
+
+from ..errors import ConfigError, shown
+from ..rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS
+from .options import _model, name_check
+
+POD_KEYS = ("name", "hosts", "ilds", "model", "agents")
+
+
+def pod_entry(where, k: int, item: object) -> dict:
+    from ..slurm.hostlist import expand
+
+    if not isinstance(item, dict) or set(item) - set(POD_KEYS) or "name" not in item or "hosts" not in item:
+        raise ConfigError(f"{where}: Pod {k + 1} must be a mapping of name, hosts and (optionally) ilds, model and "
+                          "agents, e.g. {name: poda, hosts: ipu-host[1-4], ilds: 1}")
+    name, hosts, ilds = item["name"], item["hosts"], item.get("ilds", 1)
+    why = name_check(name) if isinstance(name, str) else "a name"
+    if why:
+        raise ConfigError(f"{where}: Pod {k + 1}: name={shown(name)} is out of range; use {why}")
+    if isinstance(ilds, bool) or not isinstance(ilds, int) or not 1 <= ilds <= MAX_POD_ILDS:
+        raise ConfigError(f"{where}: Pod {name}: ilds={shown(ilds)} is out of range; use 1 to {MAX_POD_ILDS} (64 IPUs "
+                          "each)")
+    try:
+        if not isinstance(hosts, str) or not expand(hosts):
+            raise ValueError("empty")
+    except Exception as exc:  # the hostlist parser's own message says what is wrong
+        raise ConfigError(f"{where}: Pod {name}: hosts={shown(hosts)} is not a Slurm hostlist ({exc})") from None
+    model = item.get("model")
+    if model is not None and (not isinstance(model, str) or _model(model)):
+        raise ConfigError(f"{where}: Pod {name}: model={shown(model)} is out of range; use partition or allocation")
+    entry = {"name": name, "hosts": hosts, "ilds": ilds, "model": model}
+    if item.get("agents") is not None:
+        entry["agents"] = agents(f"{where}: Pod {name}", item["agents"], ilds * IPUS_PER_ILD)
+    return entry
+
+
+def agents(where: str, value: object, ipus: int) -> list[str]:
+    """A Pod's IPU-Machines as V-IPU names them: a hostlist of one name per 4 IPUs."""
+    from ..slurm.hostlist import expand
+
+    want = ipus // IPUS_PER_AGENT
+    try:
+        names = expand(value) if isinstance(value, str) else []
+    except Exception:  # the hostlist parser's message is not the point: the count is
+        names = []
+    if len(names) != want or len(set(names)) != want:
+        raise ConfigError(f"{where}: agents={shown(value)} must name the Pod's {want} IPU-Machines ({ipus} IPUs, "
+                          f"{IPUS_PER_AGENT} each) once each, in V-IPU's order, as a hostlist (e.g. ag[01-{want:02d}])")
+    return names
+

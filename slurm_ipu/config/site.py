@@ -1,0 +1,222 @@
+"""The site as every part of slurm-ipu reads it: typed, frozen sections once the loader has
+checked the file (loader.py), and what follows from them (installed paths, each host's Pod,
+model and IPU-Machines, the names of jobs' V-IPU objects)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from ..pods import Pod, host_runs, run_features
+from ..rules import IPUS_PER_AGENT, job_name
+from .grammar import agents as _agents
+from .yamlkeys import key_lines
+
+# install.prefix of the Debian packages (`make deb`, docs/admin.md): Debian's python3 and its
+# dist-packages, no venv; slurm-ipu-hook in /usr/libexec/slurm-ipu, reading its settings from
+# /etc/slurm-ipu (a link in the package points there; `slurm-ipu setup` writes them).
+PACKAGED = "/usr"
+PACKAGED_PATHS = {"python": "/usr/bin/python3", "hook": "/usr/libexec/slurm-ipu/slurm-ipu-hook",
+                  "hook_conf": "/etc/slurm-ipu/slurm-ipu-hook.conf", "plugstack": "/etc/slurm-ipu/plugstack.conf",
+                  "unit_dropin": "/etc/systemd/system/slurm-ipu-reaper.service.d/site.conf",
+                  "ipurun": "/usr/bin/ipurun", "poprun": "/usr/local/bin/poprun", "helper": "/usr/bin/slurm-ipu"}
+
+
+@dataclass
+class Site:
+    values: dict[str, Any]
+    source: str
+    text: str = ""
+    _lines: dict[str, int] | None = field(default=None, repr=False)
+    _pods: tuple | None = field(default=None, repr=False, compare=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def at(self, key: str) -> str:
+        """Where a key is: the file and its line (its section's, or the first, when the file does
+        not give it). Found when a message is made: a valid file costs no second parse."""
+        line = self.lines.get(key) or self.lines.get(key.split(".")[0], 1)
+        return f"{self.source}:{line}"
+
+    @property
+    def lines(self) -> dict[str, int]:
+        """Dotted key -> its line in the file, for messages (parsed on first use: the hooks never ask)."""
+        if self._lines is None:
+            self._lines = key_lines(self.text)
+        return self._lines
+
+    def scripts(self, key: str) -> list[str]:
+        """slurm.site_prolog_slurmctld / site_epilog_slurmctld as a list, in the order they run."""
+        return [item for item in (self[key] or "").split(",") if item]
+
+    @property
+    def hosts(self) -> list[str]:
+        from ..slurm.hostlist import expand
+
+        return expand(self["pod.hosts"])
+
+    @property
+    def groups(self) -> dict[str, list[str]]:
+        return {g["name"]: list(g["pods"]) for g in self["pod_groups"] or []}
+
+    @property
+    def pods(self) -> list[Pod]:
+        """The Pods of a multi-Pod site; [] for one Pod (no cabling, no topology). Built once for
+        the site's `pods` list (the hook service asks for every job, and each Pod expands its
+        hostlist), again only if that list is replaced."""
+        entries = self["pods"] or []
+        if self._pods is None or self._pods[0] is not entries:
+            self._pods = (entries, [Pod(p["name"], p["ilds"], p["hosts"]) for p in entries])
+        return list(self._pods[1])
+
+    @property
+    def ipuof_host(self) -> str:
+        return self["ipuof.host"] or self["vipu.host"]
+
+    @property
+    def ipuof_port(self) -> int:
+        return self["ipuof.port"] or self["vipu.port"]
+
+    @property
+    def slurm_conf(self) -> str:
+        return f"{self['slurm.conf_dir']}/slurm.conf"
+
+    @property
+    def vipu_command(self) -> list[str]:
+        """The hooks' vipu: the site's command, with its credentials file when there is one."""
+        return [self["vipu.command"], *self._credentials]
+
+    @property
+    def vipu_admin_command(self) -> list[str]:
+        """The hooks' vipu-admin (the allocation model's allocations), with the same credentials."""
+        return [self["vipu.admin_command"], *self._credentials]
+
+    @property
+    def _credentials(self) -> list[str]:
+        return ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
+
+    @property
+    def packaged(self) -> bool:
+        """Installed from the Debian packages rather than by `make install`."""
+        return self["install.prefix"] == PACKAGED
+
+    @property
+    def python(self) -> str:
+        return PACKAGED_PATHS["python"] if self.packaged else f"{self['install.prefix']}/venv/bin/python"
+
+    def path(self, what: str) -> str:
+        """Where an installed file lives (the fragments name installed paths, never the checkout)."""
+        if self.packaged and what in PACKAGED_PATHS:
+            return PACKAGED_PATHS[what]
+        roots = {"hook": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
+                 "hook_conf": f"{self['install.prefix']}/libexec/slurm-ipu-hook.conf",  # hook.c reads it
+                 "site": self["install.site"],
+                 "snapshot": f"{os.path.dirname(self['install.site'])}/snapshot.json",  # slurm-ipu snapshot's
+                 "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",
+                 "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so",
+                 # what the SPANK plugin runs as the user in srun (`slurm-ipu step`: spank/step.c)
+                 "helper": f"{self['install.prefix']}/venv/bin/slurm-ipu"}
+        return roots[what]
+
+    def vipu_client(self):
+        from ..vipu import VipuClient
+
+        return VipuClient(command=self.vipu_command, host=self["vipu.host"], port=self["vipu.port"],
+                          timeout=self["vipu.timeout"], retries=self["vipu.retries"],
+                          emulator_flags=self["vipu.emulator"], admin_command=self.vipu_admin_command)
+
+    @property
+    def models(self) -> set[str]:
+        """The V-IPU models the site's jobs get: each Pod's (pods: and pod_groups: may choose), else
+        vipu.model."""
+        return {p["model"] for p in self["pods"] or []} or {self["vipu.model"]}
+
+    def model_for(self, hosts) -> str:
+        """The model of a job on `hosts`: its Pods'. A job over Pods of both models gets neither
+        (job_submit.lua refuses it where it can tell; the prolog fails it otherwise)."""
+        if len(self.models) == 1:
+            return next(iter(self.models))
+        from ..pods import spanned
+
+        used = {p.name: self._entry(p.name)["model"] for p in spanned(self.pods, hosts)}
+        if len(set(used.values())) != 1:
+            raise ConfigError(f"the job's hosts are in Pods {', '.join(f'{n} ({m})' for n, m in used.items())}, "
+                              "of both V-IPU models; a job gets one: give each model its own Slurm partition")
+        return next(iter(used.values()))
+
+    def pods_of_model(self, model: str) -> list[Pod]:
+        """The Pods whose jobs get `model` ([] on a single-Pod site)."""
+        return [p for p in self.pods if self._entry(p.name)["model"] == model]
+
+    def _entry(self, pod: str) -> dict:
+        return next(e for e in self["pods"] if e["name"] == pod)
+
+    def host_models(self) -> dict[str, str]:
+        """Each host of a multi-Pod site, with its Pod's model."""
+        return {h: self._entry(p.name)["model"] for p in self.pods for h in p.hosts}
+
+    def prefix_of(self, model: str) -> str:
+        return self["allocation.prefix" if model == "allocation" else "partition.prefix"]
+
+    def job_name(self, job_id, hosts) -> str:
+        """The name of a job's V-IPU object (its partition, or its allocation). Hosts over both
+        models (the prolog refused the job, so nothing was made): the partition's name."""
+        try:
+            model = self.model_for(hosts)
+        except ConfigError:
+            model = "partition"
+        return job_name(self.prefix_of(model), job_id)
+
+    @property
+    def job_prefixes(self) -> tuple[str, ...]:
+        """What the site's jobs' V-IPU objects are named after their ids."""
+        return tuple(self.prefix_of(m) for m in sorted(self.models))
+
+    def kind_of(self, name: str) -> str:
+        """Whether a job's object of this name is an allocation or a partition."""
+        prefix = self["allocation.prefix"]
+        if "allocation" in self.models and name.startswith(prefix) and name[len(prefix):].isdigit():
+            return "allocation"
+        return "partition"
+
+    def agents_of(self, hosts) -> list[str]:
+        """The IPU-Machines (V-IPU agents) mapped to `hosts`, as Graphcore's host-IPU mapping file
+        lists them: a Pod's hosts, in hostlist order, take its IPU-Machines in V-IPU's order,
+        pod.ipus_per_host / 4 each; Pods follow each other (docs/admin.md, allocation model)."""
+        out = self.host_agents()
+        missing = [h for h in hosts if h not in out]
+        if missing:
+            raise ConfigError(f"host {missing[0]} is in no Pod of the site description, so no IPU-Machine is mapped "
+                              "to it; add it to pod.hosts (or a Pod's hosts)")
+        return [agent for host in hosts for agent in out[host]]
+
+    def host_agents(self) -> dict[str, list[str]]:
+        """Every host of the site with its IPU-Machines (agents_of's mapping, built once per call:
+        the health pass asks for every host at once)."""
+        per = self["pod.ipus_per_host"] // IPUS_PER_AGENT
+        return {host: agents[k * per:(k + 1) * per]
+                for hosts_of, agents in self.pod_agents() for k, host in enumerate(hosts_of)}
+
+    def placement(self) -> tuple[dict[str, list[str]], dict[int, list[str]]]:
+        """Where a multi-host job of the allocation model may land (pods.host_runs): each host's
+        node features and each host count's alternatives; ({}, {}) on a site without the model."""
+        if "allocation" not in self.models:
+            return {}, {}
+        runs = host_runs([hosts for hosts, _ in self.pod_agents()], self["pod.ipus_per_host"] // IPUS_PER_AGENT)
+        return run_features(runs)
+
+    def pod_agents(self) -> list[tuple[list[str], list[str]]]:
+        """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's
+        agents keys, else ag0, ag1, ... counted over the Pods in the site's order."""
+        pods = [(list(p.hosts), p.ipus, self._entry(p.name).get("agents")) for p in self.pods] or \
+            [(self.hosts, self["pod.ipus"], self["pod.agents"] and _agents("pod.agents", self["pod.agents"],
+                                                                             self["pod.ipus"]))]
+        first, out = 0, []
+        for hosts, ipus, given in pods:
+            count = ipus // IPUS_PER_AGENT
+            out.append((hosts, given or [f"ag{first + j}" for j in range(count)]))
+            first += count
+        return out
