@@ -180,7 +180,7 @@ def cmd_hook(args) -> int:
         if which == "prolog":
             prolog.refuse_env(dict(os.environ), cfg, _slurm(cfg), exc)
         else:
-            report(cfg["state_dir"], f"job {os.environ.get('SLURM_JOB_ID') or '?'}: {which} refused its "
+            report(cfg.state_dir, f"job {os.environ.get('SLURM_JOB_ID') or '?'}: {which} refused its "
                                      f"environment: {exc}", echo=False)
         raise
     if which == "prolog":
@@ -195,7 +195,7 @@ def cmd_hook(args) -> int:
 def _slurm(cfg):
     from .slurm.commands import SlurmCli
 
-    return SlurmCli(cfg.slurm_conf, cfg["slurm.bin_dir"])
+    return SlurmCli(cfg.slurm_conf, cfg.slurm.bin_dir)
 
 
 def cmd_reap(args) -> int:
@@ -214,7 +214,7 @@ def cmd_reap(args) -> int:
 
 def _metrics_textfile(cfg, client, slurm):
     """What the hook service runs after each health pass: the metrics for node_exporter."""
-    path = cfg["metrics.textfile"]
+    path = cfg.metrics.textfile
     if not path:
         return None
 
@@ -238,7 +238,7 @@ def cmd_health(args) -> int:
     from .hooks import health
 
     cfg = config.load(args.site, twins=False)
-    changed = health.run(cfg, cfg.vipu_client(), _slurm(cfg), deadline=time.monotonic() + cfg["epilog.deadline"],
+    changed = health.run(cfg, cfg.vipu_client(), _slurm(cfg), deadline=time.monotonic() + cfg.epilog.deadline,
                          dry_run=args.dry_run)
     if not changed:
         print("health: nothing to change" + ("" if health.mapped_hosts(cfg) else

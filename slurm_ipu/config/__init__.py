@@ -24,6 +24,7 @@ from .loader import (
     locate,
     parse,
     refuse_repeated_keys,
+    reread,
 )
 from .options import BY_KEY, DEFAULT_SITE, EARLIER, FIELDS, POD128, PREFIX_CHARS, SUPPORTED_SLURM, Field, name_check
 from .site import PACKAGED, PACKAGED_PATHS, Site
@@ -31,4 +32,4 @@ from .yamlkeys import key_lines
 
 __all__ = ["BY_KEY", "DEFAULT_SITE", "EARLIER", "FIELDS", "MANIFEST", "PACKAGED", "PACKAGED_PATHS", "POD128",
            "PREFIX_CHARS", "SITE_ENV", "SUPPORTED_SLURM", "UPGRADING", "Field", "Site", "default_site", "flatten",
-           "installed", "key_lines", "load", "locate", "name_check", "parse", "refuse_repeated_keys"]
+           "installed", "key_lines", "load", "locate", "name_check", "parse", "refuse_repeated_keys", "reread"]

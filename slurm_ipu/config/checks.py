@@ -24,16 +24,16 @@ class _Place:
 
 def _pods(site: Site) -> None:
     """pods: -> normalised entries, and pod.ipus/pod.hosts derived from them (one place each)."""
-    raw = site["pods"]
+    raw = site.values["pods"]
     if raw is None:
         for key in ("pod.ipus", "pod.hosts"):
-            if site[key] is None:
+            if site.values[key] is None:
                 raise ConfigError(f"{site.at(key)}: {key} must be set ({BY_KEY[key].help}), or describe the "
                                   "Pods with pods:")
         return
     where = _Place(site, "pods")
     for key in ("pod.ipus", "pod.hosts"):
-        if site[key] is not None:
+        if site.values[key] is not None:
             raise ConfigError(f"{site.at(key)}: {key} and pods: both given; pods: says it (remove {key})")
     if len(raw) < 2:
         raise ConfigError(f"{where}: pods: lists {len(raw)} Pod(s); a single Pod is pod.ipus and pod.hosts")
@@ -52,22 +52,22 @@ def _pods(site: Site) -> None:
                           "ILDs each): a job over several Pods takes whole Pods")
     site.values["pod.ipus"] = sum(p.ipus for p in pods)
     site.values["pod.hosts"] = ",".join(p.hostlist for p in pods)
-    if not site["vipu.allocation"] or site["vipu.allocation"] in seen.values():
-        raise ConfigError(f"{site.at('vipu.allocation')}: vipu.allocation={shown(site['vipu.allocation'])}: with "
-                          "pods: name the V-IPU allocation that holds every Pod (jobs over several Pods go there), "
-                          "not one Pod's")
+    if not site.values["vipu.allocation"] or site.values["vipu.allocation"] in seen.values():
+        given = shown(site.values["vipu.allocation"])
+        raise ConfigError(f"{site.at('vipu.allocation')}: vipu.allocation={given}: with pods: name the V-IPU "
+                          "allocation that holds every Pod (jobs over several Pods go there), not one Pod's")
     _groups(site, {p.name for p in pods})
     _pod_models(site, where)
 
 
 def _groups(site: Site, pods: set[str]) -> None:
     """pod_groups: disjoint groups of two or more Pods, named apart from the Pods and the whole."""
-    raw = site["pod_groups"]
+    raw = site.values["pod_groups"]
     if raw is None:
         return
     where = _Place(site, "pod_groups")
     taken: set[str] = set()
-    names = pods | {site["vipu.allocation"]}
+    names = pods | {site.values["vipu.allocation"]}
     for k, item in enumerate(raw):
         ok = (isinstance(item, dict) and {"name", "pods"} <= set(item) <= {"name", "pods", "model"}
               and isinstance(item["pods"], list))
@@ -93,16 +93,16 @@ def _groups(site: Site, pods: set[str]) -> None:
 def _pod_models(site: Site, where: _Place) -> None:
     """Each Pod's model: its own, else its group's, else vipu.model. A group's Pods share one (a
     job over them gets one V-IPU object)."""
-    group_of = {m: g for g in site["pod_groups"] or [] for m in g["pods"]}
-    for pod in site["pods"]:
+    group_of = {m: g for g in site.values["pod_groups"] or [] for m in g["pods"]}
+    for pod in site.values["pods"]:
         group = group_of.get(pod["name"]) or {}
         own, theirs = pod.pop("model", None), group.get("model")
         if own and theirs and own != theirs:
             raise ConfigError(f"{where}: Pod {pod['name']}: model={own} but its group {group['name']} has "
                               f"model={theirs}; a group's Pods share one model")
-        pod["model"] = own or theirs or site["vipu.model"]
-    for group in site["pod_groups"] or []:
-        found = {p["name"]: p["model"] for p in site["pods"] if p["name"] in group["pods"]}
+        pod["model"] = own or theirs or site.values["vipu.model"]
+    for group in site.values["pod_groups"] or []:
+        found = {p["name"]: p["model"] for p in site.values["pods"] if p["name"] in group["pods"]}
         if len(set(found.values())) > 1:
             raise ConfigError(f"{where}: group {group['name']}: its Pods' models differ ("
                               f"{', '.join(f'{n}: {m}' for n, m in found.items())}); a job over them gets one V-IPU "
@@ -111,16 +111,16 @@ def _pod_models(site: Site, where: _Place) -> None:
 
 def _model_checks(site: Site) -> None:
     """IPU-Machine names and job object names the models can tell apart."""
-    if site["pod.agents"] is not None:
-        if site["pods"]:
+    if site.values["pod.agents"] is not None:
+        if site.values["pods"]:
             raise ConfigError(f"{site.at('pod.agents')}: pod.agents and pods: both given; each Pod has its own "
                               "agents key (remove pod.agents)")
-        _agents(site.at("pod.agents"), site["pod.agents"], site["pod.ipus"])
-    named = site["pod.agents"] is not None or any("agents" in p for p in site["pods"] or [])
-    if named and site["vipu.emulator"]:
+        _agents(site.at("pod.agents"), site.values["pod.agents"], site.values["pod.ipus"])
+    named = site.values["pod.agents"] is not None or any("agents" in p for p in site.values["pods"] or [])
+    if named and site.values["vipu.emulator"]:
         raise ConfigError(f"{site.at('vipu.emulator')}: vipu.emulator with agents named: the emulator names its "
                           "IPU-Machines ag0, ag1, ...; leave agents out for it")
-    a, p = site["allocation.prefix"], site["partition.prefix"]
+    a, p = site.values["allocation.prefix"], site.values["partition.prefix"]
     if len(site.models) > 1 and (a.startswith(p) or p.startswith(a)):
         raise ConfigError(f"{site.at('allocation.prefix')}: allocation.prefix={shown(a)} and partition.prefix="
                           f"{shown(p)} with "
@@ -133,10 +133,11 @@ def cross_checks(site: Site) -> None:
     try:
         hosts = site.hosts
     except Exception as exc:  # the hostlist parser's own message says what is wrong
-        raise ConfigError(f"{site.at('pod.hosts')}: pod.hosts={shown(site['pod.hosts'])}: {exc}") from None
+        raise ConfigError(f"{site.at('pod.hosts')}: pod.hosts={shown(site.values['pod.hosts'])}: {exc}") from None
     if len(set(hosts)) != len(hosts) or not hosts:
-        raise ConfigError(f"{site.at('pod.hosts')}: pod.hosts={shown(site['pod.hosts'])} names a host twice, or none")
-    per, pod = site["pod.ipus_per_host"], site["pod.ipus"]
+        raise ConfigError(f"{site.at('pod.hosts')}: pod.hosts={shown(site.values['pod.hosts'])} names a host twice, "
+                          "or none")
+    per, pod = site.values["pod.ipus_per_host"], site.values["pod.ipus"]
     if per > pod:
         raise ConfigError(f"{site.at('pod.ipus_per_host')}: pod.ipus_per_host={per} is more than the Pod's "
                           f"{pod} IPUs; use 1 to {pod}")
@@ -154,9 +155,10 @@ def cross_checks(site: Site) -> None:
         site.placement()
     except ConfigError as exc:
         raise ConfigError(f"{site.at('pod.hosts')}: {exc}") from None
-    timeout = site["prolog_epilog_timeout"]
+    timeout = site.values["prolog_epilog_timeout"]
     for key in ("prolog.deadline", "epilog.deadline"):
-        if site[key] >= timeout:
+        if site.values[key] >= timeout:
             default = "" if key in site.lines else " (the default)"  # not in the file: say whose value it is
-            raise ConfigError(f"{site.at(key)}: {key}={site[key]:g}{default} must be below prolog_epilog_timeout="
-                              f"{timeout} (Slurm kills the hook at that timeout); lower it or raise the timeout")
+            raise ConfigError(f"{site.at(key)}: {key}={site.values[key]:g}{default} must be below "
+                              f"prolog_epilog_timeout={timeout} (Slurm kills the hook at that timeout); lower it or "
+                              "raise the timeout")

@@ -172,7 +172,14 @@ def parse(text: str, source: str, environ: dict | None = None, overrides: dict |
             value, where = overrides[f.key], lambda: "command line"
         site.values[f.key] = _checked(where, f, value)
     cross_checks(site)
+    site.freeze()
     return site
+
+
+def reread(site: Site, **values: Any) -> Site:
+    """The same file read again with some keys set otherwise (a dotted key written with '__' for
+    '.': vipu__model="allocation"), every check run again; `site` stays as it is (frozen)."""
+    return parse(site.text, site.source, overrides={k.replace("__", "."): v for k, v in values.items()})
 
 
 def load(path: str | None = None, environ: dict | None = None, overrides: dict | None = None,

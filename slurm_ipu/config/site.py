@@ -12,6 +12,7 @@ from ..errors import ConfigError
 from ..pods import Pod, host_runs, run_features
 from ..rules import IPUS_PER_AGENT, job_name
 from .grammar import agents as _agents
+from .sections import Sections, build
 from .yamlkeys import key_lines
 
 # install.prefix of the Debian packages (`make deb`, docs/admin.md): Debian's python3 and its
@@ -25,15 +26,21 @@ PACKAGED_PATHS = {"python": "/usr/bin/python3", "hook": "/usr/libexec/slurm-ipu/
 
 
 @dataclass
-class Site:
+class Site(Sections):
     values: dict[str, Any]
     source: str
     text: str = ""
     _lines: dict[str, int] | None = field(default=None, repr=False)
     _pods: tuple | None = field(default=None, repr=False, compare=False)
 
-    def __getitem__(self, key: str) -> Any:
-        return self.values[key]
+    def freeze(self) -> None:
+        """Once the loader's checks pass: the typed sections every caller reads, and the values
+        by dotted key made read-only (what the sections were built from stays what they say)."""
+        from types import MappingProxyType
+
+        for name, value in build(self.values).items():
+            setattr(self, name, value)
+        self.values = MappingProxyType(self.values)  # type: ignore[assignment]
 
     def at(self, key: str) -> str:
         """Where a key is: the file and its line (its section's, or the first, when the file does
@@ -48,91 +55,93 @@ class Site:
             self._lines = key_lines(self.text)
         return self._lines
 
-    def scripts(self, key: str) -> list[str]:
-        """slurm.site_prolog_slurmctld / site_epilog_slurmctld as a list, in the order they run."""
-        return [item for item in (self[key] or "").split(",") if item]
+    def scripts(self, which: str) -> list[str]:
+        """The site's own controller scripts for `which` ('prolog' or 'epilog'; slurm.site_prolog_slurmctld,
+        slurm.site_epilog_slurmctld) as a list, in the order they run."""
+        given = self.slurm.site_prolog_slurmctld if which == "prolog" else self.slurm.site_epilog_slurmctld
+        return [item for item in (given or "").split(",") if item]
 
     @property
     def hosts(self) -> list[str]:
         from ..slurm.hostlist import expand
 
-        return expand(self["pod.hosts"])
+        return expand(self.values["pod.hosts"])
 
     @property
     def groups(self) -> dict[str, list[str]]:
-        return {g["name"]: list(g["pods"]) for g in self["pod_groups"] or []}
+        return {g["name"]: list(g["pods"]) for g in self.values["pod_groups"] or []}
 
     @property
     def pods(self) -> list[Pod]:
         """The Pods of a multi-Pod site; [] for one Pod (no cabling, no topology). Built once for
         the site's `pods` list (the hook service asks for every job, and each Pod expands its
         hostlist), again only if that list is replaced."""
-        entries = self["pods"] or []
+        entries = self.values["pods"] or []
         if self._pods is None or self._pods[0] is not entries:
             self._pods = (entries, [Pod(p["name"], p["ilds"], p["hosts"]) for p in entries])
         return list(self._pods[1])
 
     @property
     def ipuof_host(self) -> str:
-        return self["ipuof.host"] or self["vipu.host"]
+        return self.ipuof.host or self.vipu.host
 
     @property
     def ipuof_port(self) -> int:
-        return self["ipuof.port"] or self["vipu.port"]
+        return self.ipuof.port or self.vipu.port
 
     @property
     def slurm_conf(self) -> str:
-        return f"{self['slurm.conf_dir']}/slurm.conf"
+        return f"{self.slurm.conf_dir}/slurm.conf"
 
     @property
     def vipu_command(self) -> list[str]:
         """The hooks' vipu: the site's command, with its credentials file when there is one."""
-        return [self["vipu.command"], *self._credentials]
+        return [self.vipu.command, *self._credentials]
 
     @property
     def vipu_admin_command(self) -> list[str]:
         """The hooks' vipu-admin (the allocation model's allocations), with the same credentials."""
-        return [self["vipu.admin_command"], *self._credentials]
+        return [self.vipu.admin_command, *self._credentials]
 
     @property
     def _credentials(self) -> list[str]:
-        return ["--config", self["vipu.cli_config"]] if self["vipu.cli_config"] else []
+        return ["--config", self.vipu.cli_config] if self.vipu.cli_config else []
 
     @property
     def packaged(self) -> bool:
         """Installed from the Debian packages rather than by `make install`."""
-        return self["install.prefix"] == PACKAGED
+        return self.install.prefix == PACKAGED
 
     @property
     def python(self) -> str:
-        return PACKAGED_PATHS["python"] if self.packaged else f"{self['install.prefix']}/venv/bin/python"
+        return PACKAGED_PATHS["python"] if self.packaged else f"{self.install.prefix}/venv/bin/python"
 
     def path(self, what: str) -> str:
         """Where an installed file lives (the fragments name installed paths, never the checkout)."""
         if self.packaged and what in PACKAGED_PATHS:
             return PACKAGED_PATHS[what]
-        roots = {"hook": f"{self['install.prefix']}/libexec/slurm-ipu-hook",
-                 "hook_conf": f"{self['install.prefix']}/libexec/slurm-ipu-hook.conf",  # hook.c reads it
-                 "site": self["install.site"],
-                 "snapshot": f"{os.path.dirname(self['install.site'])}/snapshot.json",  # slurm-ipu snapshot's
-                 "unit": f"{self['install.unit_dir']}/slurm-ipu-reaper.service",
-                 "plugin": f"{self['slurm.plugin_dir']}/spank_ipu.so",
+        roots = {"hook": f"{self.install.prefix}/libexec/slurm-ipu-hook",
+                 "hook_conf": f"{self.install.prefix}/libexec/slurm-ipu-hook.conf",  # hook.c reads it
+                 "site": self.install.site,
+                 "snapshot": f"{os.path.dirname(self.install.site)}/snapshot.json",  # slurm-ipu snapshot's
+                 "unit": f"{self.install.unit_dir}/slurm-ipu-reaper.service",
+                 "plugin": f"{self.slurm.plugin_dir}/spank_ipu.so",
                  # what the SPANK plugin runs as the user in srun (`slurm-ipu step`: spank/step.c)
-                 "helper": f"{self['install.prefix']}/venv/bin/slurm-ipu"}
+                 "helper": f"{self.install.prefix}/venv/bin/slurm-ipu"}
         return roots[what]
 
     def vipu_client(self):
         from ..vipu import VipuClient
 
-        return VipuClient(command=self.vipu_command, host=self["vipu.host"], port=self["vipu.port"],
-                          timeout=self["vipu.timeout"], retries=self["vipu.retries"],
-                          emulator_flags=self["vipu.emulator"], admin_command=self.vipu_admin_command)
+        v = self.vipu
+        return VipuClient(command=self.vipu_command, host=v.host, port=v.port, timeout=v.timeout, retries=v.retries,
+                          emulator_flags=v.emulator, admin_command=self.vipu_admin_command)
 
     @property
     def models(self) -> set[str]:
         """The V-IPU models the site's jobs get: each Pod's (pods: and pod_groups: may choose), else
         vipu.model."""
-        return {p["model"] for p in self["pods"] or []} or {self["vipu.model"]}
+        return {p["model"] for p in self.values["pods"] or []} or {self.values["vipu.model"]}
 
     def model_for(self, hosts) -> str:
         """The model of a job on `hosts`: its Pods'. A job over Pods of both models gets neither
@@ -152,14 +161,14 @@ class Site:
         return [p for p in self.pods if self._entry(p.name)["model"] == model]
 
     def _entry(self, pod: str) -> dict:
-        return next(e for e in self["pods"] if e["name"] == pod)
+        return next(e for e in self.values["pods"] if e["name"] == pod)
 
     def host_models(self) -> dict[str, str]:
         """Each host of a multi-Pod site, with its Pod's model."""
         return {h: self._entry(p.name)["model"] for p in self.pods for h in p.hosts}
 
     def prefix_of(self, model: str) -> str:
-        return self["allocation.prefix" if model == "allocation" else "partition.prefix"]
+        return self.allocation.prefix if model == "allocation" else self.partition.prefix
 
     def job_name(self, job_id, hosts) -> str:
         """The name of a job's V-IPU object (its partition, or its allocation). Hosts over both
@@ -177,7 +186,7 @@ class Site:
 
     def kind_of(self, name: str) -> str:
         """Whether a job's object of this name is an allocation or a partition."""
-        prefix = self["allocation.prefix"]
+        prefix = self.allocation.prefix
         if "allocation" in self.models and name.startswith(prefix) and name[len(prefix):].isdigit():
             return "allocation"
         return "partition"
@@ -196,7 +205,7 @@ class Site:
     def host_agents(self) -> dict[str, list[str]]:
         """Every host of the site with its IPU-Machines (agents_of's mapping, built once per call:
         the health pass asks for every host at once)."""
-        per = self["pod.ipus_per_host"] // IPUS_PER_AGENT
+        per = self.values["pod.ipus_per_host"] // IPUS_PER_AGENT
         return {host: agents[k * per:(k + 1) * per]
                 for hosts_of, agents in self.pod_agents() for k, host in enumerate(hosts_of)}
 
@@ -205,15 +214,16 @@ class Site:
         node features and each host count's alternatives; ({}, {}) on a site without the model."""
         if "allocation" not in self.models:
             return {}, {}
-        runs = host_runs([hosts for hosts, _ in self.pod_agents()], self["pod.ipus_per_host"] // IPUS_PER_AGENT)
+        per = self.values["pod.ipus_per_host"] // IPUS_PER_AGENT
+        runs = host_runs([hosts for hosts, _ in self.pod_agents()], per)
         return run_features(runs)
 
     def pod_agents(self) -> list[tuple[list[str], list[str]]]:
         """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's
         agents keys, else ag0, ag1, ... counted over the Pods in the site's order."""
         pods = [(list(p.hosts), p.ipus, self._entry(p.name).get("agents")) for p in self.pods] or \
-            [(self.hosts, self["pod.ipus"], self["pod.agents"] and _agents("pod.agents", self["pod.agents"],
-                                                                             self["pod.ipus"]))]
+            [(self.hosts, self.values["pod.ipus"], self.values["pod.agents"] and
+              _agents("pod.agents", self.values["pod.agents"], self.values["pod.ipus"]))]
         first, out = 0, []
         for hosts, ipus, given in pods:
             count = ipus // IPUS_PER_AGENT

@@ -105,7 +105,7 @@ def gather(site: Site, runner=None) -> Facts:
 
         text = slurm("topology", "scontrol", "show", "topology")
         facts.topology = leaf_sets(text) if text is not None else None
-    if site["accounting.slurmdbd_host"]:
+    if site.accounting.slurmdbd_host:
         text = slurm("slurmdbd", "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
         facts.clusters = text.split() if text is not None else None
     conf = facts.config.get("SLURM_CONF") or site.slurm_conf
@@ -131,7 +131,7 @@ def gather(site: Site, runner=None) -> Facts:
             except NotTried as exc:
                 facts.errors["canary"] = str(exc)
         else:
-            facts.errors["canary"] = f"needs root (it acts as slurm.user {site['slurm.user']})"
+            facts.errors["canary"] = f"needs root (it acts as slurm.user {site.slurm.user})"
         facts.user_create = try_as_job_user(site, site.vipu_client())
     except SlurmIpuError as exc:
         facts.errors["vipu"] = str(exc)
@@ -139,7 +139,7 @@ def gather(site: Site, runner=None) -> Facts:
         facts.errors["vipu"] = f"{type(exc).__name__}: {exc}"
     if os.getuid() == 0:
         try:
-            facts.probe = probe_submit(cli, facts.slurm_version or site["slurm.version"])
+            facts.probe = probe_submit(cli, facts.slurm_version or site.slurm.version)
         except SlurmIpuError as exc:
             facts.errors["probe"] = str(exc)
     return facts
@@ -248,17 +248,17 @@ def canary(site: Site) -> str:
     first host, in the allocation a job there gets, created and removed. "ok", or why not."""
     from ..vipu import VipuClient
 
-    who = _as_user(site["slurm.user"])
-    client = VipuClient(command=[*who, *site.vipu_command], host=site["vipu.host"],
-                        port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1,
-                        emulator_flags=site["vipu.emulator"], admin_command=[*who, *site.vipu_admin_command])
-    deadline = time.monotonic() + 3 * site["vipu.timeout"]
+    who = _as_user(site.slurm.user)
+    client = VipuClient(command=[*who, *site.vipu_command], host=site.vipu.host,
+                        port=site.vipu.port, timeout=site.vipu.timeout, retries=1,
+                        emulator_flags=site.vipu.emulator, admin_command=[*who, *site.vipu_admin_command])
+    deadline = time.monotonic() + 3 * site.vipu.timeout
     if "allocation" in site.models:
         found = _canary_allocation(site, client, deadline)
         if found != "ok" or "partition" not in site.models:
             return found
     pod = (site.pods_of_model("partition") or site.pods or [None])[0]
-    allocation, hosts = (pod.name, list(pod.hosts)) if pod else (site["vipu.allocation"], site.hosts)
+    allocation, hosts = (pod.name, list(pod.hosts)) if pod else (site.vipu.allocation, site.hosts)
     with _quiet():  # the finding carries the error: one line per item
         try:
             client.ensure_partition(CANARY_NAME, 1, deadline, allocation=allocation, hosts=hosts[:1],
@@ -268,7 +268,7 @@ def canary(site: Site) -> str:
         finally:
             try:
                 client.remove_partition(CANARY_NAME, missing_ok=True,
-                                        deadline=time.monotonic() + site["vipu.timeout"])
+                                        deadline=time.monotonic() + site.vipu.timeout)
             except SlurmIpuError:
                 pass
     return "ok"
@@ -286,7 +286,7 @@ def _canary_allocation(site: Site, client, deadline: float) -> str:
     with _quiet():
         try:
             held = {a for name, agents in client.list_allocations(deadline).items()
-                    if job_of(name, site["allocation.prefix"]) is not None for a in agents}
+                    if job_of(name, site.allocation.prefix) is not None for a in agents}
             hosts = [h for p in site.pods_of_model("allocation") for h in p.hosts] or site.hosts
             free = [a for a in site.agents_of(hosts) if a not in held]
             if not free:
@@ -298,7 +298,7 @@ def _canary_allocation(site: Site, client, deadline: float) -> str:
             return str(exc)
         finally:
             try:
-                client.remove_allocation(CANARY_NAME, missing_ok=True, deadline=time.monotonic() + site["vipu.timeout"])
+                client.remove_allocation(CANARY_NAME, missing_ok=True, deadline=time.monotonic() + site.vipu.timeout)
             except SlurmIpuError:
                 pass
     return "ok"
@@ -331,17 +331,17 @@ def try_as_job_user(site: Site, hooks) -> str | None:
     if os.getuid() != 0 or setpriv is None:
         return None
     user = VipuClient(command=[setpriv, f"--reuid={PROBE_UID}", f"--regid={PROBE_UID}", "--clear-groups", "--",
-                               *site["vipu.command"].split()],
-                      host=site["vipu.host"], port=site["vipu.port"], timeout=site["vipu.timeout"], retries=1)
-    deadline = time.monotonic() + 2 * site["vipu.timeout"]
+                               *site.vipu.command.split()],
+                      host=site.vipu.host, port=site.vipu.port, timeout=site.vipu.timeout, retries=1)
+    deadline = time.monotonic() + 2 * site.vipu.timeout
     try:
         with _quiet():  # a refusal is the answer hoped for, not an error to log
-            user.create_partition(PROBE_NAME, 1, deadline=deadline, allocation=site["vipu.allocation"])
+            user.create_partition(PROBE_NAME, 1, deadline=deadline, allocation=site.vipu.allocation)
     except PermissionDenied:
         return "refused"
     except SlurmIpuError as exc:
         return f"could not tell: {exc}"
-    hooks.remove_partition(PROBE_NAME, missing_ok=True, deadline=time.monotonic() + site["vipu.timeout"])
+    hooks.remove_partition(PROBE_NAME, missing_ok=True, deadline=time.monotonic() + site.vipu.timeout)
     return "created"
 
 
@@ -351,13 +351,13 @@ def check_slurm(site: Site, facts: Facts) -> Finding:
     v = facts.slurm_version
     if v is None:
         return Finding("slurm", False, f"cannot ask Slurm its version ({facts.errors.get('slurm')})",
-                       f"check slurm.bin_dir={site['slurm.bin_dir']} and that slurmctld answers")
+                       f"check slurm.bin_dir={site.slurm.bin_dir} and that slurmctld answers")
     release = ".".join(v.split(".")[:2])
     if release not in SUPPORTED_SLURM:
         return Finding("slurm", False, f"Slurm {v} is not supported ({', '.join(SUPPORTED_SLURM)})",
                        "run a supported release")
-    if release != site["slurm.version"]:
-        return Finding("slurm", False, f"Slurm {v} runs, the site says slurm.version={site['slurm.version']}",
+    if release != site.slurm.version:
+        return Finding("slurm", False, f"Slurm {v} runs, the site says slurm.version={site.slurm.version}",
                        f"set slurm.version: \"{release}\" and re-run {_apply(site)}")
     return Finding("slurm", True, f"Slurm {v}")
 
@@ -389,7 +389,7 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
         return Finding("hooks", False, f"{', '.join(wrong)}, expected {want}",
                        "Include slurm-ipu.conf in slurm.conf (render's diff), then restart slurmctld")
     for key in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld"):
-        for script in site.scripts(key):
+        for script in site.scripts(key.split("_")[1]):
             if not os.access(script, os.X_OK):
                 return Finding("hooks", False, f"{key}: {script} is missing or not executable: every job start or "
                                "end fails", f"install the site's script there, or remove it from {key} in the site "
@@ -398,7 +398,7 @@ def check_hooks(site: Site, facts: Facts) -> Finding:
     if broken:
         return Finding("hooks", False, broken, f"{_apply(site)} (renders slurm-ipu-hook's settings"
                        + (")" if site.packaged else " and builds it)"))
-    own = [s for k in ("slurm.site_prolog_slurmctld", "slurm.site_epilog_slurmctld") for s in site.scripts(k)]
+    own = site.scripts("prolog") + site.scripts("epilog")
     return Finding("hooks", True, f"PrologSlurmctld and EpilogSlurmctld run {want}"
                    + (f", which runs the site's own {' and '.join(own)}" if own else ""))
 
@@ -437,12 +437,12 @@ def check_timeout(site: Site, facts: Facts) -> Finding:
     m = re.match(r"(\d+)", raw)
     if not m:
         return Finding("timeout", False, f"PrologEpilogTimeout={raw or '(unset)'}",
-                       f"set PrologEpilogTimeout={site['prolog_epilog_timeout']} (the slurm.conf fragment has it)")
+                       f"set PrologEpilogTimeout={site.prolog_epilog_timeout} (the slurm.conf fragment has it)")
     timeout = int(m.group(1))
-    longest = max(site["prolog.deadline"], site["epilog.deadline"])
+    longest = max(site.prolog.deadline, site.epilog.deadline)
     if timeout <= longest:
         return Finding("timeout", False, f"PrologEpilogTimeout={timeout} is not above the hooks' deadlines "
-                       f"({longest:g} s)", f"set PrologEpilogTimeout={site['prolog_epilog_timeout']}")
+                       f"({longest:g} s)", f"set PrologEpilogTimeout={site.prolog_epilog_timeout}")
     return Finding("timeout", True, f"PrologEpilogTimeout={timeout} above the hooks' deadlines ({longest:g} s)")
 
 
@@ -452,7 +452,7 @@ def check_job_submit(site: Site, facts: Facts) -> Finding:
     if "lua" not in facts.config.get("JobSubmitPlugins", ""):
         return Finding("job_submit", False, f"JobSubmitPlugins={facts.config.get('JobSubmitPlugins') or '(none)'}",
                        "JobSubmitPlugins=lua (the slurm.conf fragment has it)")
-    conf_dir = Path(facts.config.get("SLURM_CONF", f"{site['slurm.conf_dir']}/slurm.conf")).parent
+    conf_dir = Path(facts.config.get("SLURM_CONF", f"{site.slurm.conf_dir}/slurm.conf")).parent
     path = conf_dir / "job_submit.lua"
     ours = texts(site)["job_submit.lua"]
     on_disk = _job_submit_files(site, path, ours)
@@ -468,14 +468,14 @@ def _job_submit_files(site: Site, path: Path, ours: str) -> Finding:
     except OSError as exc:
         return Finding("job_submit", False, f"{path}: {exc.strerror}", f"copy the rendered job_submit.lua to {path}")
     if text == ours:
-        return Finding("job_submit", True, f"{path} is ours, for a Pod of {site['pod.ipus']} IPUs")
+        return Finding("job_submit", True, f"{path} is ours, for a Pod of {site.pod.ipus} IPUs")
     loaded = re.findall(r"dofile\(\s*[\"']([^\"']+)[\"']\s*\)", text)
     if "slurm_ipu.job_submit" in text and loaded:
         for module in loaded:
             try:
                 if Path(module).read_text() == ours:
                     return Finding("job_submit", True, f"{path} calls ours ({module}), for a Pod of "
-                                   f"{site['pod.ipus']} IPUs")
+                                   f"{site.pod.ipus} IPUs")
             except OSError:
                 continue
         return Finding("job_submit", False, f"{path} loads {', '.join(loaded)}, which is not what the site renders "
@@ -517,14 +517,14 @@ def check_licenses(site: Site, facts: Facts) -> Finding:
     lic = dict(_pairs(facts.config.get("Licenses", "")))
     gres_types = facts.config.get("GresTypes", "")
     problems = []
-    if lic.get("ipu") != str(site["pod.ipus"]):
-        problems.append(f"Licenses has ipu:{lic.get('ipu', '(none)')}, the Pod has {site['pod.ipus']}")
+    if lic.get("ipu") != str(site.pod.ipus):
+        problems.append(f"Licenses has ipu:{lic.get('ipu', '(none)')}, the Pod has {site.pod.ipus}")
     if "ipu" not in [t.strip() for t in gres_types.split(",")]:
         problems.append(f"GresTypes={gres_types or '(none)'} lacks ipu")
     if problems:
         return Finding("licenses", False, "; ".join(problems), "Include the rendered slurm.conf fragment, "
                        "then restart slurmctld (Licenses needs a restart)")
-    return Finding("licenses", True, f"Licenses=ipu:{site['pod.ipus']}, GresTypes has ipu")
+    return Finding("licenses", True, f"Licenses=ipu:{site.pod.ipus}, GresTypes has ipu")
 
 
 def _pairs(text: str):
@@ -538,7 +538,7 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
     if not facts.nodes:
         return Finding("nodes", False, f"cannot list nodes ({facts.errors.get('nodes', 'none defined')})",
                        "check that slurmctld answers")
-    want = f"ipu:{site['pod.ipus_per_host']}"
+    want = f"ipu:{site.pod.ipus_per_host}"
     runs = site.placement()[0]  # without them job_submit.lua's constraint names features no node has
     bad = []
     for host in site.hosts:
@@ -556,7 +556,7 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
     features = " and the Features slurm-ipu.conf lists for each" if runs else ""
     if bad:
         return Finding("nodes", False, "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else ""),
-                       f"Gres={want}{features} on the NodeName lines of {site['pod.hosts']} only, and the gres.conf "
+                       f"Gres={want}{features} on the NodeName lines of {site.pod.hosts} only, and the gres.conf "
                        "lines (slurm.conf.diff adds them)")
     return Finding("nodes", True, f"{len(site.hosts)} nodes with Gres={want}" + (" and their runs' Features" if runs
                                                                                  else ""))
@@ -565,7 +565,7 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
 def check_plugstack(site: Site, facts: Facts) -> Finding:
     conf = facts.config.get("PlugStackConfig", "(null)")
     if conf in ("", "(null)"):  # unset: plugstack.conf beside slurm.conf (what configless sites send)
-        conf = str(Path(facts.config.get("SLURM_CONF") or f"{site['slurm.conf_dir']}/slurm.conf").parent /
+        conf = str(Path(facts.config.get("SLURM_CONF") or f"{site.slurm.conf_dir}/slurm.conf").parent /
                    "plugstack.conf")
     lines = [ln for ln in plugstack_lines(conf) if "spank_ipu" in ln]
     fix = f"include the rendered plugstack-ipu.conf from {conf}, the same on login and compute nodes"
@@ -582,7 +582,7 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
     plugin = words[1] if len(words) > 1 else ""
     args = dict(w.split("=", 1) for w in words[2:] if "=" in w)
     want = {"vipu_host": site.ipuof_host, "vipu_port": str(site.ipuof_port),
-            "prefix": site["partition.prefix"], "helper": site.path("helper"),
+            "prefix": site.partition.prefix, "helper": site.path("helper"),
             "allocation_model": "yes" if "allocation" in site.models else "no"}
     wrong = [f"{k}={args.get(k, '(unset)')} (site: {v})" for k, v in want.items() if args.get(k) != v]
     if wrong:
@@ -601,7 +601,7 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
 
 
 def check_vipu(site: Site, facts: Facts) -> Finding:
-    creds = site["vipu.cli_config"]
+    creds = site.vipu.cli_config
     if creds:
         try:
             mode = Path(creds).stat().st_mode
@@ -610,16 +610,16 @@ def check_vipu(site: Site, facts: Facts) -> Finding:
                            "write the hooks' vipu CLI config there (vipu-admin create user prints it)")
         if mode & 0o004:
             return Finding("vipu", False, f"{creds} holds V-IPU credentials and is world-readable",
-                           f"chmod 600 {creds} (owned by {site['slurm.user']})")
+                           f"chmod 600 {creds} (owned by {site.slurm.user})")
     if facts.partitions is None:
-        return Finding("vipu", False, f"{site['vipu.command']} does not answer: {facts.errors.get('vipu')}",
-                       f"check the controller at {site['vipu.host']}:{site['vipu.port']} and vipu.command")
+        return Finding("vipu", False, f"{site.vipu.command} does not answer: {facts.errors.get('vipu')}",
+                       f"check the controller at {site.vipu.host}:{site.vipu.port} and vipu.command")
     used = sum(p.size for p in facts.partitions)
-    if used > site["pod.ipus"]:
-        return Finding("vipu", False, f"V-IPU has {used} IPUs in partitions, more than the Pod's {site['pod.ipus']}",
+    if used > site.pod.ipus:
+        return Finding("vipu", False, f"V-IPU has {used} IPUs in partitions, more than the Pod's {site.pod.ipus}",
                        "pod.ipus must be the IPUs of this controller's allocation")
-    return Finding("vipu", True, f"{site['vipu.host']}:{site['vipu.port']} answers: {len(facts.partitions)} "
-                   f"partition(s), {used} of {site['pod.ipus']} IPUs in use")
+    return Finding("vipu", True, f"{site.vipu.host}:{site.vipu.port} answers: {len(facts.partitions)} "
+                   f"partition(s), {used} of {site.pod.ipus} IPUs in use")
 
 
 def check_merged(site: Site, facts: Facts) -> Finding:
@@ -693,19 +693,19 @@ def check_canary(site: Site, facts: Facts) -> Finding:
     if facts.canary != "ok":
         hows = []
         if "allocation" in site.models:
-            hows.append(f"list slurm.user ({site['slurm.user']}) under admins: in the emulator's cluster file"
-                        if site["vipu.emulator"] else f"make the hooks' V-IPU user a V-IPU administrator "
-                        f"({site['vipu.admin_command']}'s credentials)")
+            hows.append(f"list slurm.user ({site.slurm.user}) under admins: in the emulator's cluster file"
+                        if site.vipu.emulator else f"make the hooks' V-IPU user a V-IPU administrator "
+                        f"({site.vipu.admin_command}'s credentials)")
         if "partition" in site.models:
-            hows.append(f"grant the allocation to slurm.user ({site['slurm.user']}) in the emulator's cluster file "
-                        "(grants:)" if site["vipu.emulator"] else f"give the hooks' V-IPU user (vipu.cli_config) the "
-                        f"right to create partitions in allocation {site['vipu.allocation'] or '(the default)'} for "
+            hows.append(f"grant the allocation to slurm.user ({site.slurm.user}) in the emulator's cluster file "
+                        "(grants:)" if site.vipu.emulator else f"give the hooks' V-IPU user (vipu.cli_config) the "
+                        f"right to create partitions in allocation {site.vipu.allocation or '(the default)'} for "
                         "jobs' users")
         how = "; and ".join(hows)
-        return Finding("canary", False, f"the hooks' create of {what} as {site['slurm.user']} failed: "
+        return Finding("canary", False, f"the hooks' create of {what} as {site.slurm.user} failed: "
                        f"{facts.canary}", f"every IPU job start fails so: {how}")
     return Finding("canary", True, f"an IPU job passes job_submit.lua (sbatch --test-only), and the hooks create and "
-                   f"remove {what} as {site['slurm.user']}")
+                   f"remove {what} as {site.slurm.user}")
 
 
 def check_queue(site: Site, facts: Facts) -> Finding:
@@ -722,7 +722,7 @@ def check_queue(site: Site, facts: Facts) -> Finding:
 def check_grants(site: Site, facts: Facts) -> Finding:
     """V-IPU only through Slurm: a job's user cannot make partitions in the allocation Slurm
     schedules (docs/admin.md)."""
-    where = f"allocation {site['vipu.allocation'] or '(the default)'}"
+    where = f"allocation {site.vipu.allocation or '(the default)'}"
     tried = facts.user_create
     if tried is None:
         return Finding("grants", True, f"a create in {where} as a job's user: needs root (it acts as another user)",
@@ -741,26 +741,26 @@ def check_grants(site: Site, facts: Facts) -> Finding:
 def check_state_dir(site: Site, facts: Facts) -> Finding:
     import pwd
 
-    path = Path(site["state_dir"])
+    path = Path(site.state_dir)
     try:
         st = path.stat()
     except OSError as exc:
         return Finding("state_dir", False, f"{path}: {exc.strerror}", f"{_apply(site)} creates it")
     try:
-        user = pwd.getpwnam(site["slurm.user"])
+        user = pwd.getpwnam(site.slurm.user)
     except KeyError:
-        return Finding("state_dir", False, f"slurm.user={site['slurm.user']} is not a user here",
+        return Finding("state_dir", False, f"slurm.user={site.slurm.user} is not a user here",
                        "set slurm.user to SlurmUser")
     if st.st_uid != user.pw_uid or not st.st_mode & 0o200:
-        return Finding("state_dir", False, f"{path} is not writable by {site['slurm.user']} (the hooks' user)",
-                       f"chown {site['slurm.user']} {path} && chmod 700 {path}")
+        return Finding("state_dir", False, f"{path} is not writable by {site.slurm.user} (the hooks' user)",
+                       f"chown {site.slurm.user} {path} && chmod 700 {path}")
     if st.st_mode & 0o002:
         return Finding("state_dir", False, f"{path} is world-writable", f"chmod 700 {path}")
     room = _room(path)
     if room:
         return Finding("state_dir", False, f"{path} has {room}: a prolog that cannot write its record holds "
                        "the job", f"free space on {path}'s file system")
-    return Finding("state_dir", True, f"{path} owned by {site['slurm.user']}")
+    return Finding("state_dir", True, f"{path} owned by {site.slurm.user}")
 
 
 STATE_MIN_BYTES = 64 << 20  # a record, a journal entry and a log line per job: far below this
@@ -783,13 +783,13 @@ def _room(path: Path) -> str | None:
 def _queued(site: Site) -> list[dict]:
     from ..hooks.journal import Journal
 
-    return Journal(site["state_dir"]).entries()
+    return Journal(site.state_dir).entries()
 
 
 def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding:
     now = time.time() if now is None else now
     queued = _queued(site)
-    limit = 2 * site["reap.interval"]
+    limit = 2 * site.reap.interval
     stale = [q for q in queued if now - float(q.get("time", 0)) > limit]
     if stale:
         names = ", ".join(q.get("partition", "?") for q in stale[:5])
@@ -829,7 +829,7 @@ def _alive_later(jobs_after: dict[int, str] | None, job: int) -> bool:
 
 
 def check_accounting(site: Site, facts: Facts) -> Finding:
-    host = site["accounting.slurmdbd_host"]
+    host = site.accounting.slurmdbd_host
     if not host:
         return Finding("accounting", True, "no slurmdbd in the site description: sacct shows no IPUs")
     kind = facts.config.get("AccountingStorageType", "")
@@ -846,22 +846,22 @@ def check_accounting(site: Site, facts: Facts) -> Finding:
     if facts.clusters is None:
         return Finding("accounting", False, f"slurmdbd does not answer ({facts.errors.get('slurmdbd')})",
                        f"start slurmdbd on {host} (systemctl start slurmdbd)")
-    if site["cluster"] not in facts.clusters:
-        return Finding("accounting", False, f"slurmdbd knows no cluster {site['cluster']} "
+    if site.cluster not in facts.clusters:
+        return Finding("accounting", False, f"slurmdbd knows no cluster {site.cluster} "
                        f"({', '.join(facts.clusters) or 'none'})",
-                       f"check ClusterName in slurm.conf, or sacctmgr add cluster {site['cluster']}")
-    return Finding("accounting", True, f"slurmdbd has cluster {site['cluster']}, tracking gres/ipu and license/ipu")
+                       f"check ClusterName in slurm.conf, or sacctmgr add cluster {site.cluster}")
+    return Finding("accounting", True, f"slurmdbd has cluster {site.cluster}, tracking gres/ipu and license/ipu")
 
 
 def check_service(site: Site, facts: Facts) -> Finding:
     from ..hooks import remover
     from ..hooks.endpoint import socket_path
 
-    if not remover.is_service(remover.holder(site["state_dir"])):
+    if not remover.is_service(remover.holder(site.state_dir)):
         return Finding("service", False, "the hook service is not running: every IPU job's prolog and epilog "
                        "start Python (slower job turnover) and orphans wait for a manual reap",
                        "systemctl enable --now slurm-ipu-reaper")
-    if not stat.S_ISSOCK(_lstat_mode(socket_path(site["state_dir"]))):
+    if not stat.S_ISSOCK(_lstat_mode(socket_path(site.state_dir))):
         return Finding("service", False, "the hook service runs, but without its hook socket (a slurm-ipu "
                        "older than slurm-ipu-hook?): every IPU job's hooks start Python",
                        "systemctl restart slurm-ipu-reaper")
@@ -869,7 +869,7 @@ def check_service(site: Site, facts: Facts) -> Finding:
     if stalled:
         return Finding("service", False, f"the hook service runs, but {stalled}: a thread is stuck (nothing "
                        "reaped, drained or counted)", "systemctl restart slurm-ipu-reaper, and report the last "
-                       f"lines of {site['state_dir']}/hooks.log")
+                       f"lines of {site.state_dir}/hooks.log")
     return Finding("service", True, "the hook service runs (slurm-ipu reap --watch) and takes IPU jobs' "
                    "prologs and epilogs on its socket")
 
@@ -881,16 +881,16 @@ def _stalled_pass(site: Site, now: float | None = None) -> str | None:
     from ..hooks import remover, stats
 
     now = time.time() if now is None else now
-    doc = stats.load(site["state_dir"]) or stats.empty()
+    doc = stats.load(site.state_dir) or stats.empty()
     try:
-        started = remover.lock_path(site["state_dir"]).stat().st_mtime
+        started = remover.lock_path(site.state_dir).stat().st_mtime
     except OSError:
         return None
     for name in stats.PASSES:
-        interval = site[f"{name}.interval"]
+        interval = getattr(site, name).interval  # reap.interval, health.interval
         if interval <= 0:
             continue
-        limit = 3 * interval + site["epilog.deadline"] + 30
+        limit = 3 * interval + site.epilog.deadline + 30
         last = max(doc["passes"].get(name, 0.0), started)
         if now - last > limit:
             return f"its last {name} pass ended {now - last:.0f} s ago (limit {limit:g} s)"
@@ -909,7 +909,7 @@ def check_drains(site: Site, facts: Facts) -> Finding:
         return Finding("drains", True, "no node drained by the health pass")
     shown = ", ".join(f"{n} ({nodes[n][1].split(' [', 1)[0]})" for n in ours[:4]) + \
         (f" and {len(ours) - 4} more" if len(ours) > 4 else "")
-    if site["health.interval"] <= 0 or not remover.is_service(remover.holder(site["state_dir"])):
+    if site.health.interval <= 0 or not remover.is_service(remover.holder(site.state_dir)):
         return Finding("drains", False, f"{len(ours)} node(s) drained by the health pass and no pass to lift them: "
                        f"{shown}", "start the hook service (systemctl enable --now slurm-ipu-reaper), or run "
                        "slurm-ipu health once their IPU-Machines are Up")
@@ -924,31 +924,31 @@ def check_metrics(site: Site, facts: Facts, now: float | None = None) -> Finding
     import grp
     import pwd
 
-    path = site["metrics.textfile"]
+    path = site.metrics.textfile
     if not path:
         return Finding("metrics", True, "no metrics.textfile: `slurm-ipu metrics` on demand only")
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        st, user = os.stat(folder), pwd.getpwnam(site["slurm.user"])
+        st, user = os.stat(folder), pwd.getpwnam(site.slurm.user)
     except (OSError, KeyError) as exc:
         return Finding("metrics", False, f"metrics.textfile's directory {folder}: {getattr(exc, 'strerror', exc)}",
-                       f"mkdir -p {folder} && chown {site['slurm.user']} {folder} && chmod 755 {folder}")
+                       f"mkdir -p {folder} && chown {site.slurm.user} {folder} && chmod 755 {folder}")
     mode = st.st_mode & 0o7777
     group = st.st_gid not in (0, user.pw_gid)
     if mode & 0o002 or (mode & 0o020 and group) or st.st_uid not in (0, user.pw_uid):
         who = "every user" if mode & 0o002 else (f"uid {st.st_uid}" if st.st_uid not in (0, user.pw_uid)
                                                  else f"group {_group_name(grp, st.st_gid)}")
         return Finding("metrics", False, f"{folder} (mode {mode:o}) can be written by {who}: a .prom planted or "
-                       "replaced there is served as slurm-ipu's", f"chown {site['slurm.user']} {folder} && "
+                       "replaced there is served as slurm-ipu's", f"chown {site.slurm.user} {folder} && "
                        f"chmod 755 {folder}")
     writable = (st.st_uid == user.pw_uid and mode & 0o200) or (st.st_gid == user.pw_gid and mode & 0o020)
     if not writable:
-        return Finding("metrics", False, f"{folder} is not writable by {site['slurm.user']}: the hook service "
-                       "cannot write the textfile", f"chown {site['slurm.user']} {folder}")
+        return Finding("metrics", False, f"{folder} is not writable by {site.slurm.user}: the hook service "
+                       "cannot write the textfile", f"chown {site.slurm.user} {folder}")
     stale = _stale_textfile(site, path, now)
     if stale:
         return Finding("metrics", False, stale, "check the hook service (journalctl -u slurm-ipu-reaper)")
-    return Finding("metrics", True, f"{path} in a directory only {site['slurm.user']} and root can write")
+    return Finding("metrics", True, f"{path} in a directory only {site.slurm.user} and root can write")
 
 
 def _group_name(grp, gid: int) -> str:
@@ -963,15 +963,15 @@ def _stale_textfile(site: Site, path: str, now: float | None) -> str | None:
     service not writing it (node_exporter would serve the last numbers as current)."""
     from ..hooks import remover
 
-    interval = site["health.interval"]
-    if interval <= 0 or not remover.is_service(remover.holder(site["state_dir"])):
+    interval = site.health.interval
+    if interval <= 0 or not remover.is_service(remover.holder(site.state_dir)):
         return None
     now = time.time() if now is None else now
-    limit = 3 * interval + site["epilog.deadline"] + 30
+    limit = 3 * interval + site.epilog.deadline + 30
     try:
-        since = max(os.stat(path).st_mtime, remover.lock_path(site["state_dir"]).stat().st_mtime)
+        since = max(os.stat(path).st_mtime, remover.lock_path(site.state_dir).stat().st_mtime)
     except FileNotFoundError:
-        since = remover.lock_path(site["state_dir"]).stat().st_mtime
+        since = remover.lock_path(site.state_dir).stat().st_mtime
     return f"{path} last written {now - since:.0f} s ago (limit {limit:g} s)" if now - since > limit else None
 
 
@@ -1039,7 +1039,7 @@ def _step(cli, site: Site, host: str) -> str:
         return f"busy: {exc}" if busy else str(exc)
     env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
     partition = env.get("IPUOF_VIPU_API_PARTITION_ID")
-    want = rules.job_name(site["partition.prefix"], env.get("SLURM_JOB_ID"))
+    want = rules.job_name(site.partition.prefix, env.get("SLURM_JOB_ID"))
     if partition is None:
         return "its task saw no IPUOF_VIPU_API_PARTITION_ID (the SPANK plugin is not loaded there)"
     return "ok" if partition == want else f"its task saw IPUOF_VIPU_API_PARTITION_ID={partition}, not {want}"

@@ -96,8 +96,70 @@ def options_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
+SECTIONS = "slurm_ipu/config/sections.py"
+INTERNAL = ("pods", "pod_groups")  # the loader's checks read them into Site.pods and Site.groups
+
+SECTIONS_HEAD = '''"""The site description's typed sections: a frozen dataclass per section of the option table
+(slurm_ipu/config/options.py), generated from it by `make generated` (slurm_ipu/deploy/example.py;
+a unit test keeps this file equal to what it prints). A loaded Site holds one of each
+(Site.freeze), so a key is read as `site.vipu.host`; a misspelt one fails where it is read, and a
+test reads every such read in the package against the table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+'''
+
+BUILD = '''
+
+def build(values: dict[str, Any]) -> dict[str, Any]:
+    """Each top-level key's value and each section, from the loader's checked values by dotted key."""
+    out: dict[str, Any] = {key: values[key] for key in TOP}
+    for name, kind in SECTIONS.items():
+        prefix = name + "."
+        out[name] = kind(**{key[len(prefix):]: value for key, value in values.items() if key.startswith(prefix)})
+    return out
+'''
+
+
+def _annotation(f: Field) -> str:
+    name = f.type.__name__
+    return f"{name} | None" if f.default is None and not f.required else name
+
+
+def _class(section: str) -> str:
+    return "".join(w.capitalize() for w in section.split("_")) + "Section"
+
+
+def sections_py() -> str:
+    """The sections module: a class per dotted section, and Sections, what a Site holds."""
+    by_section: dict[str, list[Field]] = {}
+    top: list[Field] = []
+    for f in FIELDS:
+        if f.key in INTERNAL:
+            continue
+        head, dot, _ = f.key.partition(".")
+        (by_section.setdefault(head, []) if dot else top).append(f)
+    out = [SECTIONS_HEAD]
+    for section, fields in by_section.items():
+        out.append(f"\n@dataclass(frozen=True)\nclass {_class(section)}:")
+        out.extend(f"    {f.key.partition('.')[2]}: {_annotation(f)}" for f in fields)
+        out.append("")
+    out.append("\nclass Sections:")
+    out.append('    """What a loaded site holds: each top-level key, and each section (Site.freeze sets them)."""')
+    out.extend(f"    {f.key}: {_annotation(f)}" for f in top)
+    out.extend(f"    {section}: {_class(section)}" for section in by_section)
+    out.append("\n")
+    out.append("SECTIONS = {")
+    out.extend(f'    "{s}": {_class(s)},' for s in by_section)
+    out.append("}")
+    out.append("TOP = (" + ", ".join(f'"{f.key}"' for f in top) + ")")
+    return "\n".join(out) + "\n" + BUILD
+
+
 def generated() -> dict[str, str]:
-    return {EXAMPLE: example_yaml(), OPTIONS: options_markdown()}
+    return {EXAMPLE: example_yaml(), OPTIONS: options_markdown(), SECTIONS: sections_py()}
 
 
 def main() -> int:

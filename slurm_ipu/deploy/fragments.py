@@ -56,7 +56,7 @@ def group_context(site: Site) -> list[dict]:
 
 
 def _others_switch(site: Site) -> str:
-    taken = {p.name for p in site.pods} | set(site.groups) | {site["vipu.allocation"]}
+    taken = {p.name for p in site.pods} | set(site.groups) | {site.vipu.allocation}
     return next(name for name in ("site", "site_nodes", "slurm_ipu_site") if name not in taken)
 
 
@@ -82,23 +82,23 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "site": site.values, "source": Path(site.source).name,
         "site_path": site.path("site"), "plugin": site.path("plugin"),
         "python": site.python, "ipuof_host": site.ipuof_host, "ipuof_port": site.ipuof_port,
-        "hook": hook_paths(site["state_dir"]) | {
+        "hook": hook_paths(site.state_dir) | {
             "site": site.path("site"), "python": site.python,
-            "site_prolog": site.scripts("slurm.site_prolog_slurmctld"),
-            "site_epilog": site.scripts("slurm.site_epilog_slurmctld"),
-            "prolog_wait": prolog_wait(site["prolog.deadline"], site["prolog_epilog_timeout"])},
-        **render.pod_values(site["pod.ipus"]),
-        "licences": licences.lua_values(site["slurm.version"]), "limits": limits.lua_values(),
-        "ipus_per_host": site["pod.ipus_per_host"], "gres_prefix": releases.tres_prefix(site["slurm.version"]),
+            "site_prolog": site.scripts("prolog"),
+            "site_epilog": site.scripts("epilog"),
+            "prolog_wait": prolog_wait(site.prolog.deadline, site.prolog_epilog_timeout)},
+        **render.pod_values(site.pod.ipus),
+        "licences": licences.lua_values(site.slurm.version), "limits": limits.lua_values(),
+        "ipus_per_host": site.pod.ipus_per_host, "gres_prefix": releases.tres_prefix(site.slurm.version),
         "whole_hosts": site.models == {"allocation"}, "mixed": len(site.models) > 1,
         "allocation_model": "allocation" in site.models, "helper": site.path("helper"),  # spank/step.c
         "host_models": site.host_models() if len(site.models) > 1 else {},
         **placement_values(site),
-        "pods": pod_context(site), "top_switch": site["vipu.allocation"], "groups": group_context(site),
+        "pods": pod_context(site), "top_switch": site.vipu.allocation, "groups": group_context(site),
         "top_members": top_switches(site), "job_prefixes": site.job_prefixes,
         # the emulator keeps these names to the hooks: every job-named object, the allocation model's
         # step partitions (partition prefix + job + _step) too, not only what the job itself holds
-        "reserved_prefixes": sorted({*site.job_prefixes, site["partition.prefix"]}),
+        "reserved_prefixes": sorted({*site.job_prefixes, site.partition.prefix}),
         # the site's nodes in no Pod: a leaf of their own, so each keeps a path in the tree
         "others": (merged.others if merged else []), "others_switch": _others_switch(site),
     }

@@ -206,10 +206,10 @@ def _check(args, prefix: str):
 
         site = load(args.site, twins=False)  # the file installed is the file rendered
         refuse_repeated_keys(site)
-        if site["install.prefix"] != prefix:
-            raise ConfigError(f"install: {args.site} has install.prefix={site['install.prefix']}, but PREFIX="
+        if site.install.prefix != prefix:
+            raise ConfigError(f"install: {args.site} has install.prefix={site.install.prefix}, but PREFIX="
                               f"{prefix}; make them equal (the rendered files name that prefix)")
-        args.plugin_dir = site["slurm.plugin_dir"]
+        args.plugin_dir = site.slurm.plugin_dir
     if args.spank_src:
         args.plugin = _build_spank(Path(args.spank_src), args.slurm_prefix)
     if args.plugin and not Path(args.plugin).is_file():
@@ -246,7 +246,7 @@ def install(args) -> int:
     inst = Installer(args.prefix, args.destdir, args.dry_run)
     site = _check(args, inst.prefix)
     links = {f"{args.bindir}/{name}": f"{inst.prefix}/venv/bin/{name}" for name in COMMANDS}
-    if site is not None and site["install.poprun"]:  # PopRun's name for ipurun, when the site asks
+    if site is not None and site.install.poprun:  # PopRun's name for ipurun, when the site asks
         links[f"{args.bindir}/poprun"] = f"{inst.prefix}/venv/bin/ipurun"
     for path in links:
         inst.check_link(path)
@@ -290,8 +290,8 @@ def _install_site(inst: Installer, site, source: str) -> None:
     inst.file(site.path("hook"), _hook(), 0o755)
     inst.file(site.path("site"), Path(source).read_bytes(), 0o644)
     inst.file(site.path("unit"), texts["slurm-ipu-reaper.service"].encode())
-    user = site["slurm.user"]
-    inst.directory(site["state_dir"], owner=user if _user_exists(user) else None)
+    user = site.slurm.user
+    inst.directory(site.state_dir, owner=user if _user_exists(user) else None)
 
 
 def _hook() -> bytes:
@@ -424,7 +424,7 @@ def _stop_service(doc: dict) -> None:
     from ..hooks import remover
 
     try:
-        who = remover.holder(site["state_dir"])
+        who = remover.holder(site.state_dir)
     except OSError:
         return
     if not remover.is_service(who):
@@ -438,7 +438,7 @@ def _stop_service(doc: dict) -> None:
     except OSError:
         return
     # it finishes the prologs it runs first (bounded by their deadline)
-    poll(lambda: not pid_alive(pid), site["prolog.deadline"] + site["epilog.deadline"] + 10)
+    poll(lambda: not pid_alive(pid), site.prolog.deadline + site.epilog.deadline + 10)
     print(f"uninstall: stopped the hook service (pid {pid})")
 
 

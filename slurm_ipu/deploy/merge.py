@@ -46,20 +46,20 @@ class Merged:
 
 def ours(site: Site) -> dict[str, str]:
     """What the fragment sets on a site with no slurm.conf of its own."""
-    values = {"GresTypes": "ipu", "Licenses": f"ipu:{site['pod.ipus']}",
+    values = {"GresTypes": "ipu", "Licenses": f"ipu:{site.pod.ipus}",
               "PrologSlurmctld": site.path("hook"), "EpilogSlurmctld": site.path("hook"),
-              "PrologEpilogTimeout": str(site["prolog_epilog_timeout"]), "JobSubmitPlugins": "lua",
+              "PrologEpilogTimeout": str(site.prolog_epilog_timeout), "JobSubmitPlugins": "lua",
               "PropagateResourceLimitsExcept": "MEMLOCK"}
     if site.pods:
         values["TopologyPlugin"] = "topology/tree"
         values["SchedulerParameters"] = f"max_switch_wait={SWITCH_WAIT}"
-    if site["accounting.slurmdbd_host"]:
+    if site.accounting.slurmdbd_host:
         values["AccountingStorageTRES"] = "gres/ipu,license/ipu"
     return values
 
 
 def fragment_path(site: Site) -> str:
-    return f"{site['slurm.conf_dir']}/{FRAGMENT}"
+    return f"{site.slurm.conf_dir}/{FRAGMENT}"
 
 
 def include_line() -> str:
@@ -159,12 +159,13 @@ def _hooks(site: Site, key: str, settings: list[Setting], value: str) -> str:
             raise ConfigError(f"render: {s.where}: {key}={s.value} is one path to Slurm, not a list (22.05 then runs "
                               f"no {key}, 23.02 and later do not start): write one {key} line per script, or name "
                               f"them in the site description (slurm.{field}: {s.value})")
-    runs = [s.value for s in theirs] if releases.runs_every_controller_script_line(site["slurm.version"]) else \
+    runs = [s.value for s in theirs] if releases.runs_every_controller_script_line(site.slurm.version) else \
         [s.value for s in theirs[-1:]]
     runs = list(dict.fromkeys(runs))
-    missing = [s for s in theirs if s.value in runs and s.value not in site.scripts(f"slurm.{field}")]
+    named = site.scripts("prolog" if "prolog" in field else "epilog")
+    missing = [s for s in theirs if s.value in runs and s.value not in named]
     if missing:
-        what = "it" if len(runs) == 1 else f"all {len(runs)} (Slurm {site['slurm.version']} runs every {key} line)"
+        what = "it" if len(runs) == 1 else f"all {len(runs)} (Slurm {site.slurm.version} runs every {key} line)"
         raise ConfigError(f"render: {missing[0].where}: {key}={missing[0].value} is the site's own, and slurm-ipu-hook "
                           f"takes {key}'s place: name {what} in the site description (slurm.{field}: "
                           f"{','.join(runs)}) and render again; the hook then runs them, in that order, for every job "
@@ -218,7 +219,7 @@ def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
     Gres= on the line replaces the default's), ours added or corrected. Lines already right are
     left."""
     pod = _pod_hosts(site)
-    want = f"ipu:{site['pod.ipus_per_host']}"
+    want = f"ipu:{site.pod.ipus_per_host}"
     out = []
     for node in nodes:
         if node.names.upper() == "DEFAULT":
@@ -372,7 +373,7 @@ def unmerge(site: Site, slurm_conf: str) -> dict[str, tuple[str, str]]:
     re-renders it went through: (its text, its text un-merged), for the files that change."""
     conf = slurmconf.read(slurm_conf, skip={fragment_path(site)})
     includes = {include_line(), f"Include {fragment_path(site)}"}  # the absolute one: earlier releases'
-    topology = Path(site["slurm.conf_dir"]) / topomerge.FILE
+    topology = Path(site.slurm.conf_dir) / topomerge.FILE
     out = {}
     for path in [*conf.files, *([str(topology)] if topology.is_file() else [])]:
         text = Path(path).read_text()

@@ -81,9 +81,9 @@ def gather(site, client=None, slurm=None, deadline: float | None = None) -> dict
         except SlurmIpuError as exc:
             facts[source], errors[source] = None, str(exc)
     facts["errors"] = errors
-    facts["queued"] = _journal_depth(site["state_dir"])
+    facts["queued"] = _journal_depth(site.state_dir)
     facts["drained"] = _drained(facts["nodes"])
-    facts["hooks"] = _hook_stats(site["state_dir"])
+    facts["hooks"] = _hook_stats(site.state_dir)
     return facts
 
 
@@ -113,8 +113,8 @@ def _drained(nodes: dict[str, tuple[str, str]] | None) -> int | None:
 
 def pods(site) -> list[tuple[str, int, list[str]]]:
     """(Pod name, its IPUs, its IPU-Machines) in the site's order; a one-Pod site's is its cluster."""
-    names = [p.name for p in site.pods] or [site["cluster"]]
-    ipus = [p.ipus for p in site.pods] or [site["pod.ipus"]]
+    names = [p.name for p in site.pods] or [site.cluster]
+    ipus = [p.ipus for p in site.pods] or [site.pod.ipus]
     return [(n, i, agents) for n, i, (_, agents) in zip(names, ipus, site.pod_agents(), strict=True)]
 
 

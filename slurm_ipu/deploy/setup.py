@@ -43,7 +43,7 @@ def setup(site: Site) -> list[str]:
     from . import fragments
 
     if not site.packaged:
-        raise ConfigError(f"setup: {site.source} has install.prefix={site['install.prefix']}: setup is for nodes "
+        raise ConfigError(f"setup: {site.source} has install.prefix={site.install.prefix}: setup is for nodes "
                           f"installed from the Debian packages (install.prefix: {PACKAGED}); a `make install` takes "
                           "the site description as `make install SITE=...`")
     texts = fragments.texts(site)
@@ -51,9 +51,9 @@ def setup(site: Site) -> list[str]:
                                        (site.path("plugstack"), texts["plugstack-ipu.conf"]),
                                        (site.path("unit_dropin"), dropin(texts["slurm-ipu-reaper.service"])))
                if _write(Path(path), text)]
-    if _state_dir(site["state_dir"], site["slurm.user"]):
-        changed.append(site["state_dir"])
-    if _poprun(site["install.poprun"], site.path("poprun"), site.path("ipurun")):
+    if _state_dir(site.state_dir, site.slurm.user):
+        changed.append(site.state_dir)
+    if _poprun(site.install.poprun, site.path("poprun"), site.path("ipurun")):
         changed.append(site.path("poprun"))
     if site.path("unit_dropin") in changed and Path("/run/systemd/system").is_dir() and shutil.which("systemctl"):
         import subprocess

@@ -93,19 +93,19 @@ def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None)
         jobs, errors["squeue"] = {}, str(exc)
     lic = parse_licenses(slurm("scontrol", "show", "licenses", "ipu", "--oneliner") or "")
     usage = None
-    if site["accounting.slurmdbd_host"]:
+    if site.accounting.slurmdbd_host:
         now = time.time() if now is None else now
         since = now - days * 86400
         text = slurm("sacct", "-a", "-X", "-n", "-P", "-S", time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since)),
                      "-E", "now", "-o", "User,AllocTRES,Start,End", extra={"SLURM_TIME_FORMAT": "%s"})
         usage = None if text is None else {"days": days, "ipu_hours": parse_usage(text, since, now)}
     created, queued, restricted = {}, [], []
-    if os.access(site["state_dir"], os.R_OK | os.X_OK):
-        ledger = Ledger(site["state_dir"])
+    if os.access(site.state_dir, os.R_OK | os.X_OK):
+        ledger = Ledger(site.state_dir)
         created = {p.name: (ledger.get(p.name) or {}).get("time") for p in partitions or []}
-        queued = Journal(site["state_dir"]).entries()
+        queued = Journal(site.state_dir).entries()
     else:  # root's and slurm.user's: a user sees the rest
-        restricted.append(f"partition ages and queued removals: {site['state_dir']} is not readable by uid "
+        restricted.append(f"partition ages and queued removals: {site.state_dir} is not readable by uid "
                           f"{os.getuid()} (run status as root)")
     return {"partitions": partitions, "jobs": jobs, "licenses": lic, "created": created, "queued": queued,
             "usage": usage, "errors": errors, "restricted": restricted}
@@ -126,7 +126,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
                         round(now - since, 1) if since else None, job is not None,
                         job is not None and info.get("state", "GONE") not in LIVE_STATES,
                         [pod for pod, n in _per_pod(p, pods).items() if n] if pods else None))
-    pod = site["pod.ipus"]
+    pod = site.pod.ipus
     vipu_used = sum(r.size for r in rows) if facts["partitions"] is not None else None
     ours_used = sum(r.size for r in rows if r.ours and not r.orphan)
     slurm_used = facts["licenses"].get("used")
@@ -135,7 +135,7 @@ def build(site: Site, facts: dict, now: float | None = None) -> dict:
         disagreement = (f"Slurm's ipu licence has {slurm_used} in use, V-IPU has {ours_used} in partitions of "
                         "live jobs (a prolog or epilog at work shows briefly; a lasting gap is worth a doctor run)")
     return {
-        "cluster": site["cluster"], "pod_ipus": pod, "model": "/".join(sorted(site.models)),
+        "cluster": site.cluster, "pod_ipus": pod, "model": "/".join(sorted(site.models)),
         "vipu": None if vipu_used is None else {"used": vipu_used, "free": pod - vipu_used},
         "slurm": facts["licenses"] or None, "disagreement": disagreement,
         "pods": [{"name": pod["name"], "hosts": pod["hostlist"], "ilds": pod["ild_ids"],

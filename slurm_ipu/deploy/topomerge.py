@@ -38,7 +38,7 @@ class TopologyMerge:
 
 def site_topology(site: Site) -> str | None:
     """The site's own topology.conf, beside slurm.conf, if it has one and the site has Pods."""
-    path = Path(site["slurm.conf_dir"]) / FILE
+    path = Path(site.slurm.conf_dir) / FILE
     return str(path) if site.pods and path.is_file() else None
 
 
@@ -131,7 +131,7 @@ def _attach(site: Site, tops: list[str], switches: list[Switch], parents: dict[s
     if not tops:
         return
     roots = [s for s in switches if s.name not in parents]
-    top = site["vipu.allocation"]
+    top = site.vipu.allocation
     if len(roots) == 1 and roots[0].switches and not roots[0].nodes:
         kids[roots[0].name] = [*kids[roots[0].name], *tops]
         return

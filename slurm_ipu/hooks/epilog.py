@@ -27,12 +27,12 @@ from .removal import owed, queue, work_off
 def run(ctx: JobContext, cfg, client, clock=time.monotonic, sleep=time.sleep) -> int:
     if not owed(cfg, ctx):
         return 0
-    deadline = clock() + cfg["epilog.deadline"]
+    deadline = clock() + cfg.epilog.deadline
     name = queue(cfg, ctx)
-    journal, pause, failed = Journal(cfg["state_dir"]), 0.05, {}
+    journal, pause, failed = Journal(cfg.state_dir), 0.05, {}
     while True:
         try:  # the role for one pass, never while waiting: other epilogs remove meanwhile
-            with remover.held(cfg["state_dir"], "epilog", max(0.0, deadline - clock()), clock, sleep):
+            with remover.held(cfg.state_dir, "epilog", max(0.0, deadline - clock()), clock, sleep):
                 done, failed = work_off(cfg, client, [name], deadline, clock)
         except remover.Busy as busy:
             _left(cfg, ctx, name, f"{remover.describe(busy.holder)} removes it" if remover.is_service(busy.holder)
@@ -46,10 +46,10 @@ def run(ctx: JobContext, cfg, client, clock=time.monotonic, sleep=time.sleep) ->
         sleep(pause)
         pause = min(pause * 2, 1.0)
     for exc in failed.values():
-        report(cfg["state_dir"], f"job {ctx.job_id}: {cfg.kind_of(name)} {name} not removed ({exc}); journaled for "
+        report(cfg.state_dir, f"job {ctx.job_id}: {cfg.kind_of(name)} {name} not removed ({exc}); journaled for "
                                  "the hook service or `slurm-ipu reap`")
     return 0
 
 
 def _left(cfg, ctx: JobContext, name: str, why: str) -> None:
-    report(cfg["state_dir"], f"job {ctx.job_id}: {cfg.kind_of(name)} {name} left queued: {why}")
+    report(cfg.state_dir, f"job {ctx.job_id}: {cfg.kind_of(name)} {name} left queued: {why}")

@@ -201,7 +201,7 @@ def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], queue
         if dry_run:
             continue
         try:
-            restarts.add(cfg["state_dir"], job)  # the hardware's: the job's next prolog does not count it
+            restarts.add(cfg.state_dir, job)  # the hardware's: the job's next prolog does not count it
             slurm.requeue(job, f"{why}; requeued, it will not start on that machine again")
         except SlurmIpuError:  # srun/salloc: Slurm requeues batch jobs only
             slurm.notify(job, f"{why}: the job is cancelled; submit it again")
@@ -219,14 +219,14 @@ def jobs_on(cfg, client, failed: dict[str, frozenset[int] | None], deadline) -> 
     out: dict[int, tuple[list[str], str]] = {}
     if "allocation" in cfg.models:
         for name, agents in client.list_allocations(deadline).items():
-            job, bad = job_of(name, cfg["allocation.prefix"]), sorted(set(agents) & set(failed))
+            job, bad = job_of(name, cfg.allocation.prefix), sorted(set(agents) & set(failed))
             if job is not None and bad:
                 out[job] = (bad, "allocation")
     if "partition" in cfg.models:
         for part in client.list_partitions(deadline):
             bad = sorted({a for a, k in slots_of(part)
                           if a in failed and (failed[a] is None or k is None or k in failed[a])})
-            job = job_of(part.name, cfg["partition.prefix"])
+            job = job_of(part.name, cfg.partition.prefix)
             if job is not None and bad:
                 out.setdefault(job, (bad, "partition"))
     return out
@@ -245,7 +245,7 @@ def _pool(cfg, slurm, pooled: set[str], want: dict[str, int], queue, out, dry_ru
     held = {name: n for name, n in slurm.licence_reservations("ipu").items()
             if name.startswith(RESERVATION_PREFIX) and name[len(RESERVATION_PREFIX):] in pooled}
     change, delete = plan_reservations(want, held)
-    marker = waiting_marker(cfg["state_dir"])
+    marker = waiting_marker(cfg.state_dir)
     if want and not dry_run:
         marker.touch()  # before the first line is written: whoever comes next clears them
     changed = _reserve(cfg, slurm, change, delete, held, dry_run, out)
@@ -313,7 +313,7 @@ def _reserve(cfg, slurm, change: dict[str, int], delete: list[str], held: dict[s
         out(f"health: reserve {ipus} IPU licence(s) as {name}: IPU-Machine {name[len(RESERVATION_PREFIX):]} "
             f"is not Up{note}")
         if not dry_run:
-            slurm.reserve_licences(name, "ipu", ipus, cfg["slurm.user"], update=name in held)
+            slurm.reserve_licences(name, "ipu", ipus, cfg.slurm.user, update=name in held)
     for name in delete:
         out(f"health: release {name}: IPU-Machine {name[len(RESERVATION_PREFIX):]} is Up again{note}")
         if not dry_run:
@@ -323,10 +323,10 @@ def _reserve(cfg, slurm, change: dict[str, int], delete: list[str], held: dict[s
 
 def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out, dry_run: bool) -> int:
     nodes = slurm.node_reasons()
-    drained = drained_nodes(cfg["state_dir"])
+    drained = drained_nodes(cfg.state_dir)
     drain, resume, after = plan(hosts, failed, nodes)
     if not dry_run and after != drained:
-        _save(cfg["state_dir"], after)  # before Slurm is asked: a pass killed below is finished by the next
+        _save(cfg.state_dir, after)  # before Slurm is asked: a pass killed below is finished by the next
     for host, reason in drain.items():
         out(f"health: drain {host}: {reason}" + (" (dry run)" if dry_run else ""))
         if not dry_run:

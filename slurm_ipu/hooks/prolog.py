@@ -81,9 +81,9 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
     try:
         return _run(ctx, cfg, client, slurm, clock, sleep, room or alone)
     except OSError as exc:  # the state directory: a record, a lock or the journal could not be written
-        name = ctx.partition(cfg["partition.prefix"])
+        name = ctx.partition(cfg.partition.prefix)
         return _fail(ctx, cfg, slurm, name, StateUnwritable(
-            f"the hooks cannot write their state directory {cfg['state_dir']}: {exc.strerror or exc}"))
+            f"the hooks cannot write their state directory {cfg.state_dir}: {exc.strerror or exc}"))
 
 
 def _component(ctx: JobContext, cfg, slurm) -> tuple[JobContext, int | None]:
@@ -102,7 +102,7 @@ def _component(ctx: JobContext, cfg, slurm) -> tuple[JobContext, int | None]:
 
 
 def _run(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room) -> int:
-    name = ctx.partition(cfg["partition.prefix"])
+    name = ctx.partition(cfg.partition.prefix)
     try:
         model = cfg.model_for(ctx.nodes)  # Pods of both models: the same on every attempt
     except SlurmIpuError as exc:
@@ -110,7 +110,7 @@ def _run(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room) -> int:
     if model == "allocation":
         return run_allocation(ctx, cfg, client, slurm, clock, sleep, make_room)
     started, began = clock(), time.time()
-    deadline = started + cfg["prolog.deadline"]
+    deadline = started + cfg.prolog.deadline
     try:
         allocation, ilds, room, expect = _where(ctx, cfg)
         shape = rules.check_shape(ctx.ipus, ctx.gcds, ilds, cluster_ilds=room)
@@ -120,11 +120,11 @@ def _run(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room) -> int:
                                      lambda: _machine_down(ctx, cfg, client, model, deadline))
             _check_ilds(part, expect)
         except SlurmIpuError:
-            _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
+            _undo(client, cfg, ctx, name, clock() + min(5.0, cfg.prolog.deadline))
             raise
     except SlurmIpuError as exc:
         return _fail(ctx, cfg, slurm, name, exc)
-    report(cfg["state_dir"], f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
+    report(cfg.state_dir, f"job {ctx.job_id}: partition {name} ACTIVE, {part.size} IPUs, "
                              f"{part.num_gcds} GCD(s), hosts {','.join(ctx.nodes)}"
                              f"{f', allocation {allocation}' if allocation else ''} ({clock() - started:.2f}s)")
     _name_it(cfg, slurm, ctx, notes.text("partition", name, part.size))
@@ -139,7 +139,7 @@ def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int, set[int] 
     Pods, so each Pod holds the share its hosts' GRES count."""
     found = cfg.pods
     if not found:
-        return cfg["vipu.allocation"], ctx.ilds, max(1, cfg["pod.ipus"] // rules.IPUS_PER_ILD), None
+        return cfg.vipu.allocation, ctx.ilds, max(1, cfg.pod.ipus // rules.IPUS_PER_ILD), None
     used = pods.spanned(found, ctx.nodes)
     if len(used) == 1:
         return used[0].name, ctx.ilds, used[0].ilds, None
@@ -148,7 +148,7 @@ def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int, set[int] 
         raise InvalidPartition(f"--ipu-ilds={ctx.ilds}: the job's hosts are in Pods "
                                f"{','.join(p.name for p in used)}, whose partition spans {need} ILD(s)")
     ids = pods.ild_ids(found)
-    where = pods.allocation_for(used, cfg.groups, cfg["vipu.allocation"])
+    where = pods.allocation_for(used, cfg.groups, cfg.vipu.allocation)
     return where, need, need, {i for p in used for i in ids[p.name]}
 
 
@@ -175,7 +175,7 @@ def _ensure_with_room(cfg, name: str, deadline: float, clock, sleep, make_room, 
     needs has failed (down(): asked once, after MACHINE_GRACE_S of refusals: a removal under way
     frees its IPUs well within it), which waiting cannot mend."""
     pause, asked, since = 0.05, False, None
-    ledger = Ledger(cfg["state_dir"])
+    ledger = Ledger(cfg.state_dir)
     while True:
         try:
             # The name's lock for one attempt (the record and the create), so a removal of this
@@ -223,7 +223,7 @@ def _args(ctx: JobContext, shape, allocation: str | None) -> dict:
 
 
 def _ensure(ctx: JobContext, shape, allocation, cfg, client, name: str, deadline: float, began: float):
-    ledger = Ledger(cfg["state_dir"])
+    ledger = Ledger(cfg.state_dir)
     ours = ledger.owns(name, ctx.job_id)  # a record left by an earlier attempt of this same job
     # Recorded before the create: a prolog killed mid-create leaves a trace for epilog and reap.
     ledger.put(name, began=began, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=shape.size,
@@ -263,8 +263,8 @@ def run_allocation(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room)
     user (and the hooks' own user), named allocation.prefix + job id. The job makes its own
     partitions in it. The same record, lock, journal and failure rules as a partition's."""
     started, began = clock(), time.time()
-    deadline = started + cfg["prolog.deadline"]
-    name = ctx.partition(cfg["allocation.prefix"])
+    deadline = started + cfg.prolog.deadline
+    name = ctx.partition(cfg.allocation.prefix)
     try:
         agents = cfg.agents_of(ctx.nodes)  # a host in no Pod: an admin's to fix (requeue, then hold)
         try:
@@ -272,11 +272,11 @@ def run_allocation(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room)
                               lambda: _ensure_allocation(ctx, cfg, client, name, agents, deadline, began),
                               lambda: _machine_down(ctx, cfg, client, "allocation", deadline))
         except SlurmIpuError:
-            _undo(client, cfg, ctx, name, clock() + min(5.0, cfg["prolog.deadline"]))
+            _undo(client, cfg, ctx, name, clock() + min(5.0, cfg.prolog.deadline))
             raise
     except SlurmIpuError as exc:
         return _fail(ctx, cfg, slurm, name, exc, "allocation")
-    report(cfg["state_dir"], f"job {ctx.job_id}: allocation {name} of {','.join(agents)} ({_ipus(ctx.ipus)}) "
+    report(cfg.state_dir, f"job {ctx.job_id}: allocation {name} of {','.join(agents)} ({_ipus(ctx.ipus)}) "
                              f"for uid {ctx.uid}, hosts {','.join(ctx.nodes)} ({clock() - started:.2f}s)")
     _name_it(cfg, slurm, ctx, notes.text("allocation", name, ctx.ipus))
     return 0
@@ -292,7 +292,7 @@ def _name_it(cfg, slurm, ctx: JobContext, text: str) -> None:
 
 def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str], deadline: float,
                        began: float) -> None:
-    ledger = Ledger(cfg["state_dir"])
+    ledger = Ledger(cfg.state_dir)
     ours = ledger.owns(name, ctx.job_id)
     ledger.put(name, began=began, job_id=ctx.job_id, uid=ctx.uid, hosts=list(ctx.nodes), size=ctx.ipus, agents=agents)
     grants = sorted({ctx.uid, os.getuid()})  # the job's user, and the hooks (a requeue's cleanup)
@@ -305,7 +305,7 @@ def _ensure_allocation(ctx: JobContext, cfg, client, name: str, agents: list[str
         if busy is None:
             raise
         raise busy from exc
-    if cfg["allocation.partition"] or ctx.het_job_id is not None:
+    if cfg.allocation.partition or ctx.het_job_id is not None:
         _default_partition(ctx, cfg, client, name, agents, deadline)
 
 
@@ -316,7 +316,7 @@ def _held_by_a_job(cfg, client, name: str, agents: list[str], deadline: float) -
     from .reap import job_of
 
     for other, theirs in client.list_allocations(deadline).items():
-        if other != name and set(theirs) & set(agents) and job_of(other, cfg["allocation.prefix"]) is not None:
+        if other != name and set(theirs) & set(agents) and job_of(other, cfg.allocation.prefix) is not None:
             return InsufficientIpus(f"its IPU-Machines are still in allocation {other}")
     return None
 
@@ -340,7 +340,7 @@ def _default_partition(ctx: JobContext, cfg, client, allocation: str, agents: li
     (an earlier attempt's is adopted if it fits; the epilog removes it with the allocation). One
     already there is adopted only if it is in this job's allocation and the job's user's: a
     partition of that name another user made first, of any size, is never the job's."""
-    name, size = ctx.partition(cfg["partition.prefix"]), len(agents) * rules.IPUS_PER_AGENT
+    name, size = ctx.partition(cfg.partition.prefix), len(agents) * rules.IPUS_PER_AGENT
     try:
         made = client.create_partition(name, size, deadline=deadline, num_gcds=ctx.gcds, num_ilds=ctx.ilds,
                                        reconfigurable=ctx.reconfigurable, allocation=allocation,
@@ -369,13 +369,13 @@ def _undo(client, cfg, ctx: JobContext, name: str, deadline: float) -> None:
     """Remove what a failed attempt of ours left (a PENDING or ERROR partition), and only that:
     without our record nothing is removed. The job is not running, so a failure here is left
     to `slurm-ipu reap` (the record stays for it)."""
-    if not Ledger(cfg["state_dir"]).owns(name, ctx.job_id):
+    if not Ledger(cfg.state_dir).owns(name, ctx.job_id):
         return
     try:
         removal.remove_vipu(cfg, client, name, deadline)
     except SlurmIpuError:
         return
-    Ledger(cfg["state_dir"]).drop(name)
+    Ledger(cfg.state_dir).drop(name)
 
 
 def _ipus(n: int) -> str:
@@ -389,16 +389,16 @@ def _sized(n: int) -> str:
 
 def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str = "partition") -> int:
     why = f"job {ctx.job_id}: V-IPU {what} {name}{_sized(ctx.ipus)} not created: {exc}"
-    attempts = ctx.restart_count + 1 - restarts.count(cfg["state_dir"], ctx.job_id)  # hardware's are not the job's
-    limit = cfg["prolog.max_attempts"]
+    attempts = ctx.restart_count + 1 - restarts.count(cfg.state_dir, ctx.job_id)  # hardware's are not the job's
+    limit = cfg.prolog.max_attempts
     if isinstance(exc, Abandoned):
-        report(cfg["state_dir"], why + "; nothing left behind")
+        report(cfg.state_dir, why + "; nothing left behind")
         return 1  # the job is gone: nothing to tell Slurm
     if isinstance(exc, InvalidPartition):
         why += "; the job is cancelled: the request cannot be met, fix it and submit again"
         act = "cancel"
     elif isinstance(exc, StateUnwritable):
-        why += f"; held: an admin must free space in {cfg['state_dir']}, then `scontrol release {ctx.job_id}`"
+        why += f"; held: an admin must free space in {cfg.state_dir}, then `scontrol release {ctx.job_id}`"
         act = "hold"
     elif isinstance(exc, ForeignPartition):
         why += (f"; held: an admin must remove it (vipu{'-admin' if what == 'allocation' else ''} remove {what} "
@@ -408,7 +408,7 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
         # Slurm ends it rather than requeue it: saying "requeued" would contradict what it shows
         why += "; Slurm ends it (an srun or salloc job, or --no-requeue, is not requeued): submit it again"
         act = "admin_comment"
-    elif isinstance(exc, MachineDown) and cfg["health.interval"] > 0 and restarts.add(cfg["state_dir"], ctx.job_id):
+    elif isinstance(exc, MachineDown) and cfg.health.interval > 0 and restarts.add(cfg.state_dir, ctx.job_id):
         why += "; requeued: a failed machine is not the job's fault, so this attempt is not counted (the health " \
                "pass keeps jobs off the machine until it is back)"
         act = "admin_comment"
@@ -418,7 +418,7 @@ def _fail(ctx: JobContext, cfg, slurm, name: str, exc: SlurmIpuError, what: str 
     else:
         why += f"; requeued (attempt {attempts} of {limit})"
         act = "admin_comment"
-    report(cfg["state_dir"], why)  # first: a slow or failing scontrol never hides the cause
+    report(cfg.state_dir, why)  # first: a slow or failing scontrol never hides the cause
     if slurm is not None:
         _notify(slurm, ctx.job_id, f"slurm-ipu: job {ctx.job_id}: V-IPU {what} {name}{_sized(ctx.ipus)} not "
                                    f"created: {exc} (the reason stays in `scontrol show job {ctx.job_id}`)")
@@ -437,10 +437,10 @@ def refuse_env(env: dict, cfg, slurm, exc: SlurmIpuError) -> None:
     job = env.get("SLURM_JOB_ID", "")
     why = f"job {job or '?'}: prolog refused its environment: {exc}"
     if not job.isdigit():
-        report(cfg["state_dir"], why, echo=False)  # no job to hold: slurmctld sees the exit status
+        report(cfg.state_dir, why, echo=False)  # no job to hold: slurmctld sees the exit status
         return
     why += f"; held: cancel it and submit again with valid --ipu-* options (scancel {job})"
-    report(cfg["state_dir"], why, echo=False)
+    report(cfg.state_dir, why, echo=False)
     if slurm is not None:
         _tell(cfg, slurm.hold, int(job), f"slurm-ipu: {why}")
 
@@ -459,6 +459,6 @@ def _tell(cfg, action, job_id: int, text: str) -> bool:
     try:
         action(job_id, text)
     except SlurmIpuError as exc:
-        report(cfg["state_dir"], f"job {job_id}: could not record this in Slurm: {exc}", echo=False)
+        report(cfg.state_dir, f"job {job_id}: could not record this in Slurm: {exc}", echo=False)
         return False
     return True

@@ -72,7 +72,7 @@ def job_objects(cfg, client, deadline: float) -> list:
     from ..rules import IPUS_PER_AGENT
     from ..vipu.types import Partition
 
-    prefix = cfg["allocation.prefix"]
+    prefix = cfg.allocation.prefix
     out = [Partition(name, len(agents) * IPUS_PER_AGENT, allocation=name)
            for name, agents in client.list_allocations(deadline).items() if job_of(name, prefix) is not None]
     if "partition" in models:  # Pods of both models: the partition-model jobs' too
@@ -90,13 +90,13 @@ def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monoton
             return sweep(cfg, client, slurm, True, out, clock)
         return _as_remover(cfg, client, slurm, out, clock, wait)
     except PermissionError as exc:  # the state directory is root's and SlurmUser's alone
-        raise ConfigError(f"reap: {exc.filename or cfg['state_dir']}: permission denied to uid {os.getuid()}; run "
-                          f"it as root or slurm.user ({cfg['slurm.user']})") from None
+        raise ConfigError(f"reap: {exc.filename or cfg.state_dir}: permission denied to uid {os.getuid()}; run "
+                          f"it as root or slurm.user ({cfg.slurm.user})") from None
 
 
 def _as_remover(cfg, client, slurm, out, clock, wait: float | None) -> int:
     try:
-        fd = remover.take(cfg["state_dir"], "reap", cfg["epilog.deadline"] * 4 if wait is None else wait)
+        fd = remover.take(cfg.state_dir, "reap", cfg.epilog.deadline * 4 if wait is None else wait)
     except remover.Busy as busy:
         if not remover.is_service(busy.holder):
             raise ConfigError(f"reap: {busy}; let it finish, or run `slurm-ipu reap --dry-run`") from None
@@ -111,7 +111,7 @@ def ask_reap(cfg, out, busy) -> int:
     """`slurm-ipu reap` while the hook service is the remover: it reaps now and sends each line,
     then "exit N" (transport.answer_reap). Only root and the service's own user are answered (as
     for the hooks)."""
-    path, wait = socket_path(cfg["state_dir"]), cfg["epilog.deadline"] * 4 + 30
+    path, wait = socket_path(cfg.state_dir), cfg.epilog.deadline * 4 + 30
     who = remover.describe(busy.holder)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(wait)
@@ -126,9 +126,9 @@ def ask_reap(cfg, out, busy) -> int:
                 out(line.rstrip("\n"))
         except TimeoutError:
             raise ConfigError(f"reap: {who} did not finish its reap within {wait:g}s; see its log "
-                              f"({cfg['state_dir']}/hooks.log)") from None
+                              f"({cfg.state_dir}/hooks.log)") from None
         except OSError as exc:
-            raise ConfigError(f"reap: {who} removes for {cfg['state_dir']} but does not take requests on {path} "
+            raise ConfigError(f"reap: {who} removes for {cfg.state_dir} but does not take requests on {path} "
                               f"({exc.strerror or exc}): it starts or stops; run again in a moment") from None
     raise ConfigError(f"reap: {who} closed {path} without an answer: only root and the service's own user may ask "
                       "it; run `slurm-ipu reap` as one of them")
@@ -136,8 +136,8 @@ def ask_reap(cfg, out, busy) -> int:
 
 def sweep(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic) -> int:
     """One reap, by the remover (the hook service every reap.interval, or `run` above)."""
-    deadline = clock() + cfg["epilog.deadline"] * 4
-    journal, ledger = Journal(cfg["state_dir"]), Ledger(cfg["state_dir"])
+    deadline = clock() + cfg.epilog.deadline * 4
+    journal, ledger = Journal(cfg.state_dir), Ledger(cfg.state_dir)
     # Only entries older than the listings below are settled: one queued after them (a job
     # that ended meanwhile) is the hook service's, or the next run's.
     queued = journal.names()
@@ -161,7 +161,7 @@ def sweep(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monot
     if not dry_run:
         _settle_entries(journal, ledger, queued, left, before)
         _settle_records(ledger, before, set(parts), jobs, left)
-        restarts.prune(cfg["state_dir"], set(jobs), before)
+        restarts.prune(cfg.state_dir, set(jobs), before)
     return 1 if failed else 0
 
 
@@ -170,12 +170,12 @@ def _remove(cfg, client, name: str, job: int, state: str, dry_run: bool, out, de
     if dry_run:
         out(f"reap: would remove {name} (job {job} {state})")
         return True
-    ledger = Ledger(cfg["state_dir"])
+    ledger = Ledger(cfg.state_dir)
     try:
         with ledger.lock(name, time.monotonic()):  # held: its prolog is still making it
             remove_vipu(cfg, client, name, deadline)
             out(f"reap: removed {name} (job {job} {state})")
-            Journal(cfg["state_dir"]).drop(name)
+            Journal(cfg.state_dir).drop(name)
             ledger.drop(name)
     except LockTimeout:
         out(f"reap: left {name} for now (job {job} {state}): its prolog is still running")

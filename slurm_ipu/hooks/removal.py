@@ -26,14 +26,14 @@ def owed(cfg, ctx) -> bool:
     the prolog recorded one for it: a file's stat, no V-IPU call."""
     if ctx.ipus > 0:
         return True
-    return bool(ctx.het_offset) and Ledger(cfg["state_dir"]).owns(cfg.job_name(ctx.job_id, ctx.nodes), ctx.job_id)
+    return bool(ctx.het_offset) and Ledger(cfg.state_dir).owns(cfg.job_name(ctx.job_id, ctx.nodes), ctx.job_id)
 
 
 def queue(cfg, ctx) -> str:
     """A job's end, as the hook service and the Python epilog both take it: its V-IPU object's
     removal in the durable journal, for work_off. Returns the object's name."""
     name = cfg.job_name(ctx.job_id, ctx.nodes)
-    Journal(cfg["state_dir"]).add(name, ctx.job_id, QUEUED)
+    Journal(cfg.state_dir).add(name, ctx.job_id, QUEUED)
     return name
 
 
@@ -44,7 +44,7 @@ def settle(cfg, client, journal: Journal, name: str, deadline: float) -> tuple[s
     (the record is of the job's next attempt, whose prolog began after the entry was queued: a
     requeued job keeps what it now runs on). V-IPU failures re-queue the entry with the reason
     and raise; the record stays. A prolog holding the name: LockTimeout at once (the next pass)."""
-    ledger = Ledger(cfg["state_dir"])
+    ledger = Ledger(cfg.state_dir)
     with ledger.lock(name, time.monotonic()):
         entry = journal.get(name)
         if entry is None:
@@ -101,7 +101,7 @@ def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotoni
     removal does not hold up the others. An entry whose prolog still holds the name stays for
     the next pass. observe(seconds): told how long each settled entry waited since it was first
     queued (the hook service's removal histogram)."""
-    journal, done, failed = Journal(cfg["state_dir"]), [], {}
+    journal, done, failed = Journal(cfg.state_dir), [], {}
     for name in names:
         if clock() >= deadline:
             break
@@ -117,7 +117,7 @@ def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotoni
         if settled is None:  # settled meanwhile (reap)
             continue
         outcome, entry = settled
-        report(cfg["state_dir"], describe(entry.get("job_id"), name, outcome, cfg.kind_of(name)))
+        report(cfg.state_dir, describe(entry.get("job_id"), name, outcome, cfg.kind_of(name)))
         if observe is not None and isinstance(entry.get("time"), (int, float)):
             observe(time.time() - entry["time"])
         done.append(name)
@@ -128,14 +128,14 @@ def make_room(cfg, client, name: str, deadline: float, clock=time.monotonic) -> 
     """A Python prolog short of IPUs: the journal's other entries worked off, if nobody else
     removes now (never waiting: whoever removes frees the IPUs as well). How many went."""
     try:
-        fd = remover.take(cfg["state_dir"], "prolog", 0.0)
+        fd = remover.take(cfg.state_dir, "prolog", 0.0)
     except remover.Busy:
         return 0
     try:
-        others = [n for n in Journal(cfg["state_dir"]).names() if n != name]
+        others = [n for n in Journal(cfg.state_dir).names() if n != name]
         freed, _ = work_off(cfg, client, others, deadline, clock)
     finally:
         remover.give_up(fd)
     if freed:
-        report(cfg["state_dir"], f"removed {len(freed)} journaled partition(s) to make room for {name}")
+        report(cfg.state_dir, f"removed {len(freed)} journaled partition(s) to make room for {name}")
     return len(freed)

@@ -49,7 +49,7 @@ class Service:
         self.backoff = 1.0
         self.later: dict[str, tuple[float, float]] = {}  # an entry V-IPU refused: (retry at, its backoff)
         self.next_reap = clock()  # a full reap at start: whatever happened while we were down
-        self.next_health = clock() if cfg["health.interval"] > 0 else float("inf")
+        self.next_health = clock() if cfg.health.interval > 0 else float("inf")
         self.next_notes = clock()
         self.stopping = False
         self.died = ""  # the name of a thread that died of an exception: the service then exits 1
@@ -57,13 +57,13 @@ class Service:
         self.wake = threading.Event()  # an epilog queued a removal: work the journal off now
         self.hurry = False  # a prolog is short of IPUs: every entry is due, backoffs or not
         self.asked: queue.SimpleQueue = queue.SimpleQueue()  # admins' `slurm-ipu reap`, for the removal thread
-        self.stats = Stats(cfg["state_dir"])  # for `slurm-ipu metrics`: saved after removals and each pass
+        self.stats = Stats(cfg.state_dir)  # for `slurm-ipu metrics`: saved after removals and each pass
         client.observer = self.stats.vipu_error
 
     def step(self) -> float:
         """One pass; returns how long the removal thread may sleep unless woken."""
         now = self.clock()
-        names = Journal(self.cfg["state_dir"]).names()
+        names = Journal(self.cfg.state_dir).names()
         queued = set(names)
         self.later = {n: v for n, v in self.later.items() if n in queued}  # settled by a prolog or reap
         hurry, self.hurry = self.hurry, False
@@ -76,12 +76,12 @@ class Service:
         if self.later:
             pause = min(pause, min(at for at, _ in self.later.values()) - self.clock())
         if now >= self.next_reap:
-            self.next_reap = now + self.cfg["reap.interval"]
+            self.next_reap = now + self.cfg.reap.interval
             self._reap()
         while not self.asked.empty():  # an admin's reap: at once, in this thread (the one remover)
             transport.answer_reap(self.asked.get(), self.cfg, self._sweep)
         if now >= self.next_health:
-            self.next_health = now + self.cfg["health.interval"]
+            self.next_health = now + self.cfg.health.interval
             self._health()
         if now >= self.next_notes:  # not at every epilog's wake: a storm's notes then go in one scontrol
             self.next_notes = now + NOTES_S
@@ -93,10 +93,10 @@ class Service:
         try:
             self.slurm.flush()
         except SlurmIpuError as exc:  # a job ended before its note: the others were written
-            report(self.cfg["state_dir"], f"hook service: a job's partition note not written: {exc}")
+            report(self.cfg.state_dir, f"hook service: a job's partition note not written: {exc}")
 
     def _work_off(self, names: list[str], now: float, by: float = float("inf")) -> float:
-        done, failed = work_off(self.cfg, self.client, names, min(by, now + self.cfg["epilog.deadline"]), self.clock,
+        done, failed = work_off(self.cfg, self.client, names, min(by, now + self.cfg.epilog.deadline), self.clock,
                                 lambda seconds: self.stats.observe("removal", seconds))
         for name in done:
             self.later.pop(name, None)
@@ -106,10 +106,10 @@ class Service:
             if entry_only(exc):  # that removal alone waits; the others go on
                 backoff = min(self.later.get(name, (0.0, 0.5))[1] * 2, BACKOFF_MAX_S)
                 self.later[name] = (self.clock() + backoff, backoff)
-                report(self.cfg["state_dir"], f"hook service: {name} not removed ({exc}); retrying in {backoff:g}s")
+                report(self.cfg.state_dir, f"hook service: {name} not removed ({exc}); retrying in {backoff:g}s")
                 continue
             self.retry_at = self.clock() + self.backoff  # V-IPU unreachable: no hammering; all stay queued
-            report(self.cfg["state_dir"], f"hook service: V-IPU failed ({exc}); retrying in {self.backoff:g}s")
+            report(self.cfg.state_dir, f"hook service: V-IPU failed ({exc}); retrying in {self.backoff:g}s")
             self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
             return self.retry_at - self.clock()
         self.backoff = 1.0
@@ -117,7 +117,7 @@ class Service:
         return BUSY_POLL_S if len(done) + len(failed) < len(names) else JOURNAL_POLL_S
 
     def _reap(self) -> None:
-        self._sweep(lambda line: report(self.cfg["state_dir"], line))
+        self._sweep(lambda line: report(self.cfg.state_dir, line))
 
     def _sweep(self, out) -> int:
         from . import reap
@@ -142,28 +142,28 @@ class Service:
         try:
             self.stats.save()
         except OSError as exc:
-            report(self.cfg["state_dir"], f"hook service: counters not written: {exc}")
+            report(self.cfg.state_dir, f"hook service: counters not written: {exc}")
 
     def _health(self) -> None:
         from . import health
 
         try:
-            health.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg["state_dir"], line),
-                       deadline=self.clock() + self.cfg["epilog.deadline"])
+            health.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg.state_dir, line),
+                       deadline=self.clock() + self.cfg.epilog.deadline)
         except SlurmIpuError as exc:  # V-IPU or slurmctld unreachable: not a machine failure, nothing changes
-            report(self.cfg["state_dir"], f"hook service: health pass skipped: {exc}")
+            report(self.cfg.state_dir, f"hook service: health pass skipped: {exc}")
         self.stats.passed("health")
         self._save_stats()
         if self.after_health is not None:
             try:
                 self.after_health()
             except (SlurmIpuError, OSError) as exc:
-                report(self.cfg["state_dir"], f"hook service: metrics not written: {exc}")
+                report(self.cfg.state_dir, f"hook service: metrics not written: {exc}")
 
     def run(self) -> int:
         lock = self._become_remover()
-        Journal(self.cfg["state_dir"]).dir.mkdir(parents=True, exist_ok=True)
-        transport.remove_legacy(self.cfg["state_dir"])
+        Journal(self.cfg.state_dir).dir.mkdir(parents=True, exist_ok=True)
+        transport.remove_legacy(self.cfg.state_dir)
         listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set, self.stats.observe,
                                       self._ask, self.room)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -173,7 +173,7 @@ class Service:
         signal.set_wakeup_fd(stop_w)
         self.stop_w = stop_w
         before, threading.excepthook = threading.excepthook, self._died
-        report(self.cfg["state_dir"], f"hook service: started, pid {os.getpid()}")
+        report(self.cfg.state_dir, f"hook service: started, pid {os.getpid()}")
         # Removals in their own thread: a slow V-IPU removal never delays a waiting prolog.
         removals = threading.Thread(target=self._removals, name="removals", daemon=True)
         removals.start()
@@ -184,27 +184,27 @@ class Service:
             signal.set_wakeup_fd(-1)
             self.stopping = True
             # Within the unit's TimeoutStopSec (prolog.deadline + epilog.deadline + 15).
-            stop_by = self.clock() + self.cfg["prolog.deadline"] + self.cfg["epilog.deadline"] + 12
+            stop_by = self.clock() + self.cfg.prolog.deadline + self.cfg.epilog.deadline + 12
             listener.close()  # from here on slurm-ipu-hook runs the Python hooks itself
             self.wake.set()
-            removals.join(self.cfg["epilog.deadline"] + 5)
-            listener.finish(self.clock() + self.cfg["prolog.deadline"] + 5, self.clock)
+            removals.join(self.cfg.epilog.deadline + 5)
+            listener.finish(self.clock() + self.cfg.prolog.deadline + 5, self.clock)
             self._last_pass(stop_by)
             remover.give_up(lock)
             threading.excepthook, self.stop_w = before, -1
             os.close(stop_r)
             os.close(stop_w)
-            report(self.cfg["state_dir"], "hook service: stopped" if not self.died else
+            report(self.cfg.state_dir, "hook service: stopped" if not self.died else
                    f"hook service: stopped, exit 1: its {self.died} thread died (traceback above)")
         if self.died:  # a non-zero exit: systemd (Restart=always) and the lab start it again
-            raise ServiceDied(f"hook service: its {self.died} thread died; see {self.cfg['state_dir']}/hooks.log")
+            raise ServiceDied(f"hook service: its {self.died} thread died; see {self.cfg.state_dir}/hooks.log")
         return 0
 
     def _become_remover(self) -> int:
         """The remover role for the service's life. An epilog or a reap holding it finishes first
         (within a reap's deadline); another service holding it is an error at once."""
-        state = self.cfg["state_dir"]
-        wait = self.cfg["epilog.deadline"] * 4 + 5
+        state = self.cfg.state_dir
+        wait = self.cfg.epilog.deadline * 4 + 5
         try:
             return remover.take(state, remover.SERVICE, wait)
         except remover.Busy as busy:
@@ -219,7 +219,7 @@ class Service:
         while not self.asked.empty():  # asked as it stopped: the asker runs again, and removes itself
             transport.answer_reap(self.asked.get(), self.cfg, _stopping)
         self.retry_at, self.later = 0.0, {}
-        names = Journal(self.cfg["state_dir"]).names()
+        names = Journal(self.cfg.state_dir).names()
         if names and self.clock() < stop_by:
             self._work_off(names, self.clock(), stop_by)
         self._notes()
@@ -246,7 +246,7 @@ class Service:
             return
         name = args.thread.name if args.thread is not None else "unknown"
         trace = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
-        report(self.cfg["state_dir"], f"hook service: the {name} thread died; stopping (exit 1) to be "
+        report(self.cfg.state_dir, f"hook service: the {name} thread died; stopping (exit 1) to be "
                f"started again:\n{trace.rstrip()}")
         self.died = self.died or name
         self.stopping = True

@@ -123,11 +123,11 @@ def take(conn: socket.socket, cfg) -> tuple[str, dict[str, str]] | None:
     try:
         uid = peer_uid(conn)
         if uid not in (0, os.getuid()):
-            report(cfg["state_dir"], f"hook service: request from uid {uid} refused")
+            report(cfg.state_dir, f"hook service: request from uid {uid} refused")
         else:
             return read_request(conn)
     except (OSError, ValueError) as exc:
-        report(cfg["state_dir"], f"hook service: unreadable request: {exc}")
+        report(cfg.state_dir, f"hook service: unreadable request: {exc}")
     conn.close()
     return None
 
@@ -143,10 +143,10 @@ def dispatch(conn: socket.socket, cfg, client, slurm, queued, verb: str, env: di
             elif verb == "epilog":
                 code = _epilog(cfg, env, queued)
             else:
-                report(cfg["state_dir"], f"hook service: request {verb[:40]!r} ignored")
+                report(cfg.state_dir, f"hook service: request {verb[:40]!r} ignored")
                 return
         except Exception as exc:  # noqa: BLE001 - the service outlives one request's failure
-            report(cfg["state_dir"], f"job {env.get('SLURM_JOB_ID', '?')}: the hook service could not take "
+            report(cfg.state_dir, f"job {env.get('SLURM_JOB_ID', '?')}: the hook service could not take "
                                      f"the {verb}: {exc!r}; left to the Python hook")
             return
         if code is not None:
@@ -158,7 +158,7 @@ def _answer(conn: socket.socket, cfg, env: dict, code: int) -> None:
         conn.sendall(f"{code}\n".encode())
     except OSError:  # the client is gone (Slurm killed it: the job was cancelled)
         job = env.get("SLURM_JOB_ID", "?")
-        report(cfg["state_dir"], f"job {job}: the hook's client was gone before the answer (exit {code})")
+        report(cfg.state_dir, f"job {job}: the hook's client was gone before the answer (exit {code})")
         if code == 0 and env.get("SLURM_SCRIPT_CONTEXT") == "prolog_slurmctld" and job.isdigit():
             _give_back(cfg, int(job))
 
@@ -170,13 +170,13 @@ def _prolog(conn, cfg, client, slurm, env: dict, room=None) -> int | None:
         prolog.refuse_env(env, cfg, slurm, exc)
         return 2
     if ctx.script_context != "prolog_slurmctld":
-        report(cfg["state_dir"], f"job {ctx.job_id}: prolog request in context {ctx.script_context!r} refused")
+        report(cfg.state_dir, f"job {ctx.job_id}: prolog request in context {ctx.script_context!r} refused")
         return 2
     try:
         return prolog.run(ctx, cfg, client.with_sleep(_watching(conn, client.sleep)), slurm, sleep=client.sleep,
                           room=room)
     except Exception as exc:  # noqa: BLE001 - a bug must still answer the client, not hang it
-        report(cfg["state_dir"], f"job {ctx.job_id}: prolog failed in the hook service: {exc!r}")
+        report(cfg.state_dir, f"job {ctx.job_id}: prolog failed in the hook service: {exc!r}")
         return 1
 
 
@@ -216,14 +216,14 @@ def gone(conn: socket.socket) -> bool:
 
 def _give_back(cfg, job: int) -> None:
     for name in (rules.job_name(prefix, job) for prefix in cfg.job_prefixes):  # the job's hosts are not at hand here
-        if Ledger(cfg["state_dir"]).owns(name, job):
-            Journal(cfg["state_dir"]).add(name, job, "its prolog's client was gone when the partition was ready")
+        if Ledger(cfg.state_dir).owns(name, job):
+            Journal(cfg.state_dir).add(name, job, "its prolog's client was gone when the partition was ready")
 
 
 def answer_reap(conn: socket.socket, cfg, run) -> None:
     """The service's side of ask_reap: run(out) reaps, each line goes to the asker as well."""
     def out(line: str) -> None:
-        report(cfg["state_dir"], line)
+        report(cfg.state_dir, line)
         try:
             conn.sendall(f"{line}\n".encode())
         except OSError:
@@ -296,7 +296,7 @@ class Listener:
         self.observe = observe  # observe(verb, seconds): each hook's time here (hooks/stats.py)
         self.reap = reap  # reap(conn): an admin's `slurm-ipu reap`, answered by the removal thread
         self.room = room  # the prologs' way to the remover (prolog.run)
-        self.sock = listen(cfg["state_dir"])
+        self.sock = listen(cfg.state_dir)
         self.workers = Workers()
 
     def serve(self, timeout: float, wake_fd: int | None = None) -> None:
@@ -333,7 +333,7 @@ class Listener:
 
     def close(self) -> None:
         """Stop taking requests: from here on connect fails and the hooks run Python at once."""
-        socket_path(self.cfg["state_dir"]).unlink(missing_ok=True)
+        socket_path(self.cfg.state_dir).unlink(missing_ok=True)
         self.sock.close()
 
     def finish(self, deadline: float, clock) -> None:

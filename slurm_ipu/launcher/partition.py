@@ -127,9 +127,9 @@ def locate(opts, env: dict, inside: bool) -> Target:
         target.unknown = None if host else path  # nothing says where V-IPU is
         return target
     site = config.load(path, environ=env)
-    name = name or rules.job_name(site["partition.prefix"], env["SLURM_JOB_ID"])
+    name = name or rules.job_name(site.partition.prefix, env["SLURM_JOB_ID"])
     # the site's vipu, without the hooks' credentials file (root's): a user's own vipu config applies
-    return Target(name, host or site["vipu.host"], port or site["vipu.port"], given or [site["vipu.command"]])
+    return Target(name, host or site.vipu.host, port or site.vipu.port, given or [site.vipu.command])
 
 
 def requested_shape(extra: list[str]) -> Shape:
@@ -185,9 +185,9 @@ def decide(opts, env: dict, instances: int, target: Target, client_factory, extr
     part = client_factory().get_partition(target.name)
     if part is None:
         site = allocation_site(env)  # the allocation model: the site, for the job's own allocation
-        own = rules.job_name(site["allocation.prefix"], env["SLURM_JOB_ID"]) if site else None
+        own = rules.job_name(site.allocation.prefix, env["SLURM_JOB_ID"]) if site else None
         if own and not opts.vipu_partition and _job_name(target.name, env, site):
-            return _step_plan(opts, instances, hosts * site["pod.ipus_per_host"], extra, state)
+            return _step_plan(opts, instances, hosts * site.pod.ipus_per_host, extra, state)
         if not opts.update_partition:
             raise ConfigError(_missing(target.name, env, opts, own))
         return PartitionPlan(target.name, _new_shape(opts, instances), state, create=True,
@@ -228,7 +228,7 @@ def job_own(name: str, env: dict) -> bool:
     prefix = config.BY_KEY["partition.prefix"].default
     path, _ = config.locate(env)
     try:
-        prefix = config.load(path, environ=env)["partition.prefix"] if os.path.exists(path) else prefix
+        prefix = config.load(path, environ=env).partition.prefix if os.path.exists(path) else prefix
     except (OSError, SlurmIpuError):
         pass
     parsed = rules.parse_name(name, prefix)
@@ -288,7 +288,7 @@ def allocation_site(env: dict):
 def _job_name(name: str, env: dict, site) -> bool:
     """Whether `name` is the job's own name (partition prefix + job id), which in the allocation
     model names no partition (unless allocation.partition) and no user may make."""
-    return name == rules.job_name(site["partition.prefix"], env.get("SLURM_JOB_ID"))
+    return name == rules.job_name(site.partition.prefix, env.get("SLURM_JOB_ID"))
 
 
 def _step_plan(opts, instances: int, size: int, extra: list[str], state: dict) -> PartitionPlan:

@@ -70,10 +70,10 @@ class Step:
 def decide(step: Step, site, client, env: dict, deadline: float) -> str:
     """What `start` prints (see the module's docstring)."""
     model = site.model_for(step.nodes)
-    prefix = site["partition.prefix"]
-    if model == "partition" or site["allocation.partition"]:
+    prefix = site.partition.prefix
+    if model == "partition" or site.allocation.partition:
         return _whole(step, rules.job_name(prefix, step.job))
-    allocation = f"{site['allocation.prefix']}{step.job}"
+    allocation = f"{site.allocation.prefix}{step.job}"
     own = env.get("IPUOF_VIPU_API_PARTITION_ID", "")
     named = rules.parse_name(own, prefix)
     # The plugin set it: for this job or a step of it, or for a heterogeneous job's batch script
@@ -120,7 +120,7 @@ def _placeable(step: Step, site, env: dict) -> None:
     home = [hosts for hosts in pods if mine <= set(hosts)]
     if n < 2 or not home or len(home[0]) == n:
         return
-    runs = host_runs(pods, site["pod.ipus_per_host"] // rules.IPUS_PER_AGENT).get(n, [])
+    runs = host_runs(pods, site.pod.ipus_per_host // rules.IPUS_PER_AGENT).get(n, [])
     if any(set(run) == mine for run in runs):
         return
     job = set(expand(env.get("SLURM_JOB_NODELIST", ""))) or set(home[0])
@@ -169,8 +169,8 @@ def user_client(site):
     """The user's own vipu (a user's vipu config applies; never the hooks' credentials)."""
     from ..vipu import VipuClient
 
-    return VipuClient(command=[site["vipu.command"]], host=site["vipu.host"], port=site["vipu.port"],
-                      timeout=site["vipu.timeout"], emulator_flags=site["vipu.emulator"])
+    return VipuClient(command=[site.vipu.command], host=site.vipu.host, port=site.vipu.port,
+                      timeout=site.vipu.timeout, emulator_flags=site.vipu.emulator)
 
 
 def _number(text: str, what: str) -> int:
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         path, _ = config.locate(os.environ)
         site = config.load(path, environ=os.environ)
         _quiet_client_log()
-        reply = decide(step, site, user_client(site), os.environ, time.monotonic() + site["prolog.deadline"])
+        reply = decide(step, site, user_client(site), os.environ, time.monotonic() + site.prolog.deadline)
         if reply:
             print(reply, flush=True)
         return 0

@@ -124,7 +124,7 @@ class SlurmCli:
 
     @classmethod
     def of_site(cls, site, timeout: float = 15.0, runner=None) -> SlurmCli:
-        return cls(site.slurm_conf, site["slurm.bin_dir"], timeout, runner)
+        return cls(site.slurm_conf, site.slurm.bin_dir, timeout, runner)
 
     @classmethod
     def of_user(cls, environ: dict, timeout: float = 20.0) -> SlurmCli:

@@ -141,10 +141,10 @@ def main() -> int:
             by_parts.append(point(spec, hook, vipu, 700000 + 1000 * n, args.runs))
         for k in range(made):
             timed([*vipu, "remove", "partition", f"load{k}"], spec.env())
-        ledger, by_records, written = Ledger(site["state_dir"]), [], 0
+        ledger, by_records, written = Ledger(site.state_dir), [], 0
         for n in RECORDS:
             for k in range(written, n):  # records of jobs whose partitions are made as far as they say
-                ledger.put(f"{site['partition.prefix']}{900000 + k}", job_id=900000 + k, uid=0, hosts=["node1"],
+                ledger.put(f"{site.partition.prefix}{900000 + k}", job_id=900000 + k, uid=0, hosts=["node1"],
                            size=1)
             written = n
             by_records.append(point(spec, hook, vipu, 800000 + n, args.runs))

@@ -54,7 +54,7 @@ def test_the_job_gets_its_hosts_machines_makes_partitions_in_them_and_the_epilog
     assert epilog.run(job(), cfg, client) == 0
     assert [a["id"] for a in api.allocations()] == ["default"]
     assert api.list_partitions() == []
-    with open(f"{cfg['state_dir']}/hooks.log") as log:
+    with open(f"{cfg.state_dir}/hooks.log") as log:
         assert "job 42: allocation c42 removed" in log.read()
 
 
@@ -97,7 +97,7 @@ def test_machines_still_held_by_an_ended_job_fail_the_start_for_a_requeue(site, 
     assert prolog.run(job(), cfg, client, slurm) == 1
     assert 42 not in slurm.held and "requeued" in slurm.comments[42]
     assert {a["id"] for a in api.allocations()} == {"default", "c7"}  # nothing half-made left
-    assert Ledger(cfg["state_dir"]).get("c42") is None
+    assert Ledger(cfg.state_dir).get("c42") is None
 
 
 def test_reap_removes_an_orphan_allocation_with_its_partitions(site, api, vipu):
@@ -150,7 +150,7 @@ def test_a_heterogeneous_component_s_allocation_is_held_as_its_tasks_partition(s
     component's tasks only, so each component's allocation is its tasks' partition, as with
     allocation.partition, and the epilog removes both."""
     cfg, client = site
-    assert not cfg["allocation.partition"]
+    assert not cfg.allocation.partition
     assert prolog.run(job(42, nodes="node2", ipus=16, **het), cfg, client, FakeSlurm()) == 0
     (part,) = [p["partition"] for p in api.list_partitions()]
     assert (part["id"], part["spec"]["allocation"], part["spec"]["size"], part["spec"]["owner_uid"]) == \
@@ -186,7 +186,7 @@ def test_the_next_job_on_a_host_waits_out_the_last_one_s_queued_removal(site, ap
 
     cfg, client = site
     assert prolog.run(job(41, "node1"), cfg, client, FakeSlurm()) == 0
-    Journal(cfg["state_dir"]).add("c41", 41, "queued by the epilog")
+    Journal(cfg.state_dir).add("c41", 41, "queued by the epilog")
     slurm = FakeSlurm()
     assert prolog.run(job(42, "node1"), cfg, client, slurm) == 0, slurm.comments
     assert {a["id"] for a in api.allocations()} == {"default", "c42"}
@@ -199,7 +199,7 @@ def test_a_controller_that_calls_busy_machines_a_bad_request_still_gets_the_job_
 
     cfg, client = site
     assert prolog.run(job(41, "node1"), cfg, client, FakeSlurm()) == 0
-    Journal(cfg["state_dir"]).add("c41", 41, "queued by the epilog")
+    Journal(cfg.state_dir).add("c41", 41, "queued by the epilog")
     admin.faults(fail={"count": 1, "code": "INVALID_ARGUMENT", "op": "create_allocation"})
     slurm = FakeSlurm()
     assert prolog.run(job(42, "node1"), cfg, client, slurm) == 0, slurm.comments
@@ -259,7 +259,7 @@ def test_a_user_creating_partitions_as_the_job_ends_keeps_nothing(site, emu, api
         loop.wait(10)
     assert [a["id"] for a in api.allocations()] == ["default"] and api.list_partitions() == []
     assert "then 403 PERMISSION_DENIED: uid 4201 may not create partitions in allocation c42" in out, (out, err)
-    with open(f"{cfg['state_dir']}/hooks.log") as log:
+    with open(f"{cfg.state_dir}/hooks.log") as log:
         assert "job 42: allocation c42 removed" in log.read()
     status, doc = call_as(ALICE, emu.port, "POST", "/v1/attach", {"partition": "z20", "gcd": 0, "host": "node1"})
     assert status == 404 and doc["error"]["code"] == "NOT_FOUND"

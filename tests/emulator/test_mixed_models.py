@@ -76,7 +76,7 @@ def test_each_pod_s_jobs_get_their_model_and_the_epilog_removes_each(mixed):
     assert epilog.run(job(42, "node[1-2]"), cfg, client) == 0
     assert epilog.run(job(43, "node[5-6]"), cfg, client) == 0
     assert _state(api) == ({}, {})
-    with open(f"{cfg['state_dir']}/hooks.log") as log:
+    with open(f"{cfg.state_dir}/hooks.log") as log:
         text = log.read()
     assert "job 42: allocation c42 removed" in text and "job 43: partition slurm_43 removed" in text
 
@@ -97,7 +97,7 @@ def test_the_journal_and_reap_remove_each_kind_as_what_it_is(mixed):
         assert prolog.run(job(job_id, nodes, ipus=16), cfg, client, FakeSlurm()) == 0
     client.create_partition("p7", 16, allocation="c7", deadline=time.monotonic() + 10)
     # The hook service's handoff: the epilog journals the job's object, the removal thread works it off.
-    journal = Journal(cfg["state_dir"])
+    journal = Journal(cfg.state_dir)
     journal.add(cfg.job_name(7, ["node1"]), 7, "queued by the epilog")
     journal.add(cfg.job_name(8, ["node5"]), 8, "queued by the epilog")
     done, err = work_off(cfg, client, journal.names(), time.monotonic() + 10)

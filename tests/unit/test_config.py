@@ -29,10 +29,10 @@ def test_each_layer_overrides_the_one_below(tmp_path):
                  "partition:\n  prefix: ipu_\n")
     env = {"SLURM_IPU_VIPU_RETRIES": "7", "SLURM_IPU_PARTITION_PREFIX": "env_"}
     site = config.load(path, overrides={"partition.prefix": "cli_"}, environ=env)
-    assert site["vipu.timeout"] == 5.0          # file over default
-    assert site["vipu.retries"] == 7            # env over file
-    assert site["partition.prefix"] == "cli_"   # command line over env
-    assert site["prolog.deadline"] == 60.0      # default
+    assert site.vipu.timeout == 5.0          # file over default
+    assert site.vipu.retries == 7            # env over file
+    assert site.partition.prefix == "cli_"   # command line over env
+    assert site.prolog.deadline == 60.0      # default
 
 
 def test_the_hooks_read_the_file_alone(tmp_path):
@@ -40,18 +40,18 @@ def test_the_hooks_read_the_file_alone(tmp_path):
     path = write(tmp_path, BASE)
     env = {"SLURM_IPU_VIPU_HOST": "evil.example.org", "SLURM_IPU_STATE_DIR": "/tmp/x"}
     site = config.load(path, environ=env, twins=False)
-    assert (site["vipu.host"], site["state_dir"]) == ("v", "/var/lib/slurm-ipu")
-    assert config.load(path, environ=env)["vipu.host"] == "evil.example.org"
+    assert (site.vipu.host, site.state_dir) == ("v", "/var/lib/slurm-ipu")
+    assert config.load(path, environ=env).vipu.host == "evil.example.org"
 
 
 def test_site_path_from_env(tmp_path):
     path = write(tmp_path, BASE.replace("ipus: 64", "ipus: 256"))
-    assert config.load(environ={"SLURM_IPU_SITE": path})["pod.ipus"] == 256
+    assert config.load(environ={"SLURM_IPU_SITE": path}).pod.ipus == 256
 
 
 @pytest.mark.parametrize("raw,value", [("yes", True), ("on", True), ("1", True), ("no", False), ("off", False)])
 def test_booleans_from_env(tmp_path, raw, value):
-    assert config.load(write(tmp_path, BASE), environ={"SLURM_IPU_VIPU_EMULATOR": raw})["vipu.emulator"] is value
+    assert config.load(write(tmp_path, BASE), environ={"SLURM_IPU_VIPU_EMULATOR": raw}).vipu.emulator is value
 
 
 @pytest.mark.parametrize("env,words", [
@@ -75,7 +75,7 @@ def test_the_example_and_the_options_reference_are_generated_from_the_table(rel)
 
 def test_the_example_loads_and_sets_every_option():
     site = config.load(str(ROOT / example.EXAMPLE), environ={})
-    assert (site["cluster"], site["pod.ipus"], [p.name for p in site.pods]) == ("ipupod128", 128, ["poda", "podb"])
+    assert (site.cluster, site.pod.ipus, [p.name for p in site.pods]) == ("ipupod128", 128, ["poda", "podb"])
     text = (ROOT / example.EXAMPLE).read_text()
     assert all(f"{f.key.rpartition('.')[2]}:" in text for f in config.FIELDS)
     options = (ROOT / example.OPTIONS).read_text()
@@ -114,7 +114,7 @@ def test_an_install_s_commands_find_its_own_site(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "prefix", str(prefix / "venv"))
     assert config.default_site() == path
     site = config.load(environ={})
-    assert (site["vipu.host"], site["vipu.port"], site.source) == ("10.1.2.3", 8091, path)
+    assert (site.vipu.host, site.vipu.port, site.source) == ("10.1.2.3", 8091, path)
     other = write(tmp_path, BASE, "x.yaml")
     assert config.load(environ={"SLURM_IPU_SITE": other}).source == other
 
@@ -305,3 +305,73 @@ def test_a_real_pod_s_ipu_machines_are_named_as_v_ipu_names_them(tmp_path):
     pods = [dict(FOUR_PODS[0], agents="a-m[1-16]"), dict(FOUR_PODS[1], agents="b-m[1-16]")]
     site = _mixed(tmp_path, pods, vipu={"model": "allocation"})
     assert site.agents_of(["node4", "node5"]) == ["a-m13", "a-m14", "a-m15", "a-m16", "b-m1", "b-m2", "b-m3", "b-m4"]
+
+
+# --- typed sections: a key is read as site.<section>.<key>, never by its dotted name -------------
+
+SITE_NAMES = {"site", "cfg", "self.cfg", "self.site", "desc", "s", "spec.site"}
+
+
+def _reads(root: Path):
+    """(file, line, section, key) of every `<site>.<section>.<key>` read, and (file, line, key) of
+    every `<site>["dotted.key"]`, in the Python under root (the config package left out)."""
+    import ast
+
+    from slurm_ipu.config import sections
+
+    typed, by_name = [], []
+    for path in sorted(root.rglob("*.py")):
+        if "slurm_ipu/config/" in str(path):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and \
+                    node.value.attr in sections.SECTIONS and ast.unparse(node.value.value) in SITE_NAMES:
+                typed.append((path, node.lineno, node.value.attr, node.attr))
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and \
+                    node.slice.value in config.BY_KEY and ast.unparse(node.value) in SITE_NAMES:
+                by_name.append((path, node.lineno, node.slice.value))
+    return typed, by_name
+
+
+def test_every_section_read_names_a_key_of_the_table():
+    """A misspelt key (site.vipu.hots) is caught here, not as an AttributeError in a prolog."""
+    import dataclasses
+
+    from slurm_ipu.config import sections
+
+    fields = {name: {f.name for f in dataclasses.fields(kind)} for name, kind in sections.SECTIONS.items()}
+    typed, _ = _reads(ROOT / "slurm_ipu")
+    wrong = [f"{p.relative_to(ROOT)}:{line}: {section}.{key}" for p, line, section, key in typed
+             if key not in fields[section]]
+    assert len(typed) > 100 and wrong == []
+
+
+def test_nothing_outside_the_config_package_reads_a_key_by_its_dotted_name():
+    _, by_name = _reads(ROOT / "slurm_ipu")
+    _, in_tests = _reads(ROOT / "tests")
+    assert [f"{p.relative_to(ROOT)}:{line}: {key}" for p, line, key in by_name + in_tests] == []
+
+
+def test_a_loaded_site_is_typed_and_frozen(tmp_path):
+    import dataclasses
+
+    loaded = config.load(write(tmp_path, BASE), environ={})
+    assert (loaded.vipu.host, loaded.vipu.port, loaded.prolog.deadline, loaded.cluster) == ("v", 8090, 60.0, "c1")
+    with pytest.raises(TypeError):
+        loaded["vipu.host"]  # noqa: B018 - the old way must fail, not read
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.vipu.host = "elsewhere"
+    with pytest.raises(TypeError):
+        loaded.values["vipu.host"] = "elsewhere"
+    assert config.reread(loaded, vipu__host="elsewhere").vipu.host == "elsewhere" and loaded.vipu.host == "v"
+
+
+def test_the_sections_hold_every_key_of_the_table_once():
+    import dataclasses
+
+    from slurm_ipu.config import sections
+    from slurm_ipu.deploy.example import INTERNAL
+
+    held = {f"{name}.{f.name}" for name, kind in sections.SECTIONS.items() for f in dataclasses.fields(kind)}
+    assert held | set(sections.TOP) | set(INTERNAL) == set(config.BY_KEY)
+    assert len(held) + len(sections.TOP) + len(INTERNAL) == len(config.BY_KEY)

@@ -153,7 +153,7 @@ def test_allocation_model_nodes_without_their_runs_features_are_a_problem(here):
     """Without the features job_submit.lua's constraint names, every multi-host IPU job of the
     allocation model would be refused ("Invalid feature specification")."""
     desc, facts = here
-    desc.values["vipu.model"] = "allocation"
+    desc = config.reread(desc, vipu__model="allocation")
     found = items(doctor.diagnose(desc, facts))["nodes"]
     assert not found.ok and "node1 lacks the feature(s) ipugroup2_0" in found.detail and "Features" in found.fix
     for host, runs in {"node1": "ipugroup2_0", "node2": "gpu,ipugroup2_0", "node3": "ipugroup2_1",
@@ -190,7 +190,7 @@ def test_gather_reads_the_journal_before_v_ipu_and_the_jobs_after_it(here, mocke
     from slurm_ipu.hooks.journal import Journal
 
     desc, _ = here
-    journal = Journal(desc["state_dir"])
+    journal = Journal(desc.state_dir)
     journal.add("slurm_9", 9, "handed over by the epilog")
     squeue = json.dumps({"jobs": [{"job_id": 7, "job_state": "RUNNING"}]})
 
@@ -246,7 +246,7 @@ def test_the_hooks_item_tries_slurm_ipu_hook_as_slurmctld_would_start_it(here, w
 def test_vipu_credentials_must_exist_and_not_be_world_readable(here, tmp_path):
     desc, facts = here
     creds = tmp_path / "vipu-cli.hcl"
-    desc.values["vipu.cli_config"] = str(creds)
+    desc = config.reread(desc, vipu__cli_config=str(creds))
     assert "vipu-cli.hcl: No such file" in items(doctor.diagnose(desc, facts))["vipu"].detail
     creds.write_text('api-user-id = "slurm"\n')
     creds.chmod(0o644)
@@ -257,7 +257,7 @@ def test_vipu_credentials_must_exist_and_not_be_world_readable(here, tmp_path):
 
 def test_job_submit_as_a_module_of_the_site_s_script_is_ok_and_a_stale_copy_is_not(here):
     desc, facts = here
-    conf = Path(desc["slurm.conf_dir"])
+    conf = Path(desc.slurm.conf_dir)
     ours = conf / "job_submit_ipu.lua"
     (conf / "job_submit.lua").rename(ours)
     (conf / "job_submit.lua").write_text(f'dofile("{ours}")\nfunction slurm_job_submit(j, p, u) '
@@ -269,10 +269,10 @@ def test_job_submit_as_a_module_of_the_site_s_script_is_ok_and_a_stale_copy_is_n
 
 def test_an_old_queued_removal_and_a_world_writable_state_dir(here):
     desc, facts = here
-    queue = Path(desc["state_dir"]) / "pending-removal"
+    queue = Path(desc.state_dir) / "pending-removal"
     queue.mkdir()
     (queue / "slurm_5.json").write_text(json.dumps({"partition": "slurm_5", "time": time.time() - 3600}))
-    Path(desc["state_dir"]).chmod(0o777)
+    Path(desc.state_dir).chmod(0o777)
     found = items(doctor.diagnose(desc, facts))
     assert "1 removal(s) queued for over 600 s: slurm_5" in found["journal"].detail
     assert "world-writable" in found["state_dir"].detail
@@ -378,7 +378,7 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
     from slurm_ipu.hooks import remover, transport
 
     desc, facts = here
-    state = desc["state_dir"]
+    state = desc.state_dir
     os.makedirs(state, exist_ok=True)
     assert not items(doctor.diagnose(desc, facts))["service"].ok
     epilog = remover.take(state, "epilog", 0)  # a Python epilog removing for a moment is no service
@@ -409,7 +409,7 @@ def test_a_running_service_whose_passes_stopped_is_a_problem(here):
     from slurm_ipu.hooks import remover, stats, transport
 
     desc, facts = here
-    state = desc["state_dir"]
+    state = desc.state_dir
     os.makedirs(state, exist_ok=True)
     lock = remover.take(state, remover.SERVICE, 0)
     sock = transport.listen(state)
@@ -419,7 +419,7 @@ def test_a_running_service_whose_passes_stopped_is_a_problem(here):
         counted.passed("health")
         counted.save()
         assert items(doctor.diagnose(desc, facts))["service"].ok
-        long_ago = time.time() - 3 * desc["health.interval"] - desc["epilog.deadline"] - 120
+        long_ago = time.time() - 3 * desc.health.interval - desc.epilog.deadline - 120
         os.utime(remover.lock_path(state), (long_ago, long_ago))          # started long ago
         assert items(doctor.diagnose(desc, facts))["service"].ok          # and passing
         counted.doc["passes"]["health"] = long_ago                          # its health passes stopped
@@ -457,7 +457,7 @@ def test_a_site_prolog_that_took_the_key_is_named_with_the_way_to_keep_both(here
 
 def test_a_site_hook_named_in_the_site_description_must_exist(here, tmp_path):
     desc, facts = here
-    desc.values["slurm.site_epilog_slurmctld"] = str(tmp_path / "missing-epilog")
+    desc = config.reread(desc, slurm__site_epilog_slurmctld=str(tmp_path / "missing-epilog"))
     finding = items(doctor.diagnose(desc, facts))["hooks"]
     assert not finding.ok and "slurm.site_epilog_slurmctld" in finding.line() and "not executable" in finding.line()
 
@@ -467,14 +467,14 @@ def test_a_user_who_may_not_read_the_state_directory_gets_one_line_per_item_and_
     directory is root's and slurm.user's) is skipped with one line naming it; the rest is checked."""
     desc, facts = here
     denied = PermissionError(13, "Permission denied")
-    denied.filename = f"{desc['state_dir']}/pending-removal"
+    denied.filename = f"{desc.state_dir}/pending-removal"
     mocker.patch("slurm_ipu.hooks.journal.Journal.names", side_effect=denied)
     mocker.patch("slurm_ipu.hooks.journal.Journal.entries", side_effect=denied)
     lines = []
     mocker.patch.object(doctor, "gather", return_value=facts)
     mocker.patch.object(doctor, "CHECKS", (doctor.check_slurm, doctor.check_journal))
     assert doctor.main(desc.source, out=lines.append) == 0
-    assert lines[1] == (f"skipped  journal      {desc['state_dir']}/pending-removal: not readable by uid "
+    assert lines[1] == (f"skipped  journal      {desc.state_dir}/pending-removal: not readable by uid "
                         f"{os.getuid()} (run doctor as root for this item)")
     assert lines[-1] == "all 1 checks ok, 1 skipped (their lines say why)"
     facts = {"partitions": [], "jobs": {}, "licenses": {}, "created": {}, "queued": [], "errors": {},
@@ -597,9 +597,9 @@ def test_the_drains_item_names_the_health_pass_s_drains_and_whether_a_pass_will_
     assert facts.nodes["node3"]["Reason"].startswith("bad DIMM") and facts.nodes["node2"]["Gres"] == "ipu:16"
     alone = items(doctor.diagnose(desc, facts))["drains"]
     assert not alone.ok and "node2 (slurm-ipu: IPU-Machine ag5 down)" in alone.line() and "node3" not in alone.line()
-    os.makedirs(desc["state_dir"], exist_ok=True)
-    lock = remover.take(desc["state_dir"], remover.SERVICE, 0)
-    sock = transport.listen(desc["state_dir"])
+    os.makedirs(desc.state_dir, exist_ok=True)
+    lock = remover.take(desc.state_dir, remover.SERVICE, 0)
+    sock = transport.listen(desc.state_dir)
     try:
         found = items(doctor.diagnose(desc, facts))["drains"]
         assert found.ok and "1 node(s) drained for failed IPU-Machines" in found.line()

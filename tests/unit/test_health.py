@@ -121,7 +121,7 @@ def test_a_failed_machine_drains_its_host_and_its_return_resumes_it(site, agents
     assert len(slurm.updates) == 1
     agents["ag5"] = "Up"
     assert one_pass(site, slurm) == 1 and slurm.nodes["node2"] == ["idle", "none"]
-    assert json.loads(health.record_path(site["state_dir"]).read_text()) == {}
+    assert json.loads(health.record_path(site.state_dir).read_text()) == {}
 
 
 def test_a_node_an_admin_drained_is_never_drained_over_nor_resumed(site, agents):
@@ -203,7 +203,7 @@ def test_a_running_batch_job_on_a_failed_machine_is_requeued_and_an_srun_job_tol
                           "submit it again"]
     assert "health: job 7: IPU-Machine ag0 failed under its V-IPU partition; requeued" in lines
     assert 10 not in slurm.comments  # pending already (requeued by an earlier pass): left alone
-    assert restarts.count(site["state_dir"], 7) == 1  # the hardware's restart: its prolog does not count it
+    assert restarts.count(site.state_dir, 7) == 1  # the hardware's restart: its prolog does not count it
 
 
 def test_jobs_waiting_for_a_failed_machine_s_ipus_are_told_which_and_the_line_goes_when_it_is_back(tmp_path, agents):
@@ -288,7 +288,7 @@ def test_a_pass_killed_between_its_drains_leaves_none_once_the_machines_are_back
         one_pass(site, slurm)
     assert slurm.nodes["node2"][0] == "drained" and slurm.nodes["node3"][0] == "idle"
     # what the pass was about to do was written first
-    assert set(health.drained_nodes(site["state_dir"])) == {"node2", "node3"}
+    assert set(health.drained_nodes(site.state_dir)) == {"node2", "node3"}
     slurm.allowed = 99                                           # slurmctld back
     one_pass(site, slurm)
     assert slurm.nodes["node3"] == ["drained", "slurm-ipu: IPU-Machine ag9 down"]
@@ -296,7 +296,7 @@ def test_a_pass_killed_between_its_drains_leaves_none_once_the_machines_are_back
     one_pass(site, slurm)
     assert [slurm.nodes[n] for n in ("node2", "node3")] == [["idle", "none"]] * 2
     assert slurm.nodes["node4"] == ["drained", "bad DIMM (admin)"]
-    assert health.drained_nodes(site["state_dir"]) == {}
+    assert health.drained_nodes(site.state_dir) == {}
 
 
 def test_a_drain_of_ours_the_record_does_not_know_is_lifted_when_its_machine_is_back(site, agents):
@@ -305,7 +305,7 @@ def test_a_drain_of_ours_the_record_does_not_know_is_lifted_when_its_machine_is_
     slurm = FakeSlurm(site.hosts)
     slurm.nodes["node2"] = ["drained", "slurm-ipu: IPU-Machine ag5 down"]
     slurm.nodes["node3"] = ["drained", "slurm-ipu maintenance by hand"]  # an admin's words, not the pass's
-    health.record_path(site["state_dir"]).unlink(missing_ok=True)
+    health.record_path(site.state_dir).unlink(missing_ok=True)
     lines: list[str] = []
     assert one_pass(site, slurm, lines) == 1
     assert slurm.nodes["node2"] == ["idle", "none"] and lines == [
@@ -333,7 +333,7 @@ def test_waiting_lines_a_killed_pass_left_are_cleared_by_the_next(tmp_path, agen
     slurm.allowed = 99
     one_pass(site, slurm)
     assert all(slurm.comments[j] == "" for j in jobs)
-    assert not health.waiting_marker(site["state_dir"]).exists()
+    assert not health.waiting_marker(site.state_dir).exists()
     before = len(slurm.updates)
     one_pass(site, slurm)                       # nothing down, nothing left: no squeue, no update
     assert len(slurm.updates) == before

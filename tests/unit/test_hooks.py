@@ -82,7 +82,7 @@ def env(**over):
 
 
 def hooks_log(cfg) -> str:
-    path = f"{cfg['state_dir']}/hooks.log"
+    path = f"{cfg.state_dir}/hooks.log"
     try:
         return open(path).read()
     except FileNotFoundError:
@@ -233,7 +233,7 @@ def test_a_later_component_s_partition_is_sized_from_its_gres_with_one_query(fak
     assert prolog.run(component(), cfg, cfg.vipu_client(), slurm) == 0
     assert fake.partitions["slurm_43"]["size"] == 16 and slurm.queries == [43]  # 8 per node on node[1-2]
     assert epilog.run(component(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client()) == 0
-    assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_43") is None
+    assert fake.partitions == {} and Ledger(cfg.state_dir).get("slurm_43") is None
 
 
 def test_a_later_component_without_ipus_makes_no_vipu_call(fake, cfg):
@@ -265,7 +265,7 @@ def test_epilog_removes_and_is_idempotent(fake, cfg):
         assert epilog.run(env(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client()) == 0
     assert fake.partitions == {}
     assert "partition slurm_42 removed" in hooks_log(cfg) and "no partition of slurm-ipu's to remove" in hooks_log(cfg)
-    assert Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert Ledger(cfg.state_dir).get("slurm_42") is None
 
 
 def test_the_python_epilog_takes_a_job_s_end_as_the_hook_service_does(fake, cfg):
@@ -278,7 +278,7 @@ def test_the_python_epilog_takes_a_job_s_end_as_the_hook_service_does(fake, cfg)
     held, release = threading.Event(), threading.Event()
 
     def prolog_still_running():
-        with Ledger(cfg["state_dir"]).lock("slurm_42", time.monotonic() + 5):
+        with Ledger(cfg.state_dir).lock("slurm_42", time.monotonic() + 5):
             held.set()
             release.wait(5)
 
@@ -288,12 +288,12 @@ def test_the_python_epilog_takes_a_job_s_end_as_the_hook_service_does(fake, cfg)
     seen = []
 
     def pause(seconds):  # the epilog's wait: the entry is queued meanwhile; the prolog ends
-        seen.append([e["reason"] for e in Journal(cfg["state_dir"]).entries()])
+        seen.append([e["reason"] for e in Journal(cfg.state_dir).entries()])
         release.set()
         holder.join(5)
 
     assert epilog.run(env(SLURM_SCRIPT_CONTEXT="epilog_slurmctld"), cfg, cfg.vipu_client(), sleep=pause) == 0
-    assert seen[0] == ["queued by the epilog"] and fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+    assert seen[0] == ["queued by the epilog"] and fake.partitions == {} and Journal(cfg.state_dir).names() == []
     assert "partition slurm_42 removed" in hooks_log(cfg)
 
 
@@ -301,8 +301,8 @@ def test_epilog_journals_when_vipu_is_down_and_still_succeeds(fake, cfg):
     prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
     assert epilog.run(env(), cfg, cfg.vipu_client()) == 0
-    assert [e["partition"] for e in Journal(cfg["state_dir"]).entries()] == ["slurm_42"]
-    assert Ledger(cfg["state_dir"]).owns("slurm_42", 42)  # reap will need it
+    assert [e["partition"] for e in Journal(cfg.state_dir).entries()] == ["slurm_42"]
+    assert Ledger(cfg.state_dir).owns("slurm_42", 42)  # reap will need it
 
 
 def test_epilog_of_a_job_without_ipus_does_nothing(fake, cfg):
@@ -327,13 +327,13 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
     client = cfg.vipu_client()
     for job in (1, 2, 3):
         client.create_partition(f"slurm_{job}", 1)
-        Ledger(cfg["state_dir"]).put(f"slurm_{job}", job_id=job)  # as the prolog records them
-    journal = Journal(cfg["state_dir"])
+        Ledger(cfg.state_dir).put(f"slurm_{job}", job_id=job)  # as the prolog records them
+    journal = Journal(cfg.state_dir)
     journal.add("slurm_1", 1, "V-IPU down")
     journal.add("slurm_9", 9, "V-IPU down")  # already gone by hand
     for job in (1, 2):  # restarts a failed machine caused: job 1's is of a job Slurm no longer lists
-        restarts.add(cfg["state_dir"], job)
-        os.utime(f"{cfg['state_dir']}/hardware/{job}", (time.time() - 60,) * 2)
+        restarts.add(cfg.state_dir, job)
+        os.utime(f"{cfg.state_dir}/hardware/{job}", (time.time() - 60,) * 2)
     lines = []
     assert reap.run(cfg, client, FakeSlurm({2: "RUNNING", 3: "PENDING"}), dry_run=True, out=lines.append) == 0
     assert lines == ["reap: would remove slurm_1 (job 1 gone)", "reap: would remove slurm_3 (job 3 pending)"]
@@ -342,7 +342,7 @@ def test_reap_removes_orphans_keeps_live_and_settles_the_journal(fake, cfg):
     assert reap.run(cfg, client, FakeSlurm({2: "RUNNING", 3: "PENDING"}), out=lines.append) == 0
     assert sorted(fake.partitions) == ["slurm_2"]
     assert journal.entries() == []
-    assert (restarts.count(cfg["state_dir"], 1), restarts.count(cfg["state_dir"], 2)) == (0, 1)
+    assert (restarts.count(cfg.state_dir, 1), restarts.count(cfg.state_dir, 2)) == (0, 1)
 
 
 def test_reap_never_overlaps_another_remover_it_waits_for_it_or_says_so(fake, cfg):
@@ -352,7 +352,7 @@ def test_reap_never_overlaps_another_remover_it_waits_for_it_or_says_so(fake, cf
 
     from slurm_ipu.hooks import remover
 
-    fd = remover.take(cfg["state_dir"], "epilog", 0)
+    fd = remover.take(cfg.state_dir, "epilog", 0)
     release = threading.Timer(0.3, remover.give_up, (fd,))  # the epilog finishes
     try:
         with pytest.raises(ConfigError, match=r"a Python epilog \(pid \d+\) removes for .*let it finish"):
@@ -364,7 +364,7 @@ def test_reap_never_overlaps_another_remover_it_waits_for_it_or_says_so(fake, cf
     release.start()
     assert reap.run(cfg, cfg.vipu_client(), FakeSlurm(), out=lambda _: None) == 0
     release.join()
-    assert remover.holder(cfg["state_dir"]) is None
+    assert remover.holder(cfg.state_dir) is None
 
 
 # --- trust: only what slurm-ipu created for the job (issue 14, items 2-4) -----------------
@@ -388,11 +388,11 @@ def test_a_partition_planted_under_the_jobs_name_is_refused_and_never_removed(fa
 def test_a_planted_partition_is_refused_even_after_an_attempt_of_ours(fake, cfg):
     """Our first attempt died before its create reached V-IPU (a record, no partition); the
     squatter's partition that appeared since is still not ours."""
-    Ledger(cfg["state_dir"]).put("slurm_42", job_id=42)
+    Ledger(cfg.state_dir).put("slurm_42", job_id=42)
     fake.plant("slurm_42", 16, owner_uid=4242)
     slurm = FakeSlurm()
     assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1 and slurm.held == {42}
-    assert Ledger(cfg["state_dir"]).get("slurm_42") is None and "slurm_42" in fake.partitions
+    assert Ledger(cfg.state_dir).get("slurm_42") is None and "slurm_42" in fake.partitions
 
 
 def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, tmp_path):
@@ -406,7 +406,7 @@ def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, 
     assert fake.partitions["slurm_42"]["hosts"] == ["node3", "node4"]
     # the first run's removal, worked off by the next prolog short of IPUs, leaves what the job now runs on
     assert removal.make_room(cfg, cfg.vipu_client(), "slurm_44", time.monotonic() + 5) == 1
-    assert fake.partitions["slurm_42"]["hosts"] == ["node3", "node4"] and Journal(cfg["state_dir"]).entries() == []
+    assert fake.partitions["slurm_42"]["hosts"] == ["node3", "node4"] and Journal(cfg.state_dir).entries() == []
     assert "job 42: partition slurm_42 kept: the job's next attempt runs on it" in hooks_log(cfg)
     # the stale reason of the failed run gives way to the partition's name (hooks/notes.py)
     assert slurm.comments[42] == "slurm-ipu:partition=slurm_42,ipus=16"
@@ -433,11 +433,11 @@ def test_a_capacity_failure_works_off_the_journal_first(fake, cfg):
     client = cfg.vipu_client()
     fake.free = 64
     client.create_partition("slurm_7", 64)
-    Ledger(cfg["state_dir"]).put("slurm_7", job_id=7)  # as the prolog of job 7 recorded it
-    Journal(cfg["state_dir"]).add("slurm_7", 7, "V-IPU down")
+    Ledger(cfg.state_dir).put("slurm_7", job_id=7)  # as the prolog of job 7 recorded it
+    Journal(cfg.state_dir).add("slurm_7", 7, "V-IPU down")
     slurm = FakeSlurm()
     assert prolog.run(env(SLURM_JOB_LICENSES="ipu:64"), cfg, client, slurm) == 0
-    assert list(fake.partitions) == ["slurm_42"] and Journal(cfg["state_dir"]).entries() == []
+    assert list(fake.partitions) == ["slurm_42"] and Journal(cfg.state_dir).entries() == []
     assert "removed 1 journaled partition(s) to make room for slurm_42" in hooks_log(cfg)
 
 
@@ -454,7 +454,7 @@ def test_a_vipu_that_cannot_run_is_never_read_as_already_gone(fake, cfg, code, e
     prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
     fake.failures = [(err, code)]
     assert epilog.run(env(), cfg, cfg.vipu_client()) == 0
-    assert [e["partition"] for e in Journal(cfg["state_dir"]).entries()] == ["slurm_42"]
+    assert [e["partition"] for e in Journal(cfg.state_dir).entries()] == ["slurm_42"]
     assert f"the vipu command could not run (exit {code}" in hooks_log(cfg) and "already gone" not in hooks_log(cfg)
     assert "slurm_42" in fake.partitions
 
@@ -544,13 +544,13 @@ def test_a_job_waiting_for_room_never_waits_on_a_name_that_shares_its_lock(fake,
     """slurm_844 and slurm_908 share a lock file (they are striped): a job waiting for a finished
     job's partition to go must not hold the lock that partition's removal takes (seen in a storm
     on two Pods: a 128-IPU job's prolog timed out after 30 s and the job was requeued)."""
-    store = Ledger(cfg["state_dir"])
+    store = Ledger(cfg.state_dir)
     assert store._lock_path("slurm_844") == store._lock_path("slurm_908")  # the collision itself
     client = cfg.vipu_client()
     fake.free = 64
     client.create_partition("slurm_908", 64)
     store.put("slurm_908", job_id=908)
-    Journal(cfg["state_dir"]).add("slurm_908", 908, "queued by its epilog")
+    Journal(cfg.state_dir).add("slurm_908", 908, "queued by its epilog")
     assert prolog.run(env(SLURM_JOB_ID="844", SLURM_JOB_LICENSES="ipu:64"), cfg, client, FakeSlurm()) == 0
     assert list(fake.partitions) == ["slurm_844"]
 
@@ -558,7 +558,7 @@ def test_a_job_waiting_for_room_never_waits_on_a_name_that_shares_its_lock(fake,
 def test_sixty_four_consecutive_jobs_take_sixty_four_distinct_locks(cfg):
     """Jobs running together have close ids: striped by job id they never share a lock (the
     byte-sum striping put 64 consecutive jobs in 15 locks, job N with job N+9)."""
-    store = Ledger(cfg["state_dir"])
+    store = Ledger(cfg.state_dir)
     for first in (1, 844, 4_000_000_000):
         paths = {store._lock_path(f"slurm_{first + k}") for k in range(64)}
         assert len(paths) == 64, first

@@ -60,7 +60,7 @@ def test_the_hook_service_s_durations_and_v_ipu_errors(tmp_path, mocker):
 
     site = config.load(str(write_conf(tmp_path)), environ={})
     (tmp_path / "state").mkdir()
-    stats = Stats(site["state_dir"])
+    stats = Stats(site.state_dir)
     for seconds in (0.02, 0.04, 0.3, 70.0):
         stats.observe("prolog", seconds)
     stats.observe("removal", 400.0)  # over the top bucket: +Inf only
@@ -68,7 +68,7 @@ def test_the_hook_service_s_durations_and_v_ipu_errors(tmp_path, mocker):
     stats.vipu_error(VipuUnavailable("connection refused"))
     stats.vipu_error(InsufficientIpus("not enough free IPUs"))
     stats.save()
-    again = Stats(site["state_dir"])  # a restarted service carries on from the file
+    again = Stats(site.state_dir)  # a restarted service carries on from the file
     again.observe("prolog", 0.001)
     again.save()
     seen = parsed(metrics.render(metrics.families(site, facts(hooks=metrics.gather(site, *fakes(mocker))["hooks"]))))
@@ -95,16 +95,16 @@ def test_the_hook_service_s_last_passes(tmp_path, mocker):
 
     site = config.load(str(write_conf(tmp_path)), environ={})
     (tmp_path / "state").mkdir()
-    stats = Stats(site["state_dir"])
+    stats = Stats(site.state_dir)
     before = time.time()
     stats.passed("reap")
     stats.save()
     seen = parsed(metrics.render(metrics.families(site, facts(hooks=metrics.gather(site, *fakes(mocker))["hooks"]))))
     assert before <= seen[("slurm_ipu_service_pass_timestamp_seconds", (("pass", "reap"),))] <= time.time()
     assert ("slurm_ipu_service_pass_timestamp_seconds", (("pass", "health"),)) not in seen
-    old = json.loads(open(path_of(site["state_dir"])).read())
+    old = json.loads(open(path_of(site.state_dir)).read())
     del old["passes"]
-    open(path_of(site["state_dir"]), "w").write(json.dumps(old))
+    open(path_of(site.state_dir), "w").write(json.dumps(old))
     seen = parsed(metrics.render(metrics.families(site, facts(hooks=metrics.gather(site, *fakes(mocker))["hooks"]))))
     assert not any(name == "slurm_ipu_service_pass_timestamp_seconds" for name, _ in seen)
     assert seen[("slurm_ipu_prolog_duration_seconds_count", ())] == 0

@@ -42,7 +42,7 @@ def etc(tmp_path, monkeypatch):
 
 def test_the_packaged_site_names_debian_s_python_and_the_packages_paths(tmp_path):
     site = packaged_site(tmp_path)
-    assert site.packaged and site["install.prefix"] == "/usr"
+    assert site.packaged and site.install.prefix == "/usr"
     assert site.python == "/usr/bin/python3"
     assert site.path("hook") == "/usr/libexec/slurm-ipu/slurm-ipu-hook"
     assert site.path("hook_conf") == "/etc/slurm-ipu/slurm-ipu-hook.conf"
@@ -114,8 +114,8 @@ def test_the_lab_commands_without_the_lab_package_say_which_package(argv, monkey
 def test_the_packages_files_come_from_the_table_and_templates(tmp_path):
     packaging.write(tmp_path)
     site = config.parse((tmp_path / "site.yaml").read_text(), "/etc/slurm-ipu/site.yaml", None, None)
-    assert site.packaged and site["vipu.host"] == config.parse(
-        (ROOT / "etc" / "site-pod128.yaml").read_text(), "x", None, None)["vipu.host"]
+    assert site.packaged and site.vipu.host == config.parse(
+        (ROOT / "etc" / "site-pod128.yaml").read_text(), "x", None, None).vipu.host
     assert (tmp_path / "slurm-ipu-reaper.service").read_text() == fragments.texts(site)["slurm-ipu-reaper.service"]
     assert os.access(tmp_path / "slurm-ipu-hook", os.X_OK)
 

@@ -87,7 +87,7 @@ pods:
 
 def test_a_site_of_two_pods():
     s = config.parse(BASE, "s.yaml")
-    assert (s["pod.ipus"], s.hosts[-1], [p.name for p in s.pods]) == (128, "h8", ["poda", "podb"])
+    assert (s.pod.ipus, s.hosts[-1], [p.name for p in s.pods]) == (128, "h8", ["poda", "podb"])
 
 
 @pytest.mark.parametrize("change,words", [

@@ -23,7 +23,7 @@ from .test_hooks import FakeSlurm, env, hooks_log
 
 def queue(cfg, job: int) -> None:
     """What the hook service's epilog writes: the job's end, now."""
-    Journal(cfg["state_dir"]).add(f"slurm_{job}", job, "queued by the epilog")
+    Journal(cfg.state_dir).add(f"slurm_{job}", job, "queued by the epilog")
 
 
 class Clock:
@@ -44,7 +44,7 @@ def test_the_service_removes_a_queued_partition_of_ours_and_leaves_a_stranger_s(
     queue(cfg, 43)
     Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
     assert sorted(fake.partitions) == ["slurm_43"]
-    assert Journal(cfg["state_dir"]).names() == [] and Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert Journal(cfg.state_dir).names() == [] and Ledger(cfg.state_dir).get("slurm_42") is None
     log = hooks_log(cfg)
     assert "job 42: partition slurm_42 removed" in log and "slurm_43 is not ours" in log
 
@@ -55,19 +55,19 @@ def test_an_entry_a_crash_of_the_host_lost_is_covered_by_the_record(fake, cfg):
     partition of every recorded job that is over."""
     client = cfg.vipu_client()
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
-    assert Journal(cfg["state_dir"]).names() == [] and "slurm_42" in fake.partitions  # no entry
+    assert Journal(cfg.state_dir).names() == [] and "slurm_42" in fake.partitions  # no entry
     Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
-    assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert fake.partitions == {} and Ledger(cfg.state_dir).get("slurm_42") is None
 
 
 def test_an_empty_entry_a_crash_of_the_host_left_is_dropped_and_the_record_removes_it(fake, cfg):
     client = cfg.vipu_client()
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
-    journal = Journal(cfg["state_dir"])
+    journal = Journal(cfg.state_dir)
     journal.dir.mkdir(parents=True, exist_ok=True)
     (journal.dir / "slurm_42.json").write_bytes(b"")  # renamed into place, its data never written
     Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
-    assert fake.partitions == {} and journal.names() == [] and Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert fake.partitions == {} and journal.names() == [] and Ledger(cfg.state_dir).get("slurm_42") is None
 
 
 def two_ended_jobs(cfg) -> tuple[Clock, Service]:
@@ -86,7 +86,7 @@ def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
     clock, service = two_ended_jobs(cfg)
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 2
     assert service.step() == pytest.approx(1.0, abs=0.05)  # the removal thread sleeps out the backoff
-    assert Journal(cfg["state_dir"]).names() == ["slurm_42", "slurm_44"]  # one failure stops the pass
+    assert Journal(cfg.state_dir).names() == ["slurm_42", "slurm_44"]  # one failure stops the pass
     assert "retrying in 1s" in hooks_log(cfg)
     calls = len(fake.calls)
     clock.now += 0.5
@@ -94,7 +94,7 @@ def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
     assert len(fake.calls) == calls
     clock.now += 1.0
     assert service.step() == service_module.JOURNAL_POLL_S
-    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+    assert fake.partitions == {} and Journal(cfg.state_dir).names() == []
 
 
 def test_v_ipu_refusing_one_removal_backs_off_that_entry_alone(fake, cfg):
@@ -104,7 +104,7 @@ def test_v_ipu_refusing_one_removal_backs_off_that_entry_alone(fake, cfg):
     clock, service = two_ended_jobs(cfg)
     fake.failures = [("error: partition slurm_42 is busy [FAILED_PRECONDITION]", 1)]
     assert service.step() == pytest.approx(1.0, abs=0.05)  # slurm_42's own backoff
-    assert Journal(cfg["state_dir"]).names() == ["slurm_42"] and sorted(fake.partitions) == ["slurm_42"]
+    assert Journal(cfg.state_dir).names() == ["slurm_42"] and sorted(fake.partitions) == ["slurm_42"]
     assert "hook service: slurm_42 not removed (partition slurm_42 is busy); retrying in 1s" in hooks_log(cfg)
     calls = len(fake.calls)
     clock.now += 0.5
@@ -118,7 +118,7 @@ def test_v_ipu_refusing_one_removal_backs_off_that_entry_alone(fake, cfg):
     assert service.step() == pytest.approx(1.0, abs=0.05) and len(fake.calls) == calls
     clock.now += 1.0
     assert service.step() == service_module.JOURNAL_POLL_S
-    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == [] and service.later == {}
+    assert fake.partitions == {} and Journal(cfg.state_dir).names() == [] and service.later == {}
 
 
 def test_a_removal_v_ipu_keeps_refusing_ages_and_its_wait_is_counted(fake, cfg):
@@ -129,10 +129,10 @@ def test_a_removal_v_ipu_keeps_refusing_ages_and_its_wait_is_counted(fake, cfg):
 
     client = cfg.vipu_client()
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
-    ledger = Ledger(cfg["state_dir"])
+    ledger = Ledger(cfg.state_dir)
     record = {k: v for k, v in ledger.get("slurm_42").items() if k not in ("partition", "time")}
     ledger.put("slurm_42", **dict(record, began=time.time() - 7200))  # it ran two hours ago
-    journal = Journal(cfg["state_dir"])
+    journal = Journal(cfg.state_dir)
     journal.add("slurm_42", 42, "queued by the epilog", since=time.time() - 3600)  # and ended an hour ago
     clock = Clock()
     service = Service(cfg, client, FakeSlurm({}), clock=clock)
@@ -144,9 +144,9 @@ def test_a_removal_v_ipu_keeps_refusing_ages_and_its_wait_is_counted(fake, cfg):
     clock.now += 1.0
     service.step()
     assert journal.names() == [] and fake.partitions == {}
-    removal = stats.load(cfg["state_dir"])["durations"]["removal"]
+    removal = stats.load(cfg.state_dir)["durations"]["removal"]
     assert removal["count"] == 1 and removal["sum"] >= 3600 and removal["buckets"] == [0] * len(stats.BUCKETS)
-    assert stats.load(cfg["state_dir"])["vipu_errors"] == {"not_ready": 1}
+    assert stats.load(cfg.state_dir)["vipu_errors"] == {"not_ready": 1}
 
 
 def test_an_entry_whose_prolog_holds_its_name_is_tried_again_soon_not_at_once(fake, cfg):
@@ -157,11 +157,11 @@ def test_an_entry_whose_prolog_holds_its_name_is_tried_again_soon_not_at_once(fa
     queue(cfg, 42)
     service = Service(cfg, client, FakeSlurm({}), clock=Clock())
     service.next_reap = float("inf")
-    ledger = Ledger(cfg["state_dir"])
+    ledger = Ledger(cfg.state_dir)
     fd = _hold(ledger._lock_path("slurm_42"))
     try:
         assert service.step() == service_module.BUSY_POLL_S
-        assert "slurm_42" in fake.partitions and Journal(cfg["state_dir"]).names() == ["slurm_42"]
+        assert "slurm_42" in fake.partitions and Journal(cfg.state_dir).names() == ["slurm_42"]
     finally:
         os.close(fd)
     assert service.step() == service_module.JOURNAL_POLL_S and fake.partitions == {}
@@ -186,13 +186,13 @@ def test_the_prolog_waits_for_a_removal_of_its_name_under_way(fake, tmp_path):
     client = cfg.vipu_client()
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
     queue(cfg, 42)
-    fd = _hold(Ledger(cfg["state_dir"])._lock_path("slurm_42"))
+    fd = _hold(Ledger(cfg.state_dir)._lock_path("slurm_42"))
     try:
         assert prolog.run(env(SLURM_JOB_RESTART_COUNT="1"), cfg, client, FakeSlurm()) == 1
     finally:
         os.close(fd)
     assert "stayed locked past the deadline" in hooks_log(cfg)
-    assert Journal(cfg["state_dir"]).names() == ["slurm_42"]  # untouched: that removal is still the remover's
+    assert Journal(cfg.state_dir).names() == ["slurm_42"]  # untouched: that removal is still the remover's
 
 
 def test_an_epilog_leaves_its_entry_to_the_service_and_the_service_works_it_off_as_it_stops(fake, cfg):
@@ -204,7 +204,7 @@ def test_an_epilog_leaves_its_entry_to_the_service_and_the_service_works_it_off_
     client = cfg.vipu_client()
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
     service = Service(cfg, client, FakeSlurm({}), clock=Clock())
-    fd = remover.take(cfg["state_dir"], remover.SERVICE, 0)
+    fd = remover.take(cfg.state_dir, remover.SERVICE, 0)
     try:
         started = time.monotonic()
         assert epilog.run(env(), cfg, client) == 0
@@ -213,7 +213,7 @@ def test_an_epilog_leaves_its_entry_to_the_service_and_the_service_works_it_off_
         service._last_pass(time.monotonic() + 10)
     finally:
         remover.give_up(fd)
-    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+    assert fake.partitions == {} and Journal(cfg.state_dir).names() == []
 
 
 def test_reap_by_hand_while_the_service_runs_is_the_service_s_reap(fake, cfg):
@@ -225,10 +225,10 @@ def test_reap_by_hand_while_the_service_runs_is_the_service_s_reap(fake, cfg):
 
     client = cfg.vipu_client()
     client.create_partition("slurm_7", 1)
-    Ledger(cfg["state_dir"]).put("slurm_7", job_id=7)  # recorded, and job 7 is gone
+    Ledger(cfg.state_dir).put("slurm_7", job_id=7)  # recorded, and job 7 is gone
     service = Service(cfg, client, FakeSlurm({}), clock=Clock())
     service.next_health = float("inf")
-    fd = remover.take(cfg["state_dir"], remover.SERVICE, 0)
+    fd = remover.take(cfg.state_dir, remover.SERVICE, 0)
     listener = transport.Listener(cfg, client, service.slurm, service.wake.set, None, service._ask, service.room)
     lines, codes = [], []
     asker = threading.Thread(target=lambda: codes.append(reap.run(cfg, client, FakeSlurm({}), out=lines.append)))
@@ -259,7 +259,7 @@ def test_reap_leaves_an_entry_queued_after_its_listings(fake, cfg):
 
     fake.partitions.clear()         # listed as gone...
     reap.run(cfg, client, EndsDuringReap(), out=lambda _: None)
-    assert Journal(cfg["state_dir"]).names() == ["slurm_42"]
+    assert Journal(cfg.state_dir).names() == ["slurm_42"]
 
 
 def _hold(path) -> int:
@@ -280,7 +280,7 @@ def test_reap_keeps_the_record_of_a_partition_created_after_its_listing(fake, cf
             return {}                                                 # ...and is over already
 
     reap.run(cfg, client, PrologAfterListing(), out=lambda _: None)
-    assert Ledger(cfg["state_dir"]).owns("slurm_42", 42)
+    assert Ledger(cfg.state_dir).owns("slurm_42", 42)
     queue(cfg, 42)
     Service(cfg, client, FakeSlurm({}), clock=Clock()).step()
     assert fake.partitions == {}
@@ -300,11 +300,11 @@ def test_a_dead_service_s_words_in_the_lock_file_never_turn_an_epilog_away(fake,
     assert prolog.run(env(), cfg, client, FakeSlurm()) == 0
     dead = subprocess.Popen(["true"])
     dead.wait()
-    remover.lock_path(cfg["state_dir"]).write_text(f"{dead.pid} service\n")
-    fd = _hold(remover.lock_path(cfg["state_dir"]))
+    remover.lock_path(cfg.state_dir).write_text(f"{dead.pid} service\n")
+    fd = _hold(remover.lock_path(cfg.state_dir))
     threading.Timer(0.3, os.close, (fd,)).start()  # the other holder finishes
     assert epilog.run(env(), cfg, client) == 0
-    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
+    assert fake.partitions == {} and Journal(cfg.state_dir).names() == []
 
 
 def test_a_second_service_is_refused_and_a_service_waits_for_an_epilog_removing(fake, cfg):
@@ -315,16 +315,16 @@ def test_a_second_service_is_refused_and_a_service_waits_for_an_epilog_removing(
     from slurm_ipu.errors import ConfigError
     from slurm_ipu.hooks import remover
 
-    running = remover.take(cfg["state_dir"], remover.SERVICE, 0)
+    running = remover.take(cfg.state_dir, remover.SERVICE, 0)
     try:
         with pytest.raises(ConfigError, match=rf"hook service: one already runs for .* \(pid {os.getpid()}\)"):
             Service(cfg, cfg.vipu_client(), FakeSlurm())._become_remover()
     finally:
         remover.give_up(running)
-    epilog_fd = remover.take(cfg["state_dir"], "epilog", 0)
+    epilog_fd = remover.take(cfg.state_dir, "epilog", 0)
     threading.Timer(0.3, remover.give_up, (epilog_fd,)).start()
     fd = Service(cfg, cfg.vipu_client(), FakeSlurm())._become_remover()
     try:
-        assert remover.holder(cfg["state_dir"]) == (os.getpid(), remover.SERVICE)
+        assert remover.holder(cfg.state_dir) == (os.getpid(), remover.SERVICE)
     finally:
         remover.give_up(fd)

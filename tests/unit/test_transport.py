@@ -36,8 +36,8 @@ def hook(tmp_path, cfg, hook_binary):
     python = tmp_path / "python"
     python.write_text(f"#!/bin/sh\necho \"$SLURM_SCRIPT_CONTEXT\" >> {tmp_path}/python-ran\n")
     python.chmod(0o755)
-    Path(cfg["state_dir"]).mkdir(parents=True, exist_ok=True)
-    return place_hook(hook_binary, tmp_path / "slurm-ipu-hook", fragments.hook_paths(cfg["state_dir"]) | {
+    Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
+    return place_hook(hook_binary, tmp_path / "slurm-ipu-hook", fragments.hook_paths(cfg.state_dir) | {
         "site": str(tmp_path / "c.yaml"), "python": str(python), "prolog_wait": 2})
 
 
@@ -74,7 +74,7 @@ def test_the_service_creates_the_partition_and_the_hook_starts_no_python(fake, c
     code, _ = run_hook(hook, listener[0])
     assert code == 0 and python_ran(hook) == []
     assert fake.partitions["slurm_42"]["size"] == 16
-    record = Ledger(cfg["state_dir"]).get("slurm_42")
+    record = Ledger(cfg.state_dir).get("slurm_42")
     assert (record["job_id"], record["uid"], record["hosts"]) == (42, 1000, ["node1", "node2"])
     assert "job 42: partition slurm_42 ACTIVE, 16 IPUs" in hooks_log(cfg)
 
@@ -83,7 +83,7 @@ def test_the_epilog_is_journaled_before_the_answer_and_answered_at_once(fake, cf
     lis, service = listener
     code, _ = run_hook(hook, lis, SLURM_SCRIPT_CONTEXT="epilog_slurmctld")
     assert code == 0 and python_ran(hook) == [] and service.wake.is_set()
-    entry = Journal(cfg["state_dir"]).get("slurm_42")
+    entry = Journal(cfg.state_dir).get("slurm_42")
     assert (entry["job_id"], entry["reason"]) == (42, "queued by the epilog") and entry["time"] > 0
 
 
@@ -118,7 +118,7 @@ def test_without_the_service_the_hook_runs_the_python_hook_at_once(fake, cfg, ho
 def test_a_service_that_dies_with_the_request_leaves_the_hook_to_python_at_once(fake, cfg, hook):
     """Killed (or restarted) after it took the request: the connection ends without an answer,
     and slurm-ipu-hook runs it in Python, with no wait (issue 23, item 6)."""
-    server = transport.listen(cfg["state_dir"])
+    server = transport.listen(cfg.state_dir)
 
     def die_with_it():
         conn, _ = server.accept()
@@ -135,7 +135,7 @@ def test_a_service_that_dies_with_the_request_leaves_the_hook_to_python_at_once(
 
 
 def test_a_service_that_never_answers_costs_a_bounded_wait_and_a_requeue(fake, cfg, hook):
-    server = transport.listen(cfg["state_dir"])  # listening, never accepting
+    server = transport.listen(cfg.state_dir)  # listening, never accepting
     started = time.monotonic()
     code, err = run_hook(hook)
     server.close()
@@ -175,11 +175,11 @@ def test_only_root_and_the_service_user_may_ask(fake, cfg, hook, listener, hook_
     it falls back to Python (here /bin/false), which cannot read the hooks' config either."""
     if os.getuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv")
-    sock = transport.socket_path(cfg["state_dir"])
+    sock = transport.socket_path(cfg.state_dir)
     assert sock.stat().st_mode & 0o077 == 0  # the service user's alone
     where = tmp_path_factory.mktemp("anyone")
     where.chmod(0o755)
-    hook = place_hook(hook_binary, where / "slurm-ipu-hook", fragments.hook_paths(cfg["state_dir"]) | {
+    hook = place_hook(hook_binary, where / "slurm-ipu-hook", fragments.hook_paths(cfg.state_dir) | {
         "site": "/etc/hostname", "python": "/bin/false", "prolog_wait": 2})
     proc = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(hook)],
                             env=ENV)  # subprocess.run is the fake vipu's here
@@ -202,9 +202,9 @@ def test_a_partition_made_for_a_client_that_went_meanwhile_is_removed(fake, cfg)
 
     fake._handle = killed_during_create
     serve(cfg, service_end)
-    assert Journal(cfg["state_dir"]).names() == ["slurm_42"]
+    assert Journal(cfg.state_dir).names() == ["slurm_42"]
     Service(cfg, cfg.vipu_client(), FakeSlurm()).step()
-    assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert fake.partitions == {} and Ledger(cfg.state_dir).get("slurm_42") is None
 
 
 def test_a_job_cancelled_during_its_create_leaves_no_partition_behind(fake, cfg):
@@ -227,8 +227,8 @@ def test_a_job_cancelled_during_its_create_leaves_no_partition_behind(fake, cfg)
     fake._handle = cancelled_mid_create
     serve(cfg, service_end)
     service.step()
-    assert fake.partitions == {} and Journal(cfg["state_dir"]).names() == []
-    assert Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert fake.partitions == {} and Journal(cfg.state_dir).names() == []
+    assert Ledger(cfg.state_dir).get("slurm_42") is None
 
 
 def test_a_prolog_nobody_waits_for_stops_waiting_for_v_ipu_and_removes_its_partition(fake, cfg):
@@ -248,22 +248,22 @@ def test_a_prolog_nobody_waits_for_stops_waiting_for_v_ipu_and_removes_its_parti
     started = time.monotonic()
     serve(cfg, service_end)
     assert time.monotonic() - started < 3          # not the deadline (5 s here)
-    assert fake.partitions == {} and Ledger(cfg["state_dir"]).get("slurm_42") is None
+    assert fake.partitions == {} and Ledger(cfg.state_dir).get("slurm_42") is None
     assert "the job ended while its partition was being made; nothing left behind" in hooks_log(cfg)
 
 
 def test_a_new_service_replaces_a_dead_one_s_socket_and_old_fifo_files(cfg):
-    state = Path(cfg["state_dir"])
+    state = Path(cfg.state_dir)
     state.mkdir(parents=True, exist_ok=True)
-    dead = transport.listen(cfg["state_dir"])
+    dead = transport.listen(cfg.state_dir)
     dead.close()                                   # killed: its socket file stays, nobody listens
     (state / "requests.fifo").write_text("")
     (state / "prolog-requests").mkdir()
-    transport.remove_legacy(cfg["state_dir"])
-    fresh = transport.listen(cfg["state_dir"])
+    transport.remove_legacy(cfg.state_dir)
+    fresh = transport.listen(cfg.state_dir)
     assert not (state / "requests.fifo").exists() and not (state / "prolog-requests").exists()
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.connect(str(transport.socket_path(cfg["state_dir"])))
+    probe.connect(str(transport.socket_path(cfg.state_dir)))
     probe.close()
     fresh.close()
 
@@ -319,7 +319,7 @@ def test_a_thread_that_dies_ends_the_service_with_its_traceback(fake, cfg, hook,
 
         def prolog():  # once the service listens: its prolog goes to a worker thread (a hook that
             # connected between the socket's bind and its listen ran Python instead: again)
-            wait_for("the service's socket", transport.socket_path(cfg["state_dir"]).exists, timeout=20)
+            wait_for("the service's socket", transport.socket_path(cfg.state_dir).exists, timeout=20)
             deadline = time.monotonic() + 20
             while not service.died and time.monotonic() < deadline:
                 run_hook(hook)
@@ -337,4 +337,4 @@ def test_a_thread_that_dies_ends_the_service_with_its_traceback(fake, cfg, hook,
     assert f"the {where} thread died; stopping (exit 1)" in log and "RuntimeError: boom" in log
     assert "Traceback (most recent call last)" in log and log.rstrip().endswith("(traceback above)")
     assert threading.excepthook is before
-    assert not transport.socket_path(cfg["state_dir"]).exists()   # the hooks go to Python at once
+    assert not transport.socket_path(cfg.state_dir).exists()   # the hooks go to Python at once
