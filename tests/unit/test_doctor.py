@@ -204,8 +204,8 @@ def test_gather_reads_the_journal_before_v_ipu_and_the_jobs_after_it(here, mocke
         return partitions
 
     mocker.patch("slurm_ipu.hooks.reap.job_objects", side_effect=listing)
-    mocker.patch.object(doctor, "canary", return_value="ok")
-    mocker.patch.object(doctor, "try_as_job_user", return_value="refused")
+    mocker.patch.object(doctor.facts, "canary", return_value="ok")
+    mocker.patch.object(doctor.facts, "try_as_job_user", return_value="refused")
     facts = doctor.gather(desc, runner=runner)
     assert (facts.queued, facts.jobs_after) == (["slurm_9"], {7: "RUNNING"})
     assert items(doctor.diagnose(desc, facts))["orphans"].ok
@@ -540,7 +540,7 @@ def test_ipu_jobs_that_can_never_start_are_named_with_what_to_do(here):
     (BadConstraints) for ever; doctor names them. Read from squeue --json as 22.05 and 24.11 print it."""
     import json
 
-    from slurm_ipu.deploy.doctor import _stuck
+    from slurm_ipu.deploy.doctor.facts import _stuck
 
     fixtures = Path(__file__).with_name("fixtures") / "squeue"
     for name in ("slurm-22.05.json", "slurm-24.11-v0.0.42.json"):
