@@ -94,7 +94,7 @@ deb-check: apt apt-deb
 slurm-installed: apt apt-accounting apt-deb
 	@SLURM_MARKS='$(SLURM_MARKS)' PYTEST_ARGS='$(PYTEST_ARGS)' tests/install/installed_tier.sh
 
-# make install into a scratch root, the lab on the installed files, make uninstall (issue 9).
+# make install into a scratch root, the lab on the installed files, make uninstall.
 install-check: apt spank
 	@tests/install/check.sh
 

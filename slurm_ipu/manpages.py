@@ -1,4 +1,4 @@
-"""slurm-ipu(1) and ipurun(1) for `make install` (issue 39, item 6), from the commands' own help:
+"""slurm-ipu(1) and ipurun(1) for `make install`, from the commands' own help:
 the options are declared once (slurm-ipu's argparse tree, ipurun's option table in
 launcher/options.py), so a page cannot drift from `--help`. The Debian packages make theirs with
 help2man from the same help (templates/debian/rules); `make install` needs no help2man.

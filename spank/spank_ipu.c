@@ -62,7 +62,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
  * (job_submit.lua sees jobs only), so a step cannot get IPUs by it. srun re-reads the job's own
  * --ipus from the environment the job gave it (SLURM_SPANK__..._ipus, as sbatch or salloc passed
  * it), which asks for nothing new: only another value is refused, in one line, before the step
- * starts (issue 35, item 9); a step's own IPUs are asked as Slurm's steps ask for GRES. */
+ * starts; a step's own IPUs are asked as Slurm's steps ask for GRES. */
 static int step_asks_ipus(void)
 {
     const char *job = getenv("SLURM_JOB_ID");

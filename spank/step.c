@@ -1,4 +1,4 @@
-/* spank_ipu: a V-IPU partition per step (srun, local context; issue 39 item 1).
+/* spank_ipu: a V-IPU partition per step (srun, local context).
  *
  * srun has created the step (slurmctld granted its GRES) and not yet launched a task: the one
  * place, once per step, where a partition can exist before any task attaches. srun asks

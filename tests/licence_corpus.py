@@ -57,7 +57,7 @@ def corpus(count: int, seed: int = 2305) -> list[tuple[str, tuple[int, int] | No
     return list(seen.items())[:count]
 
 
-# TRES requests as `scontrol update` takes them (issue 35, item 4): every field that can name a
+# TRES requests as `scontrol update` takes them: every field that can name a
 # GRES, and values built from IPU items in each spelling (22.05's `gres:`, 23.11's `gres/`, Gres='s
 # bare name), counts Slurm reads in surprising ways, a GRES type, other GRES and TRES beside them.
 TRES_FIELDS = ["Gres", "TresPerNode", "TresPerJob", "TresPerTask"]

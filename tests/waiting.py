@@ -3,7 +3,7 @@
 A state that becomes true a moment after the action that causes it (a node idle once its epilog
 ends, a partition gone once the hook service removes it, a row in sacct once slurmdbd hears of
 the job's end, a line in a log) is never asserted from one read: it is waited for here, and the
-failure says what was read last. Issue 41: a one-shot read of the nodes' states failed on a
+failure says what was read last. A one-shot read of the nodes' states failed on a
 node still COMPLETING."""
 
 from __future__ import annotations

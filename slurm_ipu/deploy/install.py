@@ -284,7 +284,7 @@ def _install_site(inst: Installer, site, source: str) -> None:
     from . import fragments
 
     # The fragments an admin merges come from `slurm-ipu render`, merged with the site's own files;
-    # unmerged copies under PREFIX/share would be one `cp` from dropping a site's GRES (issue 37).
+    # unmerged copies under PREFIX/share would be one `cp` from dropping a site's GRES.
     texts = fragments.texts(site)
     inst.file(site.path("hook_conf"), texts["slurm-ipu-hook.conf"].encode(), 0o644)
     inst.file(site.path("hook"), _hook(), 0o755)

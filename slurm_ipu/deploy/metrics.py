@@ -1,5 +1,5 @@
-"""`slurm-ipu metrics`: the cluster's IPUs as Prometheus metrics (text exposition format 0.0.4;
-issue 40, item 4), and the textfile the hook service keeps current for node_exporter.
+"""`slurm-ipu metrics`: the cluster's IPUs as Prometheus metrics (text exposition format
+0.0.4), and the textfile the hook service keeps current for node_exporter.
 
 Why a textfile and not an HTTP endpoint: a site's Prometheus already scrapes node_exporter on the
 slurmctld host, so no new listening port there; and what slurmctld and V-IPU are asked stays one

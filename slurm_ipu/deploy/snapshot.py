@@ -1,5 +1,5 @@
 """`slurm-ipu snapshot`: the site's own Slurm, as slurmctld runs it, recorded before adoption, so
-that doctor can say afterwards that the site lost nothing (issue 37).
+that doctor can say afterwards that the site lost nothing.
 
 Text can look right while Slurm runs something else (a NodeName line's Gres= replacing what its
 NodeName=DEFAULT line gave, a topology that no longer reaches a node), so what is recorded is

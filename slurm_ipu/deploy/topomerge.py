@@ -1,4 +1,4 @@
-"""The Pods' switches merged into a site's own topology.conf (issue 37, item 3).
+"""The Pods' switches merged into a site's own topology.conf.
 
 Slurm keeps a job inside one Pod through topology/tree: each Pod is one leaf switch holding
 exactly its hosts (docs/admin.md, Several Pods). A site with a topology.conf of its own keeps it:

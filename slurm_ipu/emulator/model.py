@@ -59,7 +59,7 @@ class Cluster:
     def job_step_name(self, name: str, allocation: str) -> bool:
         """Whether `name` is a step's partition of the job whose allocation is `allocation`
         (prefix + job + "_" + step, in allocation prefix + job): the SPANK plugin makes those as the
-        job's user (issue 39), so the job's names stay the job's, never another user's."""
+        job's user, so the job's names stay the job's, never another user's."""
         prefix, owner = self.reserved_name(name), self.reserved_name(allocation)
         if prefix is None or owner is None:
             return False

@@ -397,7 +397,7 @@ class Service:
                                    "with --gres=ipu:N)")
         if owner != caller_uid and not self._admin(caller_uid):
             # A granted user may not either: inside their job's allocation a user made partitions
-            # for others, under others' names (issue 35, item 3). The hooks are admins.
+            # for others, under others' names. The hooks are admins.
             raise PermissionDenied(f"uid {caller_uid} may not create a partition owned by uid {owner}: a user creates "
                                    "partitions of their own; only V-IPU administrators (the hooks) create for others")
 

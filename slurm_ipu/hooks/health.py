@@ -1,4 +1,4 @@
-"""A health pass (issue 40, item 2): a failed IPU-Machine keeps jobs off it by itself.
+"""A health pass: a failed IPU-Machine keeps jobs off it by itself.
 
 On a Pod of the allocation model a host's jobs get exactly the IPU-Machines mapped to it
 (Site.agents_of), so a failed machine makes its host useless for IPU jobs: the pass drains that
@@ -183,7 +183,7 @@ def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: b
 
 def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], queue, out, deadline,
              dry_run: bool) -> int:
-    """Jobs running on a failed machine (issue 40, item 3): a batch job is requeued (its epilog
+    """Jobs running on a failed machine: a batch job is requeued (its epilog
     removes its partition; the drain or the reservation above keeps it off the machine), an
     srun or salloc job is told why and cancelled. Only jobs Slurm says are RUNNING: a job this
     pass requeued earlier is PENDING while its epilog's removal may still be under way."""

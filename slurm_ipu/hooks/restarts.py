@@ -1,7 +1,7 @@
 """Restarts that were not the job's fault: STATE_DIR/hardware/<job id> holds how many of a job's
 restarts a failed IPU-Machine caused (the health pass requeued it off the machine, or its prolog met
 the machine down). The prolog counts a job's attempts as Slurm's restart count less these, so a
-machine failing under a job never brings it nearer to being held for an admin (issue 40, item 3).
+machine failing under a job never brings it nearer to being held for an admin.
 
 One small file per job, written whole: a job's prolog and a health pass that requeues it never run
 at the same time (the pass requeues only RUNNING jobs), so no lock is needed. `slurm-ipu reap`

@@ -296,7 +296,7 @@ def _write_bin(spec: LabSpec) -> None:
             _script(spec.path("bin", name), f"#!/bin/sh\n# The lab's {name}: the emulator's CLI (docs/vipu.md).\n"
                                             f"exec {spec.path('bin', 'vipu-py')} \"$@\"\n")
     # The product's own commands on the lab's PATH: the install's interpreter (--prefix), else the
-    # users' copy, which every user of the lab can run (issue 39, item 5).
+    # users' copy, which every user of the lab can run.
     for name, module in LAB_COMMANDS.items():
         command = f"exec {py} -m {module} \"$@\"\n" if spec.prefix else _module_command(path, python, module)
         _script(spec.path("bin", name), f"#!/bin/sh\n{command}")
@@ -324,7 +324,7 @@ USER_MODULES = ("slurm_ipu", "yaml", "_yaml", "jinja2", "markupsafe")
 def users_python(spec: LabSpec) -> tuple[str, str]:
     """(PYTHONPATH, interpreter) for what the lab's users run of the package (its `vipu`, doctor and
     status as a user): a copy of the package and what it imports, in the lab's directory (a
-    checkout in root's home is closed to other users, issue 41), run by an interpreter they can
+    checkout in root's home is closed to other users), run by an interpreter they can
     reach (root's python3 can be a pyenv build under /root; then the system's, of the same
     feature release, as Debian's python3 is)."""
     where = spec.path("py")

@@ -64,7 +64,7 @@ class LabSpec:
     poprun: bool = False
     # A site's own GRES beside ipu: `twin`, as many per node as IPUs, which slurm-ipu does not handle
     # (no hooks, no licence): the storm's plain jobs ask it so that they pack nodes as IPU jobs do and
-    # the ratio measures the hooks alone (tests/bench/storm.py; issue 36, item 6)
+    # the ratio measures the hooks alone (tests/bench/storm.py)
     twin_gres: bool = False
 
     @property

@@ -1,4 +1,4 @@
-"""Whom the lab trusts: root and the user who runs it, nobody else (issue 23, item 2).
+"""Whom the lab trusts: root and the user who runs it, nobody else.
 
 `make demo` and `make test` run the lab as root. slurmctld runs slurm-ipu-hook under the lab's
 install/ for every job, the lab runs its bin/ first on PATH, and `lab down` signals the pids it

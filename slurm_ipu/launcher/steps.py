@@ -1,4 +1,4 @@
-"""The partition a step's tasks name (issue 39, items 1 and 2). Run by the SPANK plugin in srun,
+"""The partition a step's tasks name. Run by the SPANK plugin in srun,
 as the user, once per step with IPUs, after slurmctld created the step and before any task
 (spank/step.c), through the install's own command (which every user can run):
 

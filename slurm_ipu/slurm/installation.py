@@ -2,7 +2,7 @@
 
 Sites run Debian's slurm-wlm (prefix /usr, headers from libslurm-dev) or a Slurm they built
 (often under /opt/slurm or /usr/local). `make install` builds the SPANK plugin against the
-headers of exactly that Slurm and installs none itself (issue 37): a SPANK plugin is loaded only
+headers of exactly that Slurm and installs none itself: a SPANK plugin is loaded only
 by the release it was compiled for (src/common/plugin.c compares major and minor), and a second
 Slurm from apt beside a site's own is an outage waiting for a PATH change.
 

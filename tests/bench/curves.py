@@ -1,5 +1,5 @@
 """Benchmark (not a test): how the controller hooks' and the admin commands' costs grow with what
-V-IPU and the hooks' state hold (issue 26), on a lab of its own.
+V-IPU and the hooks' state hold, on a lab of its own.
 
     .venv/bin/python tests/bench/curves.py [--runs 20] [--nodes 16]
 

@@ -1,4 +1,4 @@
-"""Benchmark (not a test): what one health pass costs against 1,024 IPU-Machines (issue 40, item 5).
+"""Benchmark (not a test): what one health pass costs against 1,024 IPU-Machines.
 
     .venv/bin/python tests/bench/health_pass.py [--runs 20] [--machines 1024]
 

@@ -1,5 +1,5 @@
 """Benchmark (not a test): one user's 2,000 idle connections to V-IPU against another user's job
-start (issue 35, item 6: at most 2x), on a lab of its own.
+start (at most 2x), on a lab of its own.
 
     .venv/bin/python tests/bench/idle_connections.py [--runs 10] [--connections 2000]
 

@@ -1,4 +1,4 @@
-"""job_submit.lua's time per submit against the number of Pods (issue 26: slurmctld runs it under
+"""job_submit.lua's time per submit against the number of Pods (slurmctld runs it under
 its job write lock, so it must stay well under a millisecond). The site's own rendered file, run
 by lua5.1 (the Lua Slurm embeds) in a loop of submits; a plain job (no IPUs) beside each IPU job
 shapes: one host of one Pod, one whole Pod, and two Pods. No Slurm needed.

@@ -9,7 +9,7 @@
 - ipurun launching 8 instances inside an allocation (its own VmHWM, sampled until it exits:
   its srun child is not counted);
 - the emulator holding N partitions (its VmHWM), on a cluster of 1,024 IPUs.
-Targets (issue 12): each hook and ipurun under 60 MB, the emulator with 1,000 partitions under 150 MB.
+Targets: each hook and ipurun under 60 MB, the emulator with 1,000 partitions under 150 MB.
 """
 
 from __future__ import annotations

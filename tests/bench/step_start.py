@@ -1,4 +1,4 @@
-"""Benchmark (not a test): what a partition per step (issue 39) adds to a step's start and end,
+"""Benchmark (not a test): what a partition per step adds to a step's start and end,
 against a step without IPUs in the same job, interleaved, on a lab of each model.
 
     .venv/bin/python tests/bench/step_start.py [--runs 20]

@@ -42,7 +42,7 @@ SHAPES = [(1, 1), (1, 2), (1, 4), (1, 16), (2, 4), (2, 8), (4, 4), (1, 8)]  # (n
 def storm(spec: lab.LabSpec, shapes: list[tuple[int, int]], ipus: bool, deadline_s: float = 1800) -> float:
     """Seconds from the first submission until the queue is empty. The plain jobs ask the same
     counts of the lab's twin GRES, which slurm-ipu does not handle, so they pack nodes as the IPU
-    jobs do and the ratio measures the hooks (issue 36, item 6: without it the plain jobs shared
+    jobs do and the ratio measures the hooks (without it the plain jobs shared
     nodes IPU jobs could not). In the allocation model an IPU job holds its hosts' every IPU, so
     the plain jobs hold their hosts (--exclusive, as Graphcore's host-IPU mapping has sites give
     jobs whole nodes)."""

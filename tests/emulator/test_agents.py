@@ -1,4 +1,4 @@
-"""IPU-Machine health in the emulator (issue 40, item 1): `vipu-emu fault agent NAME
+"""IPU-Machine health in the emulator: `vipu-emu fault agent NAME
 down|up|ipu-error N`, `vipu-admin list agents` / `get agent NAME`, no partition or allocation on a
 failed machine's IPUs, and a running partition over one shows it (ERROR, an attach error naming
 the machine) until it is back. Seen as a user of the emulator sees it: its CLIs and the client."""

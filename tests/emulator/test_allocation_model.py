@@ -1,4 +1,4 @@
-"""The allocation-per-job model's hooks against the real emulator (issue 25, item 3): the prolog
+"""The allocation-per-job model's hooks against the real emulator: the prolog
 makes `c<jobid>` of the IPU-Machines mapped to the job's hosts, granted to its user; the user makes
 reconfigurable partitions in it (Graphcore's scripts); the epilog removes them and it; a requeue
 adopts or replaces it; someone else's allocation under the name is never taken; reap removes an

@@ -1,4 +1,4 @@
-"""Allocations an admin creates and removes (issue 25, items 3 and 4): what the allocation-per-job
+"""Allocations an admin creates and removes: what the allocation-per-job
 model (Graphcore's host-IPU mapping) needs of V-IPU. An admin makes `c<jobid>` of the IPU-Machines
 of a job's hosts and grants it to the job's user; the user makes reconfigurable partitions in it;
 nothing outside it takes its IPUs; removing it with partitions inside is refused (the epilog

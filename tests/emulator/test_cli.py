@@ -1,4 +1,4 @@
-"""The vipu-compatible CLI against a running emulator (issue 2 acceptance)."""
+"""The vipu-compatible CLI against a running emulator."""
 
 import json
 import subprocess
@@ -113,7 +113,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback(emu, vipu):
 
 
 def test_list_cluster_answers_as_poptorch_reads_it(vipu):
-    """Graphcore's tools count IPUs from `vipu list cluster --showjson` (issue 25, item 4):
+    """Graphcore's tools count IPUs from `vipu list cluster --showjson`:
     len(clusters[0].spec.ipu_link_domains[0].ipus)."""
     import json
 

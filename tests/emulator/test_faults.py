@@ -107,7 +107,7 @@ def test_crash_then_restart_keeps_state(client, admin, emu):
 @pytest.mark.parametrize("change", [{"latency": float("nan")}, {"latency": float("inf")}, {"latency": -5},
                                     {"create_delay": "soon"}])
 def test_the_admin_api_refuses_seconds_that_would_wedge_it(admin, client, change):
-    """Defence in depth behind `vipu-emu fault`'s own check (issue 23, item 7): the server stays
+    """Defence in depth behind `vipu-emu fault`'s own check: the server stays
     answering, with its faults unchanged."""
     from slurm_ipu.emulator.api import ApiError
 

@@ -1,5 +1,5 @@
 """A full state directory holds the job at once with the reason, instead of a requeue loop past
-prolog.max_attempts (issue 35, item 5): 20 jobs with a 60 KB --ipu-gcds filled a 1 MiB state
+prolog.max_attempts: 20 jobs with a 60 KB --ipu-gcds filled a 1 MiB state
 directory, every IPU job start then failed with a traceback, and a batch job was requeued every
 32 s, never held, no AdminComment. Here the state directory is a real tmpfs, filled to the last
 block; the controller is the real emulator."""

@@ -1,5 +1,5 @@
 """The emulator knows its caller from the connection, not from what the caller claims, and
-serves its admin API on the admin socket only (issue 14, item 6; issue 35, item 1).
+serves its admin API on the admin socket only.
 
 A non-root caller is a real process of another uid (setpriv), speaking raw HTTP with the
 system Python, so nothing of ours runs on its side to be trusted."""
@@ -71,7 +71,7 @@ def test_a_forged_uid_header_changes_nothing(emu, api):
 
 @needs_root
 def test_a_user_granted_an_allocation_still_creates_only_for_themselves(emu, api):
-    """issue 35, item 3: inside their job's allocation a user made partitions owned by another user,
+    """Inside their job's allocation a user made partitions owned by another user,
     under names that user's scripts or jobs then found taken."""
     api.create_allocation("c9", ["ag0", "ag1"], [NOBODY])
     status, doc = call_as(NOBODY, emu.port, "POST", "/v1/partitions",
@@ -103,8 +103,8 @@ def test_a_tcp_caller_is_anonymous_even_root(emu, api):
     assert [p["partition"]["id"] for p in api.list_partitions()] == ["roots"]
 
 
-# A caller that sends a request whose body keeps the server parsing, and closes at once (issue 35,
-# item 1: the emulator read the caller's uid from /proc/net/tcp after the body, when a closed
+# A caller that sends a request whose body keeps the server parsing, and closes at once (the
+# emulator once read the caller's uid from /proc/net/tcp after the body, when a closed
 # client's entry reads uid 0). 50 times on each transport, all without waiting for a reply.
 RACE = """
 import json, socket, sys
@@ -137,7 +137,7 @@ def test_a_caller_that_closes_mid_request_acts_as_itself(emu, api, admin):
     assert parts == {"roots": 0}
 
 
-# --- grants: V-IPU only through Slurm (issue 23, item 3) --------------------------------
+# --- grants: V-IPU only through Slurm --------------------------------
 
 GRANTED_CLUSTER = """version: 1
 name: granted
@@ -215,7 +215,7 @@ def test_grants_name_known_allocations_and_users():
 
 @needs_root
 def test_another_user_s_partition_is_not_shown_by_get_or_ipuof_either(granted):
-    """issue 35, item 7: `list` hid other users' partitions, but get and the IPUoF configuration
+    """`list` hid other users' partitions, but get and the IPUoF configuration
     showed any of them (owner, hosts, IPUs) to anyone who named it."""
     for name, owner in (("slurm_7", ALICE), ("slurm_8", 4343)):
         status, _ = call_as(HOOKS, granted.port, "POST", "/v1/partitions",
@@ -242,7 +242,7 @@ def test_the_emulator_s_files_are_its_own(emu, api):
 
 @needs_root
 def test_a_job_s_name_is_the_hooks_alone(granted):
-    """issue 35, item 3: inside their own allocation a user made `slurm_<another job>`, and that job
+    """Inside their own allocation a user made `slurm_<another job>`, and that job
     was held for an admin when its prolog found the name taken."""
     from slurm_ipu.emulator.api import Api
 
@@ -262,7 +262,7 @@ def test_a_job_s_name_is_the_hooks_alone(granted):
 
 @needs_root
 def test_a_job_s_steps_are_named_by_its_user_inside_its_allocation_only(granted):
-    """issue 39: srun makes a step's partition (prefix + job + _ + step) as the job's user, in the
+    """`srun` makes a step's partition (prefix + job + _ + step) as the job's user, in the
     job's allocation; the name stays reserved everywhere else and for everyone else."""
     from slurm_ipu.emulator.api import Api
 

@@ -1,4 +1,4 @@
-"""ipurun's --update-partition and --reset-partition against a real emulator (issue 4, item 3).
+"""ipurun's --update-partition and --reset-partition against a real emulator.
 A partition the job's user made (Graphcore's p$SLURM_JOB_ID) is recreated; the job's own, which
 Slurm's hooks made and no user may make again, never is."""
 

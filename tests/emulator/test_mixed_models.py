@@ -1,4 +1,4 @@
-"""Pods of both models on one site (issue 25, item 3: the model chosen per Pod group), against the
+"""Pods of both models on one site (the model chosen per Pod group), against the
 real emulator with the cluster file the site renders: a job on the allocation-model Pod gets
 `c<jobid>`, a job on the other Pod a partition `slurm_<jobid>` in that Pod's allocation; the
 epilog, the hook service's journal and reap remove each as what it is; a job over both Pods gets

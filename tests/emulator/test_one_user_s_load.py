@@ -1,5 +1,5 @@
-"""2,000 connections held idle by one user leave every other user's calls as they were (issue 35,
-item 6): the emulator keeps at most PER_CALLER of a user's connections open (the rest are closed
+"""2,000 connections held idle by one user leave every other user's calls as they were: the
+emulator keeps at most PER_CALLER of a user's connections open (the rest are closed
 unanswered), knows each caller in O(1) at accept, and closes idle connections itself. How long a
 job start takes meanwhile is measured in tests/bench/idle_connections.py, not here."""
 

@@ -1,5 +1,5 @@
 """V-IPU's published size rules, enforced by the emulator on an IPU-POD256 (4 ILDs): the valid
-and invalid sizes the rule table lists (issue 8, item 5)."""
+and invalid sizes the rule table lists."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `make install-check` (run by `make test` in the bookworm clean-room): issue 9's acceptance, outside the
-# checkout's venv. Install into a scratch root, render the lab's site from the installed
+# `make install-check` (run by `make test` in the bookworm clean-room): an install
+# outside the checkout's venv. Install into a scratch root, render the lab's site from the installed
 # product, install that site, bring the lab up on the installed files, run an IPU job end to
 # end, `doctor` all ok, `status` shows the job's partition, then `make uninstall` leaves none of
 # the files the install wrote. Every wait is bounded; the lab and the scratch root go on exit.
@@ -25,7 +25,7 @@ cleanup() {
   rm -rf "$ROOT"
 }
 trap cleanup EXIT
-# make install never touches the node's Slurm (issue 37, item 5): its packages, after, are as before.
+# make install never touches the node's Slurm: its packages, after, are as before.
 PACKAGES=$(slurm_packages)
 # A Slurm under its own prefix, as sites build theirs (no package): this node's headers at micro
 # release 99 (Slurm loads a SPANK plugin of its major.minor, src/common/plugin.c), and a slurmd
@@ -83,7 +83,7 @@ poll 60 shows "^RUNNING$" timeout 30 squeue -h -j "$job" -o %T || fail "job $job
 timeout 120 slurm-ipu doctor >&2 || fail "doctor found a problem"
 # Once the job runs its partition exists: one read. Not `status | grep -q`: grep leaves at the first
 # match, status's next line meets a closed pipe (exit 141, as any command's would), and pipefail
-# failed the check one run in four (issue 41).
+# failed the check one run in four.
 seen=$(shows "^slurm_$job " timeout 60 slurm-ipu status) || fail "status does not show slurm_$job: $seen"
 timeout 30 scancel "$job" || fail "scancel $job failed"
 poll 60 lacks "slurm_$job\b" timeout 30 vipu list partitions || fail "slurm_$job outlived its job; last saw: $seen"

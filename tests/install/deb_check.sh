@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make deb-check`: the Debian packages as a site uses them (issue 38), on this machine's Debian and
+# `make deb-check`: the Debian packages as a site uses them, on this machine's Debian and
 # Slurm. Run in a chroot with Debian's Slurm and munge only (tests/install/clean_room.sh runs it in
 # bookworm, trixie and sid): it installs and purges packages system-wide, so it refuses to run where
 # slurm-ipu is installed already.

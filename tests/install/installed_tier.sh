@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make slurm-installed`: the real-Slurm tier against the Debian packages installed on this machine
-# instead of the checkout (issue 38: the chroot tiers exercise what sites install). In a chroot with
+# instead of the checkout (the chroot tiers exercise what sites install). In a chroot with
 # Debian's Slurm only (tests/install/clean_room.sh runs it in trixie and sid): `make deb`, apt installs
 # the three packages from the files, then tests/slurm (SLURM_MARKS, PYTEST_ARGS) runs from a venv that
 # sees Debian's python3 site (the packages' slurm_ipu) and adds only the test tools (pyproject.toml's

@@ -39,7 +39,7 @@ SLURM_VERSION = releases.installed(labmod.SBIN) or "0.0"
 GRES = releases.tres_prefix(SLURM_VERSION)
 
 
-# Which tests run where (issue 36: CI within 25 minutes). `release`: on every Slurm release (the
+# Which tests run where (CI within 25 minutes). `release`: on every Slurm release (the
 # 24.11 and 26.05 chroots take only these: what reads or drives Slurm itself, whose behaviour a
 # release changes); the rest run on the host's 22.05. `long`: the storms and the 64-host lab, in
 # `make test-long` (a developer's run before a release), not in `make test`.
@@ -73,7 +73,7 @@ def pytest_addoption(parser):
 
 # Blocks handed out in this process: a lab never gets a block an earlier lab of the session had,
 # whose ports a process of that lab (a job's srun, a slurmstepd) may still hold or be answered on.
-# Issue 41: each call drew from a generator seeded anew with the pid, so every lab of a session
+# Each call drew from a generator seeded anew with the pid, so every lab of a session
 # tried the same block first and consecutive module labs shared their ports.
 _HANDED_OUT: list[range] = []
 _RNG = random.Random()  # seeded from the OS: concurrent sessions (CI, another engineer's) differ
@@ -239,7 +239,7 @@ def all_idle(lab: Lab, states: dict[str, str] | None = None) -> bool:
 
 def wait_idle(lab: Lab, timeout: float = 60.0, what: str = "every node idle") -> dict[str, str]:
     """Every node idle: a node stays COMPLETING until its job's epilog ends, after srun returns and
-    after the job leaves the queue (issue 41). The failure shows each node's state last read."""
+    after the job leaves the queue. The failure shows each node's state last read."""
     return wait_for(what, lab.node_states, timeout, until=lambda states: all_idle(lab, states))
 
 
@@ -255,7 +255,7 @@ def started_lab(prepare=None, **spec):
     # Not under pytest's tmp (root-only): the lab's users must reach slurm.conf and its munge socket.
     root = Path(tempfile.mkdtemp(prefix="slurm-ipu-lab-", dir="/tmp"))
     started = None
-    try:  # a failed start (or ^C during it) leaves neither processes nor the directory (issue 41)
+    try:  # a failed start (or ^C during it) leaves neither processes nor the directory
         root.chmod(0o755)
         # A lab directory that does not exist yet, as for `make demo` on a fresh machine.
         spec = started = labmod.LabSpec(dir=root / "lab", nodes=nodes, ctld_port=base, node_port=base + 1,
@@ -284,7 +284,7 @@ def started_lab(prepare=None, **spec):
 
 @pytest.fixture(scope="session")
 def lab():
-    # With accounting, as a site runs it: MariaDB and slurmdbd of the lab's own (issue 10).
+    # With accounting, as a site runs it: MariaDB and slurmdbd of the lab's own.
     with started_lab(accounting=True) as handle:
         yield handle
 

@@ -1,4 +1,4 @@
-"""IPU accounting with a real database (issue 10): the lab's slurmdbd on MariaDB, the site's
+"""IPU accounting with a real database: the lab's slurmdbd on MariaDB, the site's
 rendered AccountingStorageTRES=gres/ipu,license/ipu. What an admin reads: sacct per job, sreport
 per account, `slurm-ipu status` per user."""
 

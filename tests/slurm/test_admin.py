@@ -174,7 +174,7 @@ def doctor_checks():
 
 
 def test_doctor_and_status_as_a_user_skip_what_needs_root_in_one_line_each(clean_lab, tmp_path):
-    """Issue 24, item 3c: no traceback, each restricted item one line, the rest checked."""
+    """No traceback, each restricted item one line, the rest checked."""
     import tempfile
     from pathlib import Path
 

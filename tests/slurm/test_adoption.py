@@ -1,5 +1,5 @@
 """A site that already runs Slurm adopts slurm-ipu by docs/admin.md and loses nothing of its own
-(issue 24).
+.
 
 The site is written here by hand, as its admins had it before slurm-ipu: its own slurm.conf (not
 the lab's template), a GPU GRES, a matlab licence, a job_submit.lua rule (every job gives a
@@ -37,7 +37,7 @@ from .conftest import ensure_users, started_lab
 REPO = Path(__file__).resolve().parents[2]
 DOCS = (REPO / "docs" / "admin.md").read_text()
 NODES = 3  # node1 and node2 are the Pod's hosts, node3 has the site's GPU
-# The site has two PrologSlurmctld lines (issue 37, item 4): Slurm runs the last one up to 23.11,
+# The site has two PrologSlurmctld lines: Slurm runs the last one up to 23.11,
 # both from 24.05; the site description names what runs, and slurm-ipu-hook runs that after the merge.
 PROLOGS = ("prolog", "prolog2") if releases.runs_every_controller_script_line(
     releases.installed(labmod.SBIN) or "0.0") else ("prolog2",)
@@ -85,7 +85,7 @@ def site_files(spec: labmod.LabSpec, ports: list[int], trace: Path) -> dict[str,
     d = spec.dir
     host = os.uname().nodename
     cpus = os.cpu_count() or 1
-    # Every node has a GPU, from its DEFAULT line (issue 37, item 1: the Pod's hosts' lines have no
+    # Every node has a GPU, from its DEFAULT line (the Pod's hosts' lines have no
     # Gres of their own, and a merge writing Gres=ipu:16 there took their GPU away).
     # (Slurm refuses NodeHostname and NodeAddr on a DEFAULT line.)
     nodes = f"NodeName=DEFAULT CPUs={cpus} RealMemory=1024 Gres=gpu:1 State=UNKNOWN\n" + "\n".join(
@@ -476,7 +476,7 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
         assert broken.returncode == 1 and item in broken.stdout, f"{line}: {broken.stdout}{broken.stderr}"
         conf.write_bytes(merged)
         site.restart("slurmctld")
-    # What slurmctld runs, not what the files say (issue 37, items 5 and 8): the site's job_submit.lua
+    # What slurmctld runs, not what the files say: the site's job_submit.lua
     # still dofile()s ours and calls its job_submit, but not its job_modify; then code of ours that
     # slurmctld loaded before the file it dofile()s was put back (it watches job_submit.lua only).
     site_lua, ipu_lua = site.etc / "job_submit.lua", site.etc / "job_submit_ipu.lua"
@@ -497,7 +497,7 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     doctor = site.sh("slurm-ipu doctor", check=False)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
 
-    # The merge as it was before issue 37: the Pod's lines given ipu alone, their GPU gone. The
+    # The merge as it once was: the Pod's lines given ipu alone, their GPU gone. The
     # text is consistent (no key twice), Slurm runs it, and only the snapshot knows what was lost.
     conf.write_bytes(merged.replace(f"Gres=gpu:1,ipu:{IPUS_PER_HOST}".encode(), f"Gres=ipu:{IPUS_PER_HOST}".encode()))
     site.restart("slurmctld", "slurmd-")

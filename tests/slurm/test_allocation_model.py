@@ -1,5 +1,5 @@
 """Graphcore's allocation-per-job scripts, unchanged, on a lab whose site has `vipu.model:
-allocation` (issue 25, items 3 and 5): the prolog makes `c<jobid>` of the IPU-Machines of the
+allocation`: the prolog makes `c<jobid>` of the IPU-Machines of the
 job's hosts, granted to its user; the job makes its own partitions in it (`vipu create partition
 p${SLURM_JOB_ID} --allocation c${SLURM_JOB_ID} --size 16 --reconfigurable`, Graphcore's
 graphcore-cloud-tools slurm_utils.py; PopRun's `--vipu-allocation`); whatever the ending, the
@@ -115,7 +115,7 @@ poprun --host=$SLURM_JOB_NODELIST --num-ilds 1 --num-instances=2 --vipu-allocati
 
 
 def test_graphcore_s_poprun_line_runs_unchanged_where_the_site_names_ipurun_poprun(clean):
-    """install.poprun (issue 39, item 3): `poprun` is ipurun, so the script runs as written."""
+    """install.poprun: `poprun` is ipurun, so the script runs as written."""
     lab = clean
     job = lab.sbatch("-N2", "--gres=ipu:16", "-o", "poprun-%j.out", script=EXAMPLES_UTILS)
     wait_gone(lab, job, 120)
@@ -165,7 +165,7 @@ def test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing(clean):
     wait_idle(lab)
 
 
-# --- a partition per step (issue 39, items 1 and 2) ---------------------------------------------
+# --- a partition per step ---------------------------------------------
 
 def four_steps(probe: str, barrier: str) -> str:
     """Four concurrent 4-IPU steps, as GPU users run a sweep; each waits (bounded) until all four
@@ -232,7 +232,7 @@ done
 
 
 def test_a_user_s_creates_in_the_job_s_allocation_cannot_keep_it_past_the_job(clean):
-    """Issue 35, item 2: two such loops kept c<job> and its IPUs past the job (the epilog listed
+    """Two such loops kept c<job> and its IPUs past the job (the epilog listed
     and removed its partitions, the loop made new ones, and the allocation could not go); the
     user still attached after the job. The removal now first takes the user's grant away: while
     the loop still runs, the allocation goes within the epilog's deadline, and nothing the user
@@ -302,7 +302,7 @@ def hand_pass(lab, line: str) -> None:
 
 
 def test_a_failed_ipu_machine_drains_its_host_until_it_is_back_and_an_admin_s_drain_stays(clean):
-    """Issue 40, item 2 (allocation model): node2's IPU-Machines are ag4-ag7. One going down drains
+    """Node2's IPU-Machines are ag4-ag7. One going down drains
     node2 with a reason naming it, so a job needing node2 waits in the queue (no prolog, no restart)
     instead of failing on the machine; back up, node2 is resumed and the job runs. node4, drained
     by an admin, is neither drained over nor resumed."""

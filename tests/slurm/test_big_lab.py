@@ -1,4 +1,4 @@
-"""Scale (issue 26, item 4): the 64-host lab (16 Pods of four hosts, grouped in pairs as POD128s)
+"""Scale: the 64-host lab (16 Pods of four hosts, grouped in pairs as POD128s)
 under a storm of 1,000 IPU jobs from 1 IPU to two whole Pods, with cancels, time limits and a
 V-IPU outage in the middle. Afterwards nothing is left in V-IPU or the hooks' state, no node is
 drained and no job was held; the IPU/plain throughput is printed (storm.py measures it

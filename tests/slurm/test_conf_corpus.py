@@ -1,4 +1,4 @@
-"""The slurm.conf parser and the merge held to slurmctld (issue 37, item 2), as the licence grammar
+"""The slurm.conf parser and the merge held to slurmctld, as the licence grammar
 is: a seeded corpus of NodeName layouts (DEFAULT lines before, between and after, two DEFAULT
 lines, a line's own Gres, typed GRES, nodes in an Include'd file, relative and absolute) is
 loaded by a real slurmctld, and for every node the GRES `scontrol show node` reports must be the

@@ -1,4 +1,4 @@
-"""A configless cluster (issue 37, item 4): slurmctld with SlurmctldParameters=enable_configless,
+"""A configless cluster: slurmctld with SlurmctldParameters=enable_configless,
 each slurmd started with --conf-server in a mount namespace of its own where the lab's etc is
 empty (a node without /etc/slurm). What the merge writes must arrive by Slurm's own mechanism:
 the `Include slurm-ipu.conf` (a plain name) for the node's GRES, plugstack.conf for the SPANK

@@ -1,4 +1,4 @@
-"""Scripts written for Graphcore's own Slurm integrations run unchanged (issue 25): `--ipus=N`,
+"""Scripts written for Graphcore's own Slurm integrations run unchanged: `--ipus=N`,
 the job's total, on sbatch, srun and salloc, by a user who is not root. Each command line is
 verbatim what such a script types, with the behaviour it must have."""
 
@@ -56,7 +56,7 @@ def test_sbatch_ipus_1_with_an_output_file(clean_lab):
 
 
 def test_srun_ipus_inside_a_job_is_refused_unless_it_is_the_job_s_own(clean_lab):
-    """Issue 35, item 9 (and issue 39, item 1): --ipus sizes a job, and on this site (the partition
+    """--ipus sizes a job, and on this site (the partition
     model) a step runs on its job's partition, so `srun --ipus=4` inside a 16-IPU allocation used to
     be accepted and ignored; now it is refused in one line, and its advice (leave --ipus out) runs.
     srun's own re-reading of the job's --ipus (every srun in an `sbatch --ipus` job) still runs."""
@@ -74,7 +74,7 @@ def test_srun_ipus_inside_a_job_is_refused_unless_it_is_the_job_s_own(clean_lab)
 
 
 def test_a_step_splitting_its_nodes_ipus_is_refused_and_whole_node_steps_keep_the_job_s(clean_lab):
-    """Issue 39, item 1, on a site of the partition model: a job's IPUs are one V-IPU partition,
+    """On a site of the partition model: a job's IPUs are one V-IPU partition,
     which steps cannot split. A GPU-style step over part of a node's IPUs used to get the whole
     partition silently; it is refused in one line (its tasks never start, the job goes on), and
     its advice runs. Steps with all of their nodes' IPUs, on all or some of the job's nodes, keep
@@ -123,7 +123,7 @@ def test_salloc_ipus_8_on_two_nodes_spreads_4_per_node(clean_lab):
      ["--gres=ipu:4", "-N2"]),
 ])
 def test_a_refusal_s_advice_when_followed_is_accepted(clean_lab, refused, advice, followed):
-    """Issue 39, item 4: `-N3 --ipus=8` used to say 'use a multiple of 3 IPUs', which no size is;
+    """`-N3 --ipus=8` used to say 'use a multiple of 3 IPUs', which no size is;
     `--gpus=4` got no hint."""
     lab = clean_lab
     proc = lab.run_as(USER, "sbatch", "--test-only", *refused, "--wrap", "true")
@@ -149,7 +149,7 @@ def test_bad_ipus_requests_are_refused_at_submit(clean_lab, args, line, tool):
 
 
 def test_ipu_4_is_ipus_4_and_only_srun_offers_ipurun_s_own_option(clean_lab):
-    """Issue 39, item 4: `--ipu=4` was an ambiguous abbreviation, and sbatch/salloc --help listed
+    """`--ipu=4` was an ambiguous abbreviation, and sbatch/salloc --help listed
     ipurun's internal --ipu-instance (Slurm has no hidden SPANK options: it is offered to srun only)."""
     lab = clean_lab
     for tool in ("sbatch", "salloc"):

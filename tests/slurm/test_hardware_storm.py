@@ -1,4 +1,4 @@
-"""A storm with hardware faults (issue 40, item 5): 300 jobs on both V-IPU models while two
+"""A storm with hardware faults: 300 jobs on both V-IPU models while two
 IPU-Machines fail and come back, on the mixed lab (Pod a, node[1-4]: the allocation model, ag0-ag15;
 Pod b, node[5-8]: the partition model, ag16-ag31). ag1 (node1's) goes down; ag17 gets IPU 2 in
 error. An admin drained node3 before it all.

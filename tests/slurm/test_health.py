@@ -1,4 +1,4 @@
-"""A failed IPU-Machine keeps jobs off it by itself (issue 40, item 2), on the partition model:
+"""A failed IPU-Machine keeps jobs off it by itself, on the partition model:
 the acceptance's `-N4 --gres=ipu:16` job on the 4-node lab while ag0 is down waits in Slurm's
 queue (no prolog, no restart) and runs once ag0 is back. (The allocation model's drains:
 test_allocation_model.py.)"""
@@ -97,7 +97,7 @@ def test_a_failed_machine_shrinks_the_pool_until_it_is_back(clean_lab):
 
 
 def test_a_batch_job_on_a_machine_that_fails_is_requeued_and_waits_until_it_is_back(clean_lab):
-    """Issue 40, item 3: its partition (all 64 IPUs, ag0 among them) loses a machine; the pass
+    """Its partition (all 64 IPUs, ag0 among them) loses a machine; the pass
     requeues it with the reason, its epilog removes the partition, and the reservation keeps it
     waiting until ag0 is back (that it then runs is the test above; a requeued job's own restart
     waits Slurm's cred_expire, 30 s in the lab, which this test does not spend)."""

@@ -1,4 +1,4 @@
-"""No lost handoff (issue 23, item 6): the hook service SIGKILLed and restarted over and over
+"""No lost handoff: the hook service SIGKILLed and restarted over and over
 while a storm of IPU jobs starts and ends. A hook whose request the dead service took, or that
 finds no service, runs in Python at once (slurm_ipu/hooks/transport.py): no job is requeued, no
 wrapper waits out its bound, nothing is left behind."""

@@ -1,4 +1,4 @@
-"""Hostlists read as Slurm reads them (issue 36, item 3), held to Slurm the way the licence grammar
+"""Hostlists read as Slurm reads them, held to Slurm the way the licence grammar
 is: a seeded corpus of node sets, written as hostlists by Slurm itself (`scontrol show hostlist`),
 and of expressions written by hand, valid and not. For every expression `scontrol show hostnames`
 accepts, Python's reader (slurm/hostlist.py: the hooks, doctor, ipurun, render) and job_submit.lua's

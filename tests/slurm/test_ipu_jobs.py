@@ -1,4 +1,4 @@
-"""--gres=ipu:N end to end on a real Slurm (issue 3): what users and admins would see."""
+"""--gres=ipu:N end to end on a real Slurm: what users and admins would see."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_gcds_option_shapes_the_partition_and_the_job_names_it(clean_lab, users,
     part = lab.partitions()[f"slurm_{job}"]
     assert (part["spec"]["size"], part["spec"]["num_gcds"], part["status"]["state"]) == (8, 2, "PS_ACTIVE")
     assert part["spec"]["hosts"] == [lab.job(job)["NodeList"]]
-    # Which partition is the job's (issue 39, item 6): in `scontrol show job`, for any user, within
+    # Which partition is the job's: in `scontrol show job`, for any user, within
     # the hook service's next pass (its notes go to Slurm in one scontrol a second at most)
     note = f"AdminComment=slurm-ipu:partition=slurm_{job},ipus=8"
     wait_for("the job's partition named in scontrol show job",
@@ -160,7 +160,7 @@ def test_scancel_while_prolog_is_creating_leaves_nothing(clean_lab):
 
 def test_prolog_failure_requeues_batch_job_and_leaks_nothing(clean_lab):
     """V-IPU trouble: requeued, the user's own --comment untouched, the reason in AdminComment;
-    when the next attempt succeeds the stale reason is gone (issue 14, item 3): the partition's
+    when the next attempt succeeds the stale reason is gone: the partition's
     name is there instead, as soon as the job runs."""
     lab = clean_lab
     lab.admin().faults(fail={"count": 3, "code": "UNAVAILABLE", "op": "create"})  # every retry of one attempt

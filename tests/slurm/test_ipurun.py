@@ -1,4 +1,4 @@
-"""ipurun inside a real 4-node allocation (issue 4 acceptance)."""
+"""ipurun inside a real 4-node allocation."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_multi_gcd_job_each_instance_attaches_to_its_gcd_and_keeps_its_partition
 
 def test_export_import_and_mpi_exports_in_a_job(clean_lab, tmp_path):
     """PopRun's --export-config stores the command too and --import-config alone re-runs it;
-    -x VAR=value reaches every instance, 'K:-x VAR=value' instance K only (issue 8, item 3)."""
+    -x VAR=value reaches every instance, 'K:-x VAR=value' instance K only."""
     lab = clean_lab
     conf = tmp_path / "training.conf"
     probe = 'echo "ROUND $POPDIST_INSTANCE_INDEX ${ALL:-unset} ${ONLY:-unset}"'
@@ -134,7 +134,7 @@ def test_export_import_and_mpi_exports_in_a_job(clean_lab, tmp_path):
 
 
 def test_the_readme_line_outside_an_allocation_gets_ipurun_s_own_line_and_its_advice_works(clean_lab):
-    """Issue 39, item 4: outside an allocation srun asks Slurm for the run's one node itself, and
+    """Outside an allocation srun asks Slurm for the run's one node itself, and
     Slurm refuses 8 instances on a node of fewer CPUs: srun's reason is followed by ipurun's line;
     doing what it says (the nodes first, ipurun inside) runs the README's line."""
     lab = clean_lab

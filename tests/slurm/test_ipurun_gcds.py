@@ -1,5 +1,5 @@
 """ipurun drives the right GCD of the partition V-IPU really has, from sbatch, from salloc's
-shell (no task, no SPANK variables) and with --vipu-partition (issue 8, items 1 and 2).
+shell (no task, no SPANK variables) and with --vipu-partition.
 
 Each instance runs an IPUoF attach (the emulator's) with the environment ipurun gave it: the
 proof is in what V-IPU grants, not in the variables alone."""

@@ -1,6 +1,5 @@
 """What a job brings to the controller hooks, sent through Slurm's API around sbatch and the
-SPANK plugin (tests/slurm/rawsubmit.c), as a hostile user or a REST client can (issue 23,
-items 4 and 5)."""
+SPANK plugin (tests/slurm/rawsubmit.c), as a hostile user or a REST client can."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ def raw(lab, rawsubmit, *args: str):
 
 @pytest.mark.parametrize("value,shown", [
     ("2 x", "'2 x'"),
-    # issue 35, item 5: 60 KB passed (digits only were read), and the prolog logged it whole per job
+    # 60 KB passed (digits only were read), and the prolog logged it whole per job
     ("x" * 60000, "'" + "x" * 39 + "...(60002 characters)"),
 ])
 def test_a_malformed_spank_value_is_refused_at_submit_in_the_prolog_s_words(clean_lab, rawsubmit, value, shown):

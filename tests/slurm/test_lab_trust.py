@@ -1,4 +1,4 @@
-"""The lab trusts only its owner (issue 23, item 2), with real users: a user who creates a lab
+"""The lab trusts only its owner, with real users: a user who creates a lab
 directory first in a world-writable sticky directory (as the old default /var/tmp/slurm-ipu-lab
 let anyone) and plants a hook and a pids.json in it gets nothing run, started or signalled by
 root's `slurm-ipu lab up|down|status` or `slurm-ipu demo`; and root's default lab directory is

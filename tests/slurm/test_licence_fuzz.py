@@ -1,4 +1,4 @@
-"""Licence requests read as slurmctld reads them (issue 23, item 1): a seeded corpus of `-L`
+"""Licence requests read as slurmctld reads them: a seeded corpus of `-L`
 strings (tests/licence_corpus.py), submitted with and without an IPU GRES and set on pending jobs
 with `scontrol update`, for real, by a user who is not root. For every string Slurm accepts, the
 ipu licence Slurm counts (`license/ipu=N` in the job's TRES: the lab accounts for it) equals
@@ -63,7 +63,7 @@ def remote_licences(clean_lab):
                 break
     lab.run("scontrol", "reconfigure")
     # slurmctld hears of slurmdbd's resources a moment later (23.11+: a reconfigure restarts it): a
-    # string naming one before then is refused, and the corpus would test fewer strings (issue 41)
+    # string naming one before then is refused, and the corpus would test fewer strings
     wanted = {f"{name}@db" for name, _ in REMOTE}
     wait_for("slurmctld knows the remote licences", lambda: set(lab.run("scontrol", "show", "licenses").stdout.split()),
              60, until=lambda words: all(f"LicenseName={w}" in words for w in wanted))

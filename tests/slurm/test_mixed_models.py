@@ -1,4 +1,4 @@
-"""Pods of both V-IPU models on one cluster (issue 25, item 3: the model chosen per Pod group), on
+"""Pods of both V-IPU models on one cluster (the model chosen per Pod group), on
 real Slurm: `slurm-ipu lab up --nodes 8 --pods 2 --model mixed` gives Pod a (node[1-4]) the
 allocation-per-job model and Pod b (node[5-8]) the partition-per-job model, with a Slurm
 partition of each model's hosts (ipu-alloc, ipu-part) beside the default one of all. Each
@@ -70,5 +70,5 @@ def test_each_model_s_pods_run_their_dialect_and_nothing_is_left(mlab):
     assert proc.returncode != 0, proc.stdout
     assert "takes 2 Pods, but its Slurm partition(s) (the default) hold Pods of both V-IPU models" in proc.stderr
     nothing_left(lab)
-    # The srun above returned before its job's epilog ended: node1 may still be COMPLETING (issue 41).
+    # The srun above returned before its job's epilog ended: node1 may still be COMPLETING.
     wait_idle(lab)

@@ -47,7 +47,7 @@ def lab2(pods_lab):
     wait_queue_empty(lab, 90, "no jobs left")
     wait_idle(lab, 60, "all nodes idle")
     # the hook service removes a cancelled job's partition a moment after its epilog answers: a
-    # test that counts the Pods' IPUs (doctor, status) must not see the last test's (issue 41)
+    # test that counts the Pods' IPUs (doctor, status) must not see the last test's
     wait_no_partitions(lab, 60, "no partition left by the last test")
     yield lab
     jobs = queue(lab)
@@ -177,7 +177,7 @@ SITE_TOPOLOGY = "# the site's racks\nSwitchName=rack1 Nodes=node[1-4]\nSwitchNam
 
 
 def test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_error(lab2, tmp_path):
-    """Issue 37, item 3: a site with its own topology.conf (racks that happen to be the Pods): render
+    """A site with its own topology.conf (racks that happen to be the Pods): render
     merges the Pods into it (rack1 becomes poda's switch, rack2 podb's), slurmctld reads it with no
     topology error, a job that fits a Pod stays in one, doctor's pods item is ok, and `slurm-ipu
     unmerge` gives the site's file back byte for byte."""

@@ -1,6 +1,6 @@
 """Every `poprun` command line of PopRun's user guide (overview and launching chapters), verbatim,
-`poprun` included (ipurun under PopRun's name, as install.poprun names it: issue 39, item 3), run
-inside one lab allocation (issue 8, acceptance).
+`poprun` included (ipurun under PopRun's name, as install.poprun names it), run
+inside one lab allocation.
 
 The lab has one ILD, no host called pod1-pod4 and no V-IPU server at vipu.my_domain: those
 lines must be refused with a line that says why (and the emulator never contacts an address off

@@ -1,6 +1,6 @@
-"""The README's user examples run as written on the lab (issue 8, item 7): the blocks are read
+"""The README's user examples run as written on the lab: the blocks are read
 from README.md itself, so the README cannot drift from what works. They run as a user who is not
-root, on the lab root started (issue 39, item 5): nothing they run may be root's."""
+root, on the lab root started: nothing they run may be root's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A storm with everything going wrong at once (issue 11, item 7): 200 jobs of mixed sizes, with
+"""A storm with everything going wrong at once: 200 jobs of mixed sizes, with
 cancels while pending, while the prolog waits on a slow create and while running, jobs that fail,
 jobs that hit their time limit, V-IPU refusing creates, and a V-IPU outage in the middle.
 Afterwards, and after one `slurm-ipu reap`: no partition, no drained node, no journal entry and
@@ -103,7 +103,7 @@ def test_two_hundred_jobs_through_cancels_failures_timeouts_and_an_outage_leave_
                        check=True).stdout.split()
 
     # slurmdbd hears of a job's end after slurmctld does, and of a job at all only once it starts:
-    # wait for a row of each of the three and none unfinished (issue 41), then check how they ended
+    # wait for a row of each of the three and none unfinished, then check how they ended
     final = wait_for("accounting has the time-limited jobs' ends", ends, 60,
                      until=lambda states: len(states) == 3 and not {"RUNNING", "PENDING"} & set(states))
     assert final == ["TIMEOUT"] * 3
@@ -154,7 +154,7 @@ def running(lab, jobs: list[int]) -> bool:
 
 
 def test_a_storm_with_every_fault_and_a_full_disk_holds_or_ends_every_job_and_loses_nothing(small_state_lab):
-    """Issue 35's storm: while 80 jobs start and end, a running IPU job is suspended and resumed,
+    """A storm of hostile timing: while 80 jobs start and end, a running IPU job is suspended and resumed,
     another requeued, a pending one held and released, the hook service SIGKILLed and restarted
     while V-IPU is slow, a slurmd SIGKILLed under its running job and started again, and at last
     the hooks' state directory fills to the last block. A prolog that cannot write its creation

@@ -1,5 +1,5 @@
 """The ipu licence follows the IPU GRES in every request path, for a user who is not root
-(issue 14, item 1): each hole found by the adversarial run is a case here."""
+: each hole found by the adversarial run is a case here."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ MODIFY_REFUSED = "Invalid license specification"
 
 
 def refused_in_log(lab, job_words: str) -> None:
-    """A line another process writes is waited for, never read once (issue 41)."""
+    """A line another process writes is waited for, never read once."""
     wait_logged(lab.spec.path("log", "slurmctld.log"), job_words)
 
 
@@ -76,7 +76,7 @@ def held_ipus(lab, job: int) -> tuple[int, int]:
     return count("license/ipu"), count("gres/ipu")
 
 
-# Every way scontrol names a TRES (issue 35, item 4: on 22.05 a refused TresPerNode left the licence
+# Every way scontrol names a TRES (on 22.05 a refused TresPerNode left the licence
 # job_submit.lua had written, and an accepted one kept the old GRES count beside the new licence).
 TRES_UPDATES = ("Gres=ipu:{n}", "TresPerNode=gres/ipu:{n}", "TresPerNode=gres:ipu:{n}", "TresPerJob=gres/ipu:{n}",
                 "TresPerTask=gres/ipu:{n}")
@@ -108,7 +108,7 @@ TRES_STRINGS = 150
 
 
 def test_no_tres_update_string_moves_the_licence_or_the_gres(clean_lab, capsys):
-    """The licence fuzz's update half, for TRES (issue 35, item 4): a seeded corpus of `scontrol
+    """The licence fuzz's update half, for TRES: a seeded corpus of `scontrol
     update` TRES fields and values (tests/licence_corpus.py), set by the job's user on a pending job
     without IPUs and on one with 4. After each, accepted or not, Slurm holds the licence and the
     GRES the job was submitted with: IPUs are fixed at submit, and a refused update leaves no
@@ -162,7 +162,7 @@ def test_the_ipu_licence_as_one_of_several_choices_is_refused(clean_lab):
 
 
 def test_the_ipu_licence_behind_any_separator_is_refused_at_submit_and_on_modify(clean_lab):
-    """Issue 23's holes: Slurm splits licences on ';' as on ',' (docs/slurm.md, Licence requests)."""
+    """Licence holes: Slurm splits licences on ';' as on ',' (docs/slurm.md, Licence requests)."""
     lab = clean_lab
     proc = lab.run_as(USER, "sbatch", "-L", ";ipu:64", "-t", "7-0", "--wrap", "sleep 1d")
     assert proc.returncode != 0 and "slurm-ipu: ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu " \
@@ -173,7 +173,7 @@ def test_the_ipu_licence_behind_any_separator_is_refused_at_submit_and_on_modify
     refused_in_log(lab, "slurm-ipu: refused job modify: the ipu licence follows --gres=ipu:N")
     assert lab.job(job).get("Licenses") in ("(null)", "", None), lab.job(job)
     lab.run("scancel", str(job), check=True)
-    # with a GRES of 1 IPU, an extra ';ipu:63' is refused too, not dropped in silence (issue 35, item 9)
+    # with a GRES of 1 IPU, an extra ';ipu:63' is refused too, not dropped in silence
     proc = lab.run_as(USER, "sbatch", "--parsable", "--hold", "--gres=ipu:1", "-L", ";ipu:63", "-o", "/dev/null",
                       "--wrap", "true")
     assert proc.returncode != 0 and "slurm-ipu: -L ipu:63: the ipu licence is slurm-ipu's, set from --gres=ipu:N; " \

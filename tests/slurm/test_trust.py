@@ -1,5 +1,5 @@
 """No job adopts a partition slurm-ipu did not create for it, and nothing of ours removes one
-(issue 14, item 2): a user who guesses the next job id and makes `slurm_<id>` first."""
+: a user who guesses the next job id and makes `slurm_<id>` first."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_our_parser_reads_every_squeue_json_this_slurm_prints(clean_lab, request
 
 
 def test_a_job_user_cannot_take_ipus_around_slurm(clean_lab):
-    """V-IPU only through Slurm (issue 23, item 3): the lab's allocation is granted to the hooks'
+    """V-IPU only through Slurm: the lab's allocation is granted to the hooks'
     user alone, as docs/admin.md sets V-IPU up. Alice's own `vipu create partition hog --size 64`
     is refused, and Bob's IPU job runs; doctor tried the same as a job's user and says so."""
     lab = clean_lab
@@ -112,7 +112,7 @@ def test_a_job_user_cannot_take_ipus_around_slurm(clean_lab):
     assert proc.returncode == 0, proc.stderr
     assert all(line.startswith("slurm_") for line in proc.stdout.split()), proc.stdout
     # srun returns before the epilog ends: Bob's partition (the whole Pod) goes a moment later,
-    # and doctor's own creates need room (issue 41)
+    # and doctor's own creates need room
     wait_no_partitions(lab, 60, "Bob's partition removed")
     doctor = lab.run("slurm-ipu", "doctor", timeout=120)
     line = [ln for ln in doctor.stdout.splitlines() if " grants " in ln]

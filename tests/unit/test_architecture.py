@@ -154,7 +154,7 @@ def _with_parents(tree):
 @pytest.mark.parametrize("path", sorted(p for p in PKG.rglob("*.py") if "emulator" not in p.parts),
                          ids=lambda p: str(p.relative_to(PKG)))
 def test_slurm_and_vipu_commands_run_through_their_interface(path):
-    """Issue 27, item 4: every Slurm command the product runs goes through slurm/commands.py
+    """Every Slurm command the product runs goes through slurm/commands.py
     (SlurmCli), every vipu call through vipu/client.py (VipuClient). A module may name a tool as
     the first argument of SlurmCli.output (the words after it are the caller's)."""
     rel = str(path.relative_to(PKG))

@@ -103,7 +103,7 @@ def test_a_hook_without_its_configuration_says_which_file_in_one_line():
 
 def test_an_install_s_commands_find_its_own_site(tmp_path, monkeypatch):
     """make install records where it put the site description (PREFIX's manifest); its commands,
-    which run PREFIX/venv, read it with no environment variable (issue 24, item 4)."""
+    which run PREFIX/venv, read it with no environment variable."""
     prefix = tmp_path / "opt" / "slurm-ipu"
     (prefix / "share" / "slurm-ipu").mkdir(parents=True)
     elsewhere = tmp_path / "elsewhere"
@@ -171,7 +171,7 @@ def test_a_valid_multi_pod_site_costs_no_second_parse(tmp_path, mocker):
     assert lines.call_count == 0 and len(site.pods) == 2
 
 
-# --- the allocation model (issue 25, item 3) ------------------------------------------------------
+# --- the allocation model ------------------------------------------------------
 
 def _allocation_site(tmp_path, **pod):
     from .conftest import write_conf
@@ -227,7 +227,7 @@ def test_a_default_that_breaks_a_rule_is_named_as_the_default(tmp_path):
     assert "epilog.deadline=30 (the default) must be below prolog_epilog_timeout=20" in str(err.value)
 
 
-# --- the model per Pod group, and IPU-Machine names (issue 25, item 3) ---------------------------
+# --- the model per Pod group, and IPU-Machine names ---------------------------
 
 def _mixed(tmp_path, pods, groups=None, **extra):
     from .conftest import write_conf

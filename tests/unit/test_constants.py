@@ -1,4 +1,4 @@
-"""One value, one source, across the languages the import graph cannot see (issue 36, item 2): the
+"""One value, one source, across the languages the import graph cannot see: the
 C side (the SPANK plugin, slurm-ipu-hook) writes a few of the Python side's values out again, since
 it is built apart from the package; each pair is held equal here. (job_submit.lua, slurm-ipu-hook's
 settings and the lab's C vipu are rendered or built from the Python values themselves.)"""

@@ -1,4 +1,4 @@
-"""The docs' claims about the rendered slurm.conf hold (issue 24, item 6): every `Key=value` the
+"""The docs' claims about the rendered slurm.conf hold: every `Key=value` the
 README or docs/ show for a key the fragment sets is in a render of the example site, merged with a
 site slurm.conf holding the docs' example values of its own (gpu GRES, a matlab licence,
 require_timelimit, gres/gpu accounting). A claim of a value the render does not produce fails here."""
@@ -102,8 +102,8 @@ def test_each_make_target_the_docs_name_exists(doc, target):
     assert target in targets, f"{doc} names `make {target}`, which the Makefile does not have"
 
 
-# Measurements live in docs/performance.md, dated, with the command that made them (issue 36,
-# item 5); the other documents link there instead of copying a figure that then drifts.
+# Measurements live in docs/performance.md, dated, with the command that made them;
+# the other documents link there instead of copying a figure that then drifts.
 FIGURE = re.compile(r"\b\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:ms|jobs/min|MiB resident)\b|\b\d+\.\d+x\b")
 
 

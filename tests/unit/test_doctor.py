@@ -74,7 +74,7 @@ def items(findings):
 
 
 def test_a_site_gres_dropped_or_a_key_set_twice_is_named(here):
-    """Issue 24: a fragment merged literally (Include plus the site's own GresTypes line) drops the
+    """A fragment merged literally (Include plus the site's own GresTypes line) drops the
     site's gpu GRES; doctor said "all ok". Now it names the key, both places and the fix."""
     desc, facts = here
     conf = Path(facts.config["SLURM_CONF"])
@@ -165,7 +165,7 @@ def test_allocation_model_nodes_without_their_runs_features_are_a_problem(here):
 
 @pytest.mark.parametrize("moment", ["its epilog runs", "the service removes it", "its job started after"])
 def test_a_partition_on_its_way_in_or_out_is_no_orphan(here, moment):
-    """Issue 41: a job's partition between its epilog and the hook service's removal is no orphan;
+    """A job's partition between its epilog and the hook service's removal is no orphan;
     a partition whose job is gone in both looks, with no removal queued, still is."""
     desc, facts = here
     facts.partitions.append(Partition("slurm_9", 4))
@@ -184,7 +184,7 @@ def test_a_partition_on_its_way_in_or_out_is_no_orphan(here, moment):
 
 
 def test_gather_reads_the_journal_before_v_ipu_and_the_jobs_after_it(here, mocker):
-    """The race issue 41's install-check could meet: job 9 ended (its epilog handed the removal to
+    """The race the install-check could meet: job 9 ended (its epilog handed the removal to
     the hook service) before doctor looked; the service removes slurm_9 and drops its journal entry
     while doctor lists V-IPU. The partition in the listing is no orphan."""
     from slurm_ipu.hooks.journal import Journal
@@ -448,7 +448,7 @@ def test_grants_say_whether_a_job_user_can_go_around_slurm(here, tried, ok, word
 
 def test_a_site_prolog_that_took_the_key_is_named_with_the_way_to_keep_both(here):
     """Slurm keeps one PrologSlurmctld: a site's own script there silently replaced ours (or ours
-    theirs). Doctor names the site description key that runs both (issue 24, item 2)."""
+    theirs). Doctor names the site description key that runs both."""
     desc, facts = here
     facts.config["PrologSlurmctld"] = "/etc/slurm/site-prolog.sh"
     finding = items(doctor.diagnose(desc, facts))["hooks"]
@@ -463,7 +463,7 @@ def test_a_site_hook_named_in_the_site_description_must_exist(here, tmp_path):
 
 
 def test_a_user_who_may_not_read_the_state_directory_gets_one_line_per_item_and_no_traceback(here, mocker):
-    """Issue 24, item 3c: doctor and status run by a user. What they may not read (the state
+    """Doctor and status run by a user. What they may not read (the state
     directory is root's and slurm.user's) is skipped with one line naming it; the rest is checked."""
     desc, facts = here
     denied = PermissionError(13, "Permission denied")
@@ -502,7 +502,7 @@ def _probe(desc, licenses="ipu:1", modify="`scontrol update JobId=9` failed: Inv
     (dict(comment="slurm-ipu-job_submit.lua:0123456789abcdef"), "slurmctld runs job_submit.lua code 0123456789abcdef"),
 ])
 def test_job_submit_is_judged_by_what_slurmctld_runs_on_a_held_probe_job(here, probe, words):
-    """Issue 37, items 5 and 7: the files can read right (the test's job_submit.lua is ours) while
+    """The files can read right (the test's job_submit.lua is ours) while
     slurmctld runs something else: a site's job_modify that skips ours, or code loaded before the
     file changed. The held probe job says which."""
     desc, facts = here
@@ -536,7 +536,7 @@ def test_doctor_jobs_names_a_node_whose_tasks_miss_their_partition(here, steps, 
 
 
 def test_ipu_jobs_that_can_never_start_are_named_with_what_to_do(here):
-    """Issue 37, item 9: after an un-merge (or a node's GRES gone), IPU jobs stay PENDING
+    """After an un-merge (or a node's GRES gone), IPU jobs stay PENDING
     (BadConstraints) for ever; doctor names them. Read from squeue --json as 22.05 and 24.11 print it."""
     import json
 

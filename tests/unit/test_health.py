@@ -1,4 +1,4 @@
-"""The health pass (issue 40, item 2, allocation model): a failed IPU-Machine drains the host it is
+"""The health pass (allocation model): a failed IPU-Machine drains the host it is
 mapped to, with a reason naming it; the host is resumed when every machine of it is Up; a node an
 admin drained is never touched; V-IPU unreachable changes nothing. Fakes at the subprocess
 boundary: `vipu-admin` answers `list agents`, Slurm's sinfo/scontrol keep node states."""
@@ -186,7 +186,7 @@ def on(*agents: str) -> list[dict]:
 
 
 def test_a_running_batch_job_on_a_failed_machine_is_requeued_and_an_srun_job_told_and_cancelled(tmp_path, agents):
-    """Issue 40, item 3: its epilog removes the partition; the reservation keeps it off the machine."""
+    """Its epilog removes the partition; the reservation keeps it off the machine."""
     (tmp_path / "state").mkdir()
     site = config.load(str(write_conf(tmp_path)), environ={})
     slurm = FakeSlurm(site.hosts, jobs={7: ["RUNNING", True], 8: ["RUNNING", False], 9: ["RUNNING", True],

@@ -116,7 +116,7 @@ def test_bad_hook_environment(over, words):
                                   {"SPANK_IPU_ILDS": "0"}])
 def test_a_refused_environment_holds_the_job_at_once_with_its_reason(cfg, over):
     """The same environment comes back on every requeue: held on the first attempt, not
-    requeued past prolog.max_attempts (issue 23, item 5)."""
+    requeued past prolog.max_attempts."""
     raw = {"SLURM_JOB_ID": "42", "SLURM_JOB_UID": "1000", "SLURM_JOB_NODELIST": "node1",
            "SLURM_JOB_LICENSES": "ipu:4", "SLURM_SCRIPT_CONTEXT": "prolog_slurmctld", **over}
     with pytest.raises(ConfigError) as refused:
@@ -269,7 +269,7 @@ def test_epilog_removes_and_is_idempotent(fake, cfg):
 
 
 def test_the_python_epilog_takes_a_job_s_end_as_the_hook_service_does(fake, cfg):
-    """One semantics (issue 36, item 1): the removal is journaled first and the one remover takes
+    """One semantics: the removal is journaled first and the one remover takes
     it; a prolog still holding the name (the job was cancelled while its partition was made) is
     waited for within epilog.deadline, then the partition goes and the journal is empty."""
     import threading
@@ -367,7 +367,7 @@ def test_reap_never_overlaps_another_remover_it_waits_for_it_or_says_so(fake, cf
     assert remover.holder(cfg.state_dir) is None
 
 
-# --- trust: only what slurm-ipu created for the job (issue 14, items 2-4) -----------------
+# --- trust: only what slurm-ipu created for the job -----------------
 
 def test_a_partition_planted_under_the_jobs_name_is_refused_and_never_removed(fake, cfg):
     """A user pre-creates slurm_<next job id>: the victim is held for an admin, and neither the
@@ -449,7 +449,7 @@ def test_a_successful_first_run_makes_no_slurm_call(fake, cfg):
 @pytest.mark.parametrize("code,err", [(127, "/opt/vipu/bin/vipu: exec: vipu-bin: not found"),
                                       (126, "/opt/vipu/bin/vipu: Permission denied")])
 def test_a_vipu_that_cannot_run_is_never_read_as_already_gone(fake, cfg, code, err):
-    """Issue 11, item 1: `exec: ...: not found` (exit 127) once made the epilog log the partition
+    """`exec: ...: not found` (exit 127) once made the epilog log the partition
     as already gone, exit 0 and journal nothing: a silent leak."""
     prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm())
     fake.failures = [(err, code)]
@@ -480,7 +480,7 @@ def virtual_time():
 
 def test_a_failed_machine_requeues_the_job_soon_without_counting_the_attempt(fake, cfg):
     """Out of IPUs with a machine of the job's Pod down: waiting to the deadline cannot mend it,
-    and it is not the job's fault: requeued on every attempt, never held for it (issue 40, item 3).
+    and it is not the job's fault: requeued on every attempt, never held for it.
     A later failure of the job's own counts only its own attempts."""
     fake.free, fake.down = 12, {"ag3": "Down"}  # 16 of 64 asked; V-IPU has 12 left
     for count in range(5):

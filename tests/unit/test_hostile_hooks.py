@@ -1,7 +1,7 @@
 """Hostile and broken input to the controller hooks' entry point, `slurm-ipu hook` as slurmctld
 runs it (an empty environment, SLURM_* and SPANK_* variables, the config file): each case is one
 line on stderr naming the value and the fix, exit code 2, no traceback, and, once the config is
-read, the same line in hooks.log (slurmctld keeps only the exit status). Issue 11, item 7."""
+read, the same line in hooks.log (slurmctld keeps only the exit status)."""
 
 from __future__ import annotations
 

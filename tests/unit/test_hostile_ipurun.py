@@ -1,5 +1,5 @@
 """Hostile and careless input to ipurun and the emulator's attach probe: each case gets one
-line naming the value and the fix, exit code 2, and no traceback (issue 11, items 5 and 7)."""
+line naming the value and the fix, exit code 2, and no traceback."""
 
 from __future__ import annotations
 

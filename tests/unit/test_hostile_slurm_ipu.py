@@ -1,6 +1,6 @@
 """Hostile and careless input to the admin's command, `slurm-ipu` (render, rules, status, doctor,
 reap, lab): one line naming the value and the fix, exit code 2, no traceback, nothing started or
-written. Issue 11, item 7 (the hooks' entry point: test_hostile_hooks.py)."""
+written (the hooks' entry point: test_hostile_hooks.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ SITES = {
     "pod96.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 96, hosts: 'n[1-6]', ipus_per_host: 16}\n",
     "nohost.yaml": "version: 1\ncluster: x\npod: {ipus: 64}\n",
     "broken.yaml": "version: 1\ncluster: x\n  pod: [\n",
-    # issue 35, item 8: a Pod of a few zeros too many (render ran for minutes, or a MemoryError), and
+    # A Pod of a few zeros too many (render ran for minutes, or a MemoryError), and
     # a 200 KB value (echoed whole on the error line)
     "podhuge.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 6400000000000, hosts: 'n[1-6]', "
                     "ipus_per_host: 16}\n",
@@ -80,7 +80,7 @@ def test_one_line_exit_2_nothing_written(here, argv, line):
 
 def _hostile_files(d):
     """A non-UTF-8 file, YAML nested 100,000 deep (flow and block), a file over the size bound, a
-    FIFO, a directory, a device (issue 23, item 7)."""
+    FIFO, a directory, a device."""
     import os
 
     (d / "latin1.yaml").write_bytes(b"version: 1\ncluster: caf\xe9\n")

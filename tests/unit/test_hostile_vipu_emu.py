@@ -1,6 +1,6 @@
 """Hostile and careless input to `vipu-emu` (the emulator's server, fault injection, invariant
 check and attach probe; its vipu-compatible `cli` answers as `vipu` does, tests/emulator): one
-line each, exit code 2, no traceback. Issue 11, item 7."""
+line each, exit code 2, no traceback."""
 
 from __future__ import annotations
 

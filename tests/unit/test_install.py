@@ -192,7 +192,7 @@ EpilogSlurmctld         = {prolog}
 ])
 def test_uninstall_refuses_while_the_running_slurm_names_what_it_removes(tmp_path, mocker, capsys, prolog,
                                                                         plugstack_line, words):
-    """An uninstall in the documented order never breaks submission (issue 24, item 5): while the
+    """An uninstall in the documented order never breaks submission: while the
     running slurmctld still names the wrapper or the plugin, it refuses in one line; FORCE=1 goes."""
     plugstack = tmp_path / "plugstack.conf"
     plugstack.write_text(plugstack_line + "\n")
@@ -211,7 +211,7 @@ def test_uninstall_goes_on_when_slurmctld_does_not_answer(mocker):
 
 
 def test_install_poprun_links_poprun_to_ipurun_and_uninstall_removes_it(stage, tmp_path):
-    """install.poprun: PopRun's name for ipurun in BINDIR (issue 39, item 3); off by default."""
+    """install.poprun: PopRun's name for ipurun in BINDIR; off by default."""
     dest, plugin = stage
     site = tmp_path / "site.yaml"
     site.write_text((GOLDEN / "site-pod64.yaml").read_text() + "install:\n  poprun: true\n")
@@ -222,7 +222,7 @@ def test_install_poprun_links_poprun_to_ipurun_and_uninstall_removes_it(stage, t
 
 
 def test_the_man_pages_say_what_help_says():
-    """slurm-ipu(1) and ipurun(1) are the commands' own help (issue 39, item 6): every command and
+    """slurm-ipu(1) and ipurun(1) are the commands' own help: every command and
     option is on its page, and groff reads the pages without a warning."""
     import shutil
     import subprocess

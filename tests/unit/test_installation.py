@@ -1,4 +1,4 @@
-"""The Slurm a node runs, found for `make install` (issue 37, item 5): a Slurm under its own
+"""The Slurm a node runs, found for `make install`: a Slurm under its own
 prefix, found from the admin's SLURM_PREFIX, its running daemons or PATH, its headers checked to
 be of its release; never a Slurm installed by us. The fakes are real files: a prefix with a
 `slurmd` that says its version and the headers a build would read."""

@@ -350,7 +350,7 @@ def test_more_instances_than_allocated_cpus_overcommit_only_where_cpus_are_share
 @pytest.mark.parametrize("args,level", [(["-v"], 1), (["-vv"], 2), (["-vvv"], 3), (["--verbose", "-v"], 2),
                                         (["-v", "-vv"], 3), ([], 0)])
 def test_verbosity_is_counted_as_poprun_counts_it(args, level):
-    """PopRun's -v, -vv, -vvv (issue 25, item 2): scripts written for it pass -vv."""
+    """PopRun's -v, -vv, -vvv: scripts written for it pass -vv."""
     ns, _extra, _cmd = cli.parse([*args, "--num-instances", "2", "true"])
     assert ns.verbose == level
 
@@ -412,7 +412,7 @@ def test_version_is_one_line():
 
 def test_in_an_allocation_shell_with_nothing_configured_ipurun_says_what_to_set(tmp_path, monkeypatch):
     """salloc's shell has no IPUOF_* (no task): without a configuration ipurun stops with one line
-    instead of letting vipu try localhost:8090 (issue 24, item 4)."""
+    instead of letting vipu try localhost:8090."""
     from slurm_ipu import config
 
     monkeypatch.setattr(config.loader, "DEFAULT_SITE", str(tmp_path / "absent.yaml"))
@@ -464,14 +464,14 @@ def test_a_hostfile_that_cannot_be_followed_is_one_line(tmp_path, content, argv,
              "long form)"),
 ])
 def test_srun_s_short_options_get_their_long_form_named(argv, message):
-    """`ipurun ... -n 2` used to say '-n' was neither ipurun's nor srun's (issue 39, item 4)."""
+    """`ipurun ... -n 2` used to say '-n' was neither ipurun's nor srun's."""
     with pytest.raises(ConfigError) as err:
         cli.parse([*argv, "--num-instances", "2", "x"])
     assert str(err.value) == message
 
 
 def test_outside_an_allocation_a_refused_srun_gets_ipurun_s_own_line(capsys):
-    """Issue 39, item 4: the README's line run outside an allocation ended with srun's bare 'CPU
+    """The README's line run outside an allocation ended with srun's bare 'CPU
     count per node can not be satisfied'; ipurun now says what it asked for and what to do."""
     ns, extra, cmd = cli.parse(["--host", "node1", "--num-instances", "8", "--num-replicas", "8", "--offline-mode=1",
                                 "true"])

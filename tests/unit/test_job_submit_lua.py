@@ -117,12 +117,12 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     ({"licenses": "ipu: 4"}, "not with the ipu licence (-L ipu: 4)"),
     ({"tres_per_node": "gres:ipu:16,gres:ipu:1"}, "--gres gres:ipu:16,gres:ipu:1 names ipu 2 times; give it once"),
     ({"tres_per_node": "gres/ipu:16,gres/ipu:1", "min_nodes": 1}, "names ipu 2 times"),
-    # an ipu licence beside the GRES, whatever its separator: refused, not dropped (issue 35, item 9)
+    # an ipu licence beside the GRES, whatever its separator: refused, not dropped
     ({"tres_per_node": "gres:ipu:1", "licenses": "matlab:1;ipu:63"}, "-L ipu:63: the ipu licence is slurm-ipu's, "
                                                                      "set from --gres=ipu:N; leave it out of -L"),
     ({"tres_per_node": "gres:ipu:1", "licenses": ";ipu:63;;matlab*2"}, "-L ipu:63: the ipu licence is slurm-ipu's"),
     ({"licenses": "ipu:4", "spank_job_env": ["IPU_IPUS=4"]}, "-L ipu:4: the ipu licence is slurm-ipu's"),
-    # the site's ipu GRES is untyped (Gres=ipu:N): a typed request fits no node (issue 35, item 9)
+    # the site's ipu GRES is untyped (Gres=ipu:N): a typed request fits no node
     ({"tres_per_node": "gres:ipu:mk2:2", "min_nodes": 1}, "--gres=ipu:mk2:2 names a GRES type, and IPUs have none "
                                                           "here; use --gres=ipu:2"),
     ({"tres_per_node": "gres/ipu:foo:4"}, "--gres=ipu:foo:4 names a GRES type"),
@@ -153,7 +153,7 @@ def test_submit_refuses_with_one_line(lua_file, job, words):
     ({"tres_per_socket": "gres:gpu:ipu", "tres_per_node": "gres:ipu:4"}, "--gpus-per-socket=ipu:1 asks for GPUs"),
 ])
 def test_gpus_of_type_ipu_are_told_how_to_ask_for_ipus(lua_file, job, words):
-    """Issue 39, item 4: on a site with GPUs the client passes them, and Slurm's own answer is a
+    """On a site with GPUs the client passes them, and Slurm's own answer is a
     bare 'Invalid generic resource (gres) specification'."""
     rc, _lic, _nodes, msg = run(lua_file, job)
     assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg, msg
@@ -182,7 +182,7 @@ def test_a_site_s_gpu_jobs_pass_untouched(lua_file):
 @pytest.mark.parametrize("change,rec,result", [
     ({"min_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (0, "ipu:16")),
     ({"min_nodes": 3}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2, "licenses": "ipu:8"}, (REFUSED, None)),
-    # The GRES count is fixed at submit (issue 35, item 4: Slurm kept the licence this script wrote
+    # The GRES count is fixed at submit (Slurm kept the licence this script wrote
     # while refusing the TRES, or kept the old GRES count beside it); restated, it changes nothing.
     ({"tres_per_node": "gres:ipu:8"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (REFUSED, None)),
     ({"tres_per_node": "gres/ipu:4", "min_nodes": 4}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2},
@@ -190,7 +190,7 @@ def test_a_site_s_gpu_jobs_pass_untouched(lua_file):
     ({"licenses": "ipu:64"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (REFUSED, None)),
     ({"time_limit": 5}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (0, "nil")),
     ({"min_nodes": 2}, {"min_nodes": 1}, (0, "nil")),  # not an IPU job
-    # Issue 14: a licence added by modify to a job without IPU GRES (with or without NumNodes).
+    # A licence added by modify to a job without IPU GRES (with or without NumNodes).
     ({"licenses": "ipu:64", "min_nodes": 1}, {"min_nodes": 1}, (REFUSED, None)),
     ({"licenses": "ipu:64"}, {"min_nodes": 1}, (REFUSED, None)),
     ({"licenses": "matlab:1,ipu:8"}, {"tres_per_node": "gres:ipu:4", "min_nodes": 2}, (REFUSED, None)),
@@ -264,7 +264,7 @@ def test_oversized_job_input_is_refused_at_submit(lua_file, job, words):
 @pytest.mark.parametrize("value", ["two", "0", "1234567890", "x" * 60_000, "1e3", "-2"])
 @pytest.mark.parametrize("key", ["IPU_GCDS", "IPU_ILDS"])  # what the prolog reads (IPU_IPUS is the GRES by then)
 def test_a_count_the_prolog_would_refuse_is_refused_at_submit_in_the_same_words(lua_file, key, value):
-    """issue 35, item 5: a libslurm submit of IPU_GCDS=<60,000 x> passed job_submit.lua (digits only
+    """A libslurm submit of IPU_GCDS=<60,000 x> passed job_submit.lua (digits only
     were read) and the prolog logged it whole, 60 KB per job, until the state directory was full."""
     rc, _lic, _nodes, msg = run(lua_file, {"tres_per_node": "gres:ipu:4", "spank_job_env": [f"{key}={value}"]})
     with pytest.raises(ConfigError) as prolog_said:
@@ -415,7 +415,7 @@ def test_no_licence_string_gets_an_ipu_count_its_gres_does_not_ask_for(tmp_path,
     assert not wrong, f"{len(wrong)} of {len(cases)} strings: {wrong[:10]}"
 
 
-# --- --ipus=N, Graphcore's dialect (issue 25, item 1) -------------------------------------
+# --- --ipus=N, Graphcore's dialect -------------------------------------
 
 @pytest.fixture(scope="module")
 def lua_16(tmp_path_factory):
@@ -561,7 +561,7 @@ def test_modify_keeps_the_runs_to_the_job_s_host_count(lua_whole_hosts, change, 
     assert (rc, got) == (0, features), msg
 
 
-# --- Pods of both models (issue 25, item 3: the model chosen per Pod group) ---------------------
+# --- Pods of both models (the model chosen per Pod group) ---------------------
 
 MIXED_SITE = """version: 1
 cluster: mixed

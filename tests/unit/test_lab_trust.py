@@ -1,4 +1,4 @@
-"""The lab trusts only its owner (issue 23, item 2): a lab directory, a parent of it, or a file in it
+"""The lab trusts only its owner: a lab directory, a parent of it, or a file in it
 the lab executes or takes a pid from, that another user owns or may write, is refused with one
 line before anything is read, written, started or signalled (slurm_ipu/lab/trust.py). Other
 owners are made with chown (uid 4242, no such user), which needs root."""

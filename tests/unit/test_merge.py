@@ -1,4 +1,4 @@
-"""Merge, never override (issue 24, item 1): `render` against a hand-written site's slurm.conf.
+"""Merge, never override: `render` against a hand-written site's slurm.conf.
 The fragment carries the site's own values of every key it sets, slurm.conf.diff (applied with
 GNU patch, as an admin would) leaves no key defined twice, a re-render after the merge changes
 nothing, `patch -R` gives the site's files back byte for byte, and two values that cannot both
@@ -123,7 +123,7 @@ def test_a_site_prolog_named_in_the_site_description_is_run_by_the_hook(site, tm
 @pytest.mark.parametrize("release,runs", [("22.05", "/b.sh"), ("23.11", "/b.sh"), ("24.05", "/a.sh,/b.sh"),
                                           ("26.05", "/a.sh,/b.sh")])
 def test_several_controller_prolog_lines_are_named_as_the_release_runs_them(site, tmp_path, release, runs):
-    """Issue 37, item 4: two PrologSlurmctld lines. Up to 23.11 Slurm runs the last; from 24.05 it
+    """Two PrologSlurmctld lines. Up to 23.11 Slurm runs the last; from 24.05 it
     runs both (in parallel). render goes on only when the site description names what runs, so
     slurm-ipu-hook, which takes the key's place, runs exactly those, in order."""
     desc, etc = site
@@ -173,7 +173,7 @@ def test_the_pod_s_nodename_lines_get_ipu_in_their_gres_through_the_diff(site):
     ("NodeName=ipu-host[1-8]\nNodeName=DEFAULT Gres=gpu:2\n", "NodeName=ipu-host[1-8] Gres=ipu:16"),
 ])
 def test_the_pod_s_hosts_keep_the_gres_their_default_line_gives_them(site, lines, want):
-    """Issue 37, item 1: `NodeName=DEFAULT ... Gres=gpu:1` then the Pod's line without Gres: the
+    """`NodeName=DEFAULT ... Gres=gpu:1` then the Pod's line without Gres: the
     merge writes the inherited items with ipu, never ipu alone (which dropped the site's GPUs)."""
     desc, etc = site
     (etc / "slurm.conf").write_text(SITE_CONF.replace("NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4\n", lines))
@@ -301,7 +301,7 @@ def test_slurm_conf_is_read_as_slurm_reads_it(tmp_path):
 
 @pytest.mark.skipif(PATCH is None, reason="GNU patch is not installed")
 def test_unmerge_gives_the_site_s_files_back_after_any_number_of_re_renders(site, tmp_path):
-    """Issue 37, items 6 and 7: merge, change the site description (the Pod's hosts get 8 IPUs, not
+    """Merge, change the site description (the Pod's hosts get 8 IPUs, not
     16) and merge that diff too, then a line of the site's own later: `slurm-ipu unmerge`
     writes one diff back to the files as they were before slurm-ipu (with the site's later line),
     from what the merge left in them, not from the last diff render wrote."""

@@ -1,4 +1,4 @@
-"""`slurm-ipu metrics` (issue 40, item 4): what it shows, read back with Prometheus's own parser,
+"""`slurm-ipu metrics`: what it shows, read back with Prometheus's own parser,
 and a source that failed is shown as down with its series left out, never as an empty cluster."""
 
 from __future__ import annotations

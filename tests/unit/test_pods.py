@@ -202,7 +202,7 @@ def test_doctor_sees_pods_slurm_cannot_keep_together(tmp_path):
         ({**good, "TopologyPlugin": "topology/flat"}, topo, {}, "TopologyPlugin=topology/flat"),
         ({**good, "SchedulerParameters": "sched_interval=2"}, topo, {}, "max_switch_wait=300 (the default)"),
         (good, {**topo, "h5": ["poda"]}, {}, "h5 is under poda, not podb"),
-        # issue 37: Slurm logs these and goes on; doctor said ok
+        # Slurm logs these and goes on; doctor said ok
         (good, {**topo, "h1": ["poda", "rack1"]}, {}, "h1 is under poda and rack1, not poda"),
         (good, topo, {"login1": {}}, "login1 is under no switch: Slurm finds no path to it"),
         (good, None, {}, "cannot read Slurm's topology"),

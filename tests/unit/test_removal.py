@@ -99,7 +99,7 @@ def test_v_ipu_down_keeps_every_entry_and_backs_off_then_recovers(fake, cfg):
 
 def test_v_ipu_refusing_one_removal_backs_off_that_entry_alone(fake, cfg):
     """V-IPU answered and refused one removal (an allocation holding partitions, say): the other
-    entries go in the same pass, and the refused one waits out its own backoff (issue 35, item 2:
+    entries go in the same pass, and the refused one waits out its own backoff (item 2:
     one job's trouble held every other job's IPUs until the next full reap)."""
     clock, service = two_ended_jobs(cfg)
     fake.failures = [("error: partition slurm_42 is busy [FAILED_PRECONDITION]", 1)]

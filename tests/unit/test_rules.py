@@ -1,4 +1,4 @@
-"""The rule table, driven by tables of requests (issue 2: every rejection names the valid choices)."""
+"""The rule table, driven by tables of requests (every rejection names the valid choices)."""
 
 import pytest
 

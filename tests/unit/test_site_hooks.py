@@ -1,4 +1,4 @@
-"""A site's own PrologSlurmctld and EpilogSlurmctld keep running (issue 24, item 2): slurm-ipu-hook,
+"""A site's own PrologSlurmctld and EpilogSlurmctld keep running: slurm-ipu-hook,
 run as slurmctld runs it, calls them for every job, the site's prolog before ours and its epilog
 after ours, with their exit status."""
 

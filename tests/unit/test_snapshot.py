@@ -1,4 +1,4 @@
-"""`slurm-ipu snapshot` and doctor's `kept` (issue 37, item 1): the site's own Slurm as slurmctld
+"""`slurm-ipu snapshot` and doctor's `kept`: the site's own Slurm as slurmctld
 reports it, before and after adoption; anything of the site's that is gone is named, slurm-ipu's
 own items (the ipu GRES and licence) never are."""
 

@@ -1,5 +1,5 @@
 """The SPANK plugin's parsers (spank/args.c), compiled with a small driver and no Slurm: the
-plugstack arguments an admin writes and the --ipu-* values a user types (issue 11, item 4)."""
+plugstack arguments an admin writes and the --ipu-* values a user types."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_the_ipus_a_tres_request_names(driver, tres, ipus):
 
 
 def test_ipurun_s_own_option_is_offered_in_srun_only_and_ipu_means_ipus(driver):
-    """Issue 39, item 4: sbatch/salloc --help listed ipurun's internal --ipu-instance, and --ipu=4
+    """Sbatch/salloc --help listed ipurun's internal --ipu-instance, and --ipu=4
     was an ambiguous abbreviation. tests/slurm/test_dialects.py checks both as Slurm shows them."""
     allocator = run(driver, "options", "allocator").split()
     assert "--ipu-instance" not in allocator and "--ipu=N" in allocator and "--ipus=N" in allocator
@@ -120,7 +120,7 @@ def test_ipurun_s_own_option_is_offered_in_srun_only_and_ipu_means_ipus(driver):
     (["sbatch", "--gpus-per-node"], "--gpus-per-node= asks for GPUs"),  # a value missing: Slurm's own error follows
 ])
 def test_gpu_habits_on_the_command_line_get_the_ipu_spelling(driver, argv, said):
-    """Issue 39, item 4: sbatch itself refuses `--gpus=4` where GresTypes has no gpu, before
+    """Sbatch itself refuses `--gpus=4` where GresTypes has no gpu, before
     job_submit.lua could hint; the plugin reads the command line first (the RPC for GresTypes is
     tests/slurm/test_dialects.py's)."""
     out = run(driver, "habit", *argv).strip()

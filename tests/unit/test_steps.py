@@ -1,5 +1,5 @@
-"""`slurm-ipu step`, the helper the SPANK plugin runs in srun once per step with IPUs (issue 39,
-items 1 and 2): what a step's tasks name, seen as srun sees it (the line on stdout, the one-line
+"""`slurm-ipu step`, the helper the SPANK plugin runs in srun once per step with IPUs:
+what a step's tasks name, seen as srun sees it (the line on stdout, the one-line
 refusal on stderr, the exit status), with a fake `vipu` at the subprocess boundary."""
 
 from __future__ import annotations

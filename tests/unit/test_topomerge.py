@@ -1,4 +1,4 @@
-"""A site's own topology.conf with several Pods (issue 37, item 3): the Pods' switches merged into
+"""A site's own topology.conf with several Pods: the Pods' switches merged into
 it through slurm.conf.diff where the Pods fit under its switches (every node keeps a path), a
 switch that cuts across a Pod refused in one line naming it, and `slurm-ipu unmerge` giving the
 file back byte for byte. The example site is an IPU-POD128: poda = ipu-host[1-4], podb =

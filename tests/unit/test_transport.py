@@ -117,7 +117,7 @@ def test_without_the_service_the_hook_runs_the_python_hook_at_once(fake, cfg, ho
 
 def test_a_service_that_dies_with_the_request_leaves_the_hook_to_python_at_once(fake, cfg, hook):
     """Killed (or restarted) after it took the request: the connection ends without an answer,
-    and slurm-ipu-hook runs it in Python, with no wait (issue 23, item 6)."""
+    and slurm-ipu-hook runs it in Python, with no wait."""
     server = transport.listen(cfg.state_dir)
 
     def die_with_it():

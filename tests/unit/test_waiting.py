@@ -1,4 +1,4 @@
-"""tests/waiting.py, the one poll helper of every tier (issue 41): it returns the value it waited
+"""tests/waiting.py, the one poll helper of every tier: it returns the value it waited
 for, and on its deadline names what it waited for and the state it read last."""
 
 from __future__ import annotations

@@ -164,7 +164,7 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
     found = orphans([p.name for p in facts.partitions], facts.jobs, site.job_prefixes)
     # On its way out, not an orphan: its job's epilog has not ended, or its removal was journaled
     # when V-IPU was listed (the hook service drops the entry just after the removal, which may be
-    # before this check: issue 41), or is now; or its job shows up in the look after the listing
+    # before this check), or is now; or its job shows up in the look after the listing
     # (started after the first one). The jobs are read before the journal and the journal before
     # the listing, so a job seen ended had its epilog hand the removal over before the listing.
     queued = set(facts.queued or ()) | {q.get("partition") for q in _queued(site)}

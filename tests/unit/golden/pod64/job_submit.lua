@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "3d33c5d87f3d6b7e"
+local CODE_ID = "7411c72c1cff50ff"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -632,7 +632,7 @@ local function job_modify(job_desc, job_rec, part_list, modify_uid)
   if new_per ~= nil and new_per ~= old_per then
     -- Slurm applies the licence this script writes even when it then refuses the TRES (22.05:
     -- "Invalid Trackable RESource" on a job without IPUs, the licence kept), or keeps the old GRES
-    -- count beside the new licence: the IPUs a job asks for are fixed at submit (issue 35, item 4).
+    -- count beside the new licence: the IPUs a job asks for are fixed at submit.
     return refuse_modify("the IPUs a job asks for are fixed at submit (--gres=ipu:%s, now %d per node); cancel it "
                          .. "and submit again", old_per or 0, new_per)
   end
