@@ -78,9 +78,9 @@ def test_ipurun_s_launch_path_imports_nothing_heavy():
     assert out.stdout.split() == []
 
 
-def _module(dotted: list[str]) -> str | None:
-    """The module a dotted name is, as a file under slurm_ipu (a package is its __init__)."""
-    path = PKG.parent.joinpath(*dotted)
+def _module(dotted: list[str], root: Path = PKG.parent) -> str | None:
+    """The module a dotted name is, as a file under root (a package is its __init__)."""
+    path = root.joinpath(*dotted)
     if path.with_suffix(".py").is_file():
         return ".".join(dotted)
     if (path / "__init__.py").is_file():
@@ -88,9 +88,12 @@ def _module(dotted: list[str]) -> str | None:
     return None
 
 
-def module_imports(path: Path) -> set[str]:
-    """The slurm_ipu modules a module imports, at the top or lazily inside a function."""
-    here = list(path.relative_to(PKG.parent).with_suffix("").parts)[:-1]  # the module's package
+def module_imports(path: Path, root: Path = PKG.parent) -> set[str]:
+    """The modules of the package under root a module imports, at the top or lazily inside a
+    function, in every form: `import p.m`, `from p import m`, `from p.m import f`, `from . import
+    (a, m)`, `from .m import f`."""
+    here = list(path.relative_to(root).with_suffix("").parts)[:-1]  # the module's package
+    top = here[0] if here else path.stem
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         targets = []
@@ -101,11 +104,35 @@ def module_imports(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             targets = [a.name.split(".") for a in node.names]
         # each name of `from . import (a, b)` is a module of its own; `from .m import f` names m
-        found = {m for target in targets[:-1] if target and target[0] == "slurm_ipu" and (m := _module(target))}
-        if not found and targets and targets[-1] and targets[-1][0] == "slurm_ipu":
-            found = {m for m in [_module(targets[-1])] if m}
+        found = {m for target in targets[:-1] if target and target[0] == top and (m := _module(target, root))}
+        if not found and targets and targets[-1] and targets[-1][0] == top:
+            found = {m for m in [_module(targets[-1], root)] if m}
         out |= found
     return out
+
+
+def circles(package: Path) -> list[str]:
+    """Every import circle among the package's modules, as 'a -> b -> a'."""
+    root = package.parent
+    graph = {}
+    for path in package.rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        graph[name] = module_imports(path, root) - {name}
+    found, state = [], {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
 
 
 def test_the_circle_check_sees_every_name_of_a_from_import():
@@ -118,25 +145,33 @@ def test_the_circle_check_sees_every_name_of_a_from_import():
 
 def test_no_import_circle_in_the_package():
     """Not even through imports inside functions: a circle hides which module is the lower one."""
-    graph = {}
-    for path in PKG.rglob("*.py"):
-        name = ".".join(path.relative_to(PKG.parent).with_suffix("").parts).removesuffix(".__init__")
-        graph[name] = module_imports(path) - {name}
-    circles, state = [], {}
+    assert circles(PKG) == []
 
-    def visit(node, stack):
-        state[node] = "open"
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == "open":
-                circles.append(stack[stack.index(nxt):] + [nxt])
-            elif nxt not in state:
-                visit(nxt, stack + [nxt])
-        state[node] = "done"
 
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
-    assert circles == [], [" -> ".join(c) for c in circles]
+# The guard's own test: a planted circle of two modules, a -> b -> a, with b's arrow back written
+# in each form Python has. A checker that misses one would pass a real circle of that form.
+FORMS = {
+    "from-dot": "from . import a",
+    "from-dot-names": "from . import (c, a)",
+    "from-dot-module": "from .a import f",
+    "from-package": "from planted import a",
+    "import-dotted": "import planted.a",
+    "from-package-module": "from planted.a import f",
+    "inside-a-function": "def g():\n    from . import a\n    return a",
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_the_circle_check_finds_a_planted_circle_in_each_import_form(tmp_path, form):
+    package = tmp_path / "planted"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from . import b\n\n\ndef f():\n    return b\n")
+    (package / "c.py").write_text("")
+    (package / "b.py").write_text(FORMS[form] + "\n")
+    assert circles(package) == ["planted.a -> planted.b -> planted.a"]
+    (package / "b.py").write_text("from . import c\n")  # the arrow back removed: no circle
+    assert circles(package) == []
 
 
 # Slurm's query and control commands, and V-IPU's: run only by their one interface each.
