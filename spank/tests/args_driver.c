@@ -5,6 +5,8 @@
  *   args_driver gres TRES               -> "ipus=N" (the IPUs a step's or job's TRES request names)
  *   args_driver count NAME VALUE MAX    -> "rc=R slot=S" and the error
  *   args_driver total VALUE             -> "rc=R slot=S" and the error (--ipus)
+ *   args_driver typed NAME VALUE...     -> per value, the registered --NAME option's callback run on it as
+ *                                          sbatch runs it: "rc=R ipus=I gcds=G ilds=L"
  *   args_driver options CONTEXT         -> the options registered there (allocator, local, remote), one a line
  *   args_driver habit PROGRAM ARG...    -> the hint a GPU option on that command line gets, or nothing
  *   args_driver valued                  -> the options the habit scan takes a value after, one a line */
@@ -38,10 +40,14 @@ spank_err_t spank_get_item(spank_t sp, spank_item_t item, ...)
 }
 
 static int show_registered;
+static struct spank_option registered[16];
+static int n_registered;
 
 spank_err_t spank_option_register(spank_t sp, struct spank_option *opt)
 {
     (void)sp;
+    if (n_registered < 16)
+        registered[n_registered++] = *opt;
     if (show_registered)
         printf("--%s%s%s\n", opt->name, opt->arginfo ? "=" : "", opt->arginfo ? opt->arginfo : "");
     return ESPANK_SUCCESS;
@@ -64,6 +70,21 @@ int main(int argc, char **argv)
         rc = ipu_opt_count(argv[2], argv[3], slot, max);
         printf("rc=%d slot=%s\n", rc, slot);
         return 0;
+    }
+    if (argc >= 4 && !strcmp(argv[1], "typed")) {
+        if (ipu_register_options(NULL, S_CTX_ALLOCATOR))
+            return 1;
+        for (int i = 0; i < n_registered; i++) {
+            if (strcmp(registered[i].name, argv[2]))
+                continue;
+            for (int k = 3; k < argc; k++) {
+                memset(&ipu_opts, 0, sizeof(ipu_opts));
+                rc = registered[i].cb(registered[i].val, argv[k], 0);
+                printf("rc=%d ipus=%s gcds=%s ilds=%s\n", rc, ipu_opts.ipus, ipu_opts.gcds, ipu_opts.ilds);
+            }
+            return 0;
+        }
+        return 2;
     }
     if (argc == 3 && !strcmp(argv[1], "total")) {
         rc = ipu_opt_total(argv[2], slot);

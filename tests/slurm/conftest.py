@@ -48,7 +48,8 @@ RELEASE = {"test_accounting", "test_admin", "test_adoption", "test_allocation_mo
            "test_ipu_jobs",
            "test_hostile_jobs", "test_ipurun", "test_job_input", "test_licence_fuzz", "test_placement",
            "test_readme_examples",
-           "test_submit_paths", "test_trust", "test_health::test_a_failed_machine_shrinks_the_pool_until_it_is_back",
+           "test_submit_paths", "test_three_ilds", "test_trust",
+           "test_health::test_a_failed_machine_shrinks_the_pool_until_it_is_back",
            "test_pods::test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_error"}
 LONG = {"test_big_lab", "test_storm", "test_hardware_storm",
         "test_allocation_model::test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing"}
