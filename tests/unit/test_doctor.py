@@ -5,68 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from slurm_ipu import config
-from slurm_ipu.deploy import doctor, fragments, merge, status
+from slurm_ipu.deploy import doctor, fragments, status
 from slurm_ipu.slurm import slurmconf
 from slurm_ipu.vipu.types import Partition
-
-
-@pytest.fixture
-def here(tmp_path, hook_binary):
-    """A site whose every path lies in tmp_path, installed there as make install would."""
-    conf, state, lib, prefix = tmp_path / "etc", tmp_path / "state", tmp_path / "lib", tmp_path / "opt"
-    for d in (conf, state, lib):
-        d.mkdir()
-    state.chmod(0o700)
-    text = f"""version: 1
-cluster: t
-vipu: {{host: 127.0.0.1, port: 8090, command: /usr/bin/vipu}}
-pod: {{ipus: 64, hosts: "node[1-4]", ipus_per_host: 16}}
-prolog: {{deadline: 30}}
-epilog: {{deadline: 20}}
-prolog_epilog_timeout: 60
-state_dir: {state}
-slurm: {{user: root, conf_dir: {conf}, plugin_dir: {lib}}}
-install: {{prefix: {prefix}, site: {conf}/site.yaml}}
-"""
-    (tmp_path / "site.yaml").write_text(text)
-    desc = config.load(tmp_path / "site.yaml")
-    texts = fragments.texts(desc)
-    wrapper = Path(desc.path("hook"))
-    wrapper.parent.mkdir(parents=True)
-    shutil.copy2(hook_binary, wrapper)
-    Path(desc.path("hook_conf")).write_text(texts["slurm-ipu-hook.conf"])
-    Path(desc.python).parent.mkdir(parents=True)
-    Path(desc.python).symlink_to(sys.executable)
-    shutil.copy(tmp_path / "site.yaml", desc.path("site"))
-    (conf / "job_submit.lua").write_text(texts["job_submit.lua"])
-    (conf / "plugstack.conf.d").mkdir()
-    (conf / "plugstack.conf").write_text(f"include {conf}/plugstack.conf.d/*.conf\n")
-    (conf / "plugstack.conf.d" / "ipu.conf").write_text(texts["plugstack-ipu.conf"])
-    (lib / "spank_ipu.so").write_bytes(b"ELF slurm-ipu-spank built-for-slurm 0x160508\0")
-    # A site that had its own gpu GRES, merged as docs/admin.md says (render, then the diff).
-    (conf / "slurm.conf").write_text("ClusterName=t\nGresTypes=gpu\n")
-    merged = fragments.texts(desc, str(conf / "slurm.conf"))
-    (conf / "slurm-ipu.conf").write_text(merged["slurm-ipu.conf"])
-    for path, (_, text) in merge.edits(merge.merge(desc, str(conf / "slurm.conf")), str(conf / "slurm.conf")).items():
-        Path(path).write_text(text)
-    facts = doctor.Facts(
-        slurm_version="22.05.8",
-        config={"PrologSlurmctld": str(wrapper), "EpilogSlurmctld": str(wrapper), "PrologEpilogTimeout": "60 sec",
-                "JobSubmitPlugins": "lua", "Licenses": "ipu:64", "GresTypes": "gpu,ipu",
-                "PlugStackConfig": str(conf / "plugstack.conf"), "SLURM_CONF": str(conf / "slurm.conf")},
-        nodes={f"node{i}": {"NodeName": f"node{i}", "Gres": "ipu:16"} for i in range(1, 5)},
-        jobs={7: "RUNNING"}, stuck=[], partitions=[Partition("slurm_7", 8)], canary="ok", test_submit="ok",
-        declared=slurmconf.read(str(conf / "slurm.conf")).settings)
-    return desc, facts
 
 
 def items(findings):
@@ -300,50 +248,6 @@ def test_parsers_read_what_scontrol_prints():
     assert nodes["node1"]["Gres"] == "ipu:16"
     assert status.parse_licenses("LicenseName=ipu Total=64 Used=8 Free=56 Reserved=0 Remote=no") == \
         {"total": 64, "used": 8}
-
-
-def test_status_shows_jobs_orphans_and_a_disagreement(here):
-    desc, _ = here
-    facts = {"partitions": [Partition("slurm_7", 8, num_gcds=2), Partition("slurm_9", 4), Partition("theirs", 4)],
-             "jobs": {7: {"state": "RUNNING", "user": "alice", "nodes": "node[1-2]", "start": 1000.0}},
-             "licenses": {"total": 64, "used": 16}, "created": {"slurm_7": 990.0}, "queued": [{"partition": "slurm_3"}],
-             "errors": {}}
-    view = status.build(desc, facts, now=1060.0)
-    rows = {r["partition"]: r for r in view["partitions"]}
-    assert (rows["slurm_7"]["user"], rows["slurm_7"]["gcds"], rows["slurm_7"]["age_s"]) == ("alice", 2, 70.0)
-    assert view["orphans"] == ["slurm_9"] and not rows["theirs"]["ours"]
-    assert view["vipu"] == {"used": 16, "free": 48}
-    assert "Slurm's ipu licence has 16 in use, V-IPU has 8" in view["disagreement"]
-    text = "\n".join(status.table(view))
-    assert "orphan: job gone" in text and "not slurm-ipu's" in text and "queued removals: slurm_3" in text
-
-
-def test_status_and_doctor_cli_on_a_missing_site_say_so_in_one_line(tmp_path):
-    for cmd in ("doctor", "status"):
-        proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", cmd,
-                               "--site", str(tmp_path / "none.yaml")], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "none.yaml" in proc.stderr
-
-
-def test_ipu_hours_per_user_count_only_ipu_jobs_inside_the_window():
-    since, now = 10_000, 20_000
-    text = ("alice|billing=2,cpu=2,gres/ipu=4,license/ipu=4,node=2|10000|13600\n"   # 4 IPUs x 1 h
-            "alice|cpu=1,node=1|10000|19000\n"                                    # no IPUs
-            "bob|gres/ipu=2,license/ipu=2|8200|11800\n"                          # half before the window
-            "bob|gres/ipu=1|18200|Unknown\n"                                     # still running: counts to now
-            "carol|gres/ipu=8|5000|9000\n"                                       # ended before the window
-            "junk line\n")
-    assert status.parse_usage(text, since, now) == {"alice": 4.0, "bob": 1.5}
-
-
-def test_status_shows_ipu_hours_when_accounting_is_there(here):
-    desc, _ = here
-    facts = {"partitions": [], "jobs": {}, "licenses": {"total": 64, "used": 0}, "created": {}, "queued": [],
-             "usage": {"days": 7.0, "ipu_hours": {"alice": 4.0, "bob": 1.5}}, "errors": {}}
-    lines = status.table(status.build(desc, facts))
-    assert lines[-1] == "IPU-hours by user, last 7 days (accounting): alice 4.00, bob 1.50"
-    facts.update(usage=None, errors={"sacct": "sacct: error: Problem talking to the database"})
-    assert status.table(status.build(desc, facts))[-1].startswith("IPU-hours: accounting unreachable (sacct: error")
 
 
 def test_accounting_is_checked_only_when_the_site_has_slurmdbd(here, tmp_path):
