@@ -60,7 +60,7 @@ def spanned(pods: list[Pod], nodes) -> list[Pod]:
 
 def ild_ids(pods: list[Pod]) -> dict[str, list[int]]:
     """Each Pod's ILD numbers, counted in the site's order: the site lists its Pods in the order
-    V-IPU numbers their ILDs (docs/admin.md, "Several Pods")."""
+    V-IPU numbers their ILDs (docs/pods.md, "Several Pods")."""
     out, first = {}, 0
     for pod in pods:
         out[pod.name] = list(range(first, first + pod.ilds))

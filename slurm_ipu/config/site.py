@@ -194,7 +194,7 @@ class Site(Sections):
     def agents_of(self, hosts) -> list[str]:
         """The IPU-Machines (V-IPU agents) mapped to `hosts`, as Graphcore's host-IPU mapping file
         lists them: a Pod's hosts, in hostlist order, take its IPU-Machines in V-IPU's order,
-        pod.ipus_per_host / 4 each; Pods follow each other (docs/admin.md, allocation model)."""
+        pod.ipus_per_host / 4 each; Pods follow each other (docs/pods.md, allocation model)."""
         out = self.host_agents()
         missing = [h for h in hosts if h not in out]
         if missing:

@@ -1,7 +1,7 @@
 """The Pods' switches merged into a site's own topology.conf.
 
 Slurm keeps a job inside one Pod through topology/tree: each Pod is one leaf switch holding
-exactly its hosts (docs/admin.md, Several Pods). A site with a topology.conf of its own keeps it:
+exactly its hosts (docs/pods.md, Several Pods). A site with a topology.conf of its own keeps it:
 render edits it, in the same diff as slurm.conf, so that every node keeps a path and slurmctld
 logs no topology error:
 - a site leaf switch holding exactly a Pod's hosts becomes that Pod's switch (renamed to the

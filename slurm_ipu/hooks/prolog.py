@@ -162,7 +162,7 @@ def _check_ilds(part, expect: set[int] | None) -> None:
         return
     raise Misplaced(f"V-IPU put it in ILD(s) {','.join(map(str, sorted(set(got))))}, but the job's hosts are cabled "
                     f"to ILD(s) {','.join(map(str, sorted(expect)))} (V-IPU chooses where a partition over Pods of no "
-                    "single group goes: docs/admin.md, Several Pods)")
+                    "single group goes: docs/pods.md, Several Pods)")
 
 
 MACHINE_GRACE_S = 2.0  # refused this long for lack of IPUs, the prolog asks whether a machine failed

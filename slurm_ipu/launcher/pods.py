@@ -1,5 +1,5 @@
 """Which Pod each host and each GCD sits in, so that every instance drives IPUs of its own
-host's Pod (multi-Pod sites, docs/admin.md "Several Pods").
+host's Pod (multi-Pod sites, docs/pods.md "Several Pods").
 
 A site names each Pod once: it is a leaf switch of Slurm's topology (holding the Pod's hosts)
 and a V-IPU allocation of the same name (holding the Pod's IPU-Machines). So two reads answer

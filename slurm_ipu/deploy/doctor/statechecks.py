@@ -94,7 +94,7 @@ def check_grants(site: Site, facts: Facts) -> Finding:
     if tried == "created":
         return Finding("grants", False, f"a job's user (uid {PROBE_UID}) created a partition in {where} around "
                        "Slurm (removed again)", f"grant {where} to the hooks' V-IPU user only (vipu.cli_config; "
-                       "docs/admin.md, V-IPU only through Slurm)")
+                       "docs/operations.md, V-IPU only through Slurm)")
     return Finding("grants", False, f"a create in {where} as a job's user {tried}",
                    "check that the vipu command answers for every user")
 
