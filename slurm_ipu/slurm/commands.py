@@ -90,12 +90,14 @@ def parse_squeue(text: str) -> dict[int, SqueueJob]:
         raise SlurmError(f"`squeue --json` printed something unexpected: {text[:120]!r}") from None
 
 
-COMMENT_MAX = 250  # what slurm-ipu writes into an AdminComment, at most
+# What slurm-ipu writes into an AdminComment, at most: a prolog's reason with a failed machine's
+# name and the requeue's why runs to about 280 characters, and was cut mid-sentence at 250.
+COMMENT_MAX = 500
 _ID_W, _STATE_W = 20, 16  # squeue --Format widths: a job id and a state fit; the comment is the rest
 
 
 def parse_job_columns(text: str) -> dict[int, SqueueJob]:
-    """`squeue --noheader --Format=JobID:20,State:16,admin_comment:300` lines."""
+    """`squeue --noheader --Format=JobID:20,State:16,admin_comment:<COMMENT_MAX + 50>` lines."""
     out = {}
     for line in text.splitlines():
         ident, state = line[:_ID_W].strip(), line[_ID_W:_ID_W + _STATE_W].strip()
@@ -192,7 +194,7 @@ class SlurmCli:
         ignores every filter with it and dumps the whole queue (in a storm, every second)."""
         try:
             out = self._run("squeue", "--noheader", "--jobs", ",".join(map(str, job_ids)),
-                            f"--Format=JobID:{_ID_W},State:{_STATE_W},admin_comment:300")
+                            f"--Format=JobID:{_ID_W},State:{_STATE_W},admin_comment:{COMMENT_MAX + 50}")
         except SlurmError:  # all of them gone ("Invalid job id specified"), or slurmctld not answering
             return {}
         return parse_job_columns(out)

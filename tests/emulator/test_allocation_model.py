@@ -16,7 +16,7 @@ from slurm_ipu.hooks import epilog, jobenv, prolog, reap
 from slurm_ipu.hooks.ledger import Ledger
 from slurm_ipu.vipu import VipuClient
 
-from ..unit.test_hooks import FakeSlurm
+from ..fake_slurm import FakeSlurm
 from .conftest import VIPU
 from .test_identity import call_as, needs_root
 

@@ -17,7 +17,7 @@ from slurm_ipu.deploy import doctor
 from slurm_ipu.hooks import hooklog, jobenv, prolog
 from slurm_ipu.vipu import VipuClient
 
-from ..unit.test_hooks import FakeSlurm
+from ..fake_slurm import FakeSlurm
 from .conftest import VIPU
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0 or not shutil.which("mount"), reason="mounts a tmpfs: needs root")

@@ -20,7 +20,7 @@ from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.removal import work_off
 from slurm_ipu.vipu import VipuClient
 
-from ..unit.test_hooks import FakeSlurm
+from ..fake_slurm import FakeSlurm
 from .conftest import VIPU
 
 ALICE = 4201

@@ -16,6 +16,8 @@ from slurm_ipu.deploy import doctor, fragments, status
 from slurm_ipu.slurm import slurmconf
 from slurm_ipu.vipu.types import Partition
 
+from ..fake_slurm import FakeSlurm
+
 
 def items(findings):
     return {f.item: f for f in findings}
@@ -58,7 +60,6 @@ def test_the_canary_runs_as_the_hooks_user_with_the_hooks_flags(here, mocker):
 
     def run(argv, **kw):
         calls.append(argv)
-        import subprocess
 
         if "create" in argv:
             return subprocess.CompletedProcess(argv, 1, "", "uid 64030 may not create a partition owned by uid "
@@ -140,11 +141,7 @@ def test_gather_reads_the_journal_before_v_ipu_and_the_jobs_after_it(here, mocke
     desc, _ = here
     journal = Journal(desc.state_dir)
     journal.add("slurm_9", 9, "handed over by the epilog")
-    squeue = json.dumps({"jobs": [{"job_id": 7, "job_state": "RUNNING"}]})
-
-    def runner(argv, **kw):
-        out = squeue if argv[0].endswith("squeue") else "slurm 22.05.8\n"
-        return subprocess.CompletedProcess(argv, 0, out, "")
+    slurm = FakeSlurm({7: "RUNNING"})
 
     def listing(*_args):
         partitions = [Partition("slurm_7", 8), Partition("slurm_9", 4)]
@@ -154,7 +151,7 @@ def test_gather_reads_the_journal_before_v_ipu_and_the_jobs_after_it(here, mocke
     mocker.patch("slurm_ipu.hooks.reap.job_objects", side_effect=listing)
     mocker.patch.object(doctor.facts, "canary", return_value="ok")
     mocker.patch.object(doctor.facts, "try_as_job_user", return_value="refused")
-    facts = doctor.gather(desc, runner=runner)
+    facts = doctor.gather(desc, runner=slurm.runner)
     assert (facts.queued, facts.jobs_after) == (["slurm_9"], {7: "RUNNING"})
     assert items(doctor.diagnose(desc, facts))["orphans"].ok
 

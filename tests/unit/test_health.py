@@ -13,67 +13,13 @@ import pytest
 
 from slurm_ipu import config, errors
 from slurm_ipu.hooks import health, restarts
-from slurm_ipu.slurm.commands import SlurmCli
 
+from ..fake_slurm import FakeSlurm as SharedSlurm
 from .conftest import write_conf
 
 
-class FakeSlurm:
-    """sinfo -N -o %N|%T|%E, scontrol update NodeName=... State=DRAIN|RESUME, and licence-only
-    reservations (scontrol show|create|update|delete reservation), as Slurm keeps them."""
-
-    def __init__(self, nodes, jobs=None):
-        self.nodes = {n: ["idle", "none"] for n in nodes}
-        self.reservations = {"maint": "(null)", "slurm-ipu-maint": "ipu:2"}  # an admin's, not ours
-        self.updates: list[list[str]] = []
-        self.jobs = dict(jobs or {})  # job -> [state, batch]
-        self.comments: dict[int, str] = {}
-        self.told: list[str] = []
-
-    def __call__(self, argv, env=None, capture_output=True, text=True, errors=None, timeout=None, stdin=None):
-        tool, args = argv[0].rsplit("/", 1)[-1], argv[1:]
-        if tool == "sinfo":
-            out = "".join(f"{n}|{s}|{r}\n" for n, (s, r) in self.nodes.items())
-            return subprocess.CompletedProcess(argv, 0, out, "")
-        if tool != "squeue" and args[:1] != ["show"]:
-            self.updates.append([tool, *args])
-        if tool == "squeue":  # a job: [state, batch] or [state, batch, state_reason, tres_per_node]
-            doc = {"jobs": [{"job_id": j, "job_state": v[0], "admin_comment": self.comments.get(j, ""),
-                             **({"state_reason": v[2], "tres_per_node": v[3]} if len(v) > 2 else {})}
-                            for j, v in self.jobs.items()]}
-            return subprocess.CompletedProcess(argv, 0, json.dumps(doc), "")
-        if tool == "scancel":
-            self.jobs[int(args[0])][0] = "CANCELLED"
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        if args[0] == "notify":
-            self.told.append(args[2])
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        if args[0] == "requeue":
-            job = self.jobs[int(args[1])]
-            if not job[1]:
-                return subprocess.CompletedProcess(argv, 1, "", "Requested operation not supported on this job\n")
-            job[0] = "PENDING"
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        if args[0] == "update" and args[1].startswith("JobId="):
-            self.comments[int(args[1][6:])] = args[2].split("=", 1)[1]
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        if args[:2] == ["show", "reservation"]:
-            out = "".join(f"ReservationName={n} StartTime=now Nodes=(null) Licenses={lic} State=ACTIVE\n"
-                          for n, lic in self.reservations.items())
-            return subprocess.CompletedProcess(argv, 0, out, "")
-        words = dict(w.split("=", 1) for w in args if "=" in w)
-        if "ReservationName" in words:
-            if args[0] == "delete":
-                del self.reservations[words["ReservationName"]]
-            else:
-                self.reservations[words["ReservationName"]] = words["Licenses"]
-            return subprocess.CompletedProcess(argv, 0, "", "")
-        node = args[1].split("=", 1)[1]
-        if "State=DRAIN" in args:
-            self.nodes[node] = ["drained", args[3].split("=", 1)[1]]
-        elif "State=RESUME" in args:
-            self.nodes[node] = ["idle", "none"]
-        return subprocess.CompletedProcess(argv, 0, "", "")
+def FakeSlurm(nodes, jobs=None):  # noqa: N802 - the shared fake, made with this module's hosts
+    return SharedSlurm(jobs, nodes=nodes)
 
 
 @pytest.fixture
@@ -104,9 +50,8 @@ def agents(mocker):
     return state
 
 
-def one_pass(site, slurm_fake, lines=None):
-    cli = SlurmCli(None, "/usr/bin", runner=slurm_fake)
-    return health.run(site, site.vipu_client(), cli, out=(lines.append if lines is not None else lambda _: None))
+def one_pass(site, slurm, lines=None):
+    return health.run(site, site.vipu_client(), slurm, out=(lines.append if lines is not None else lambda _: None))
 
 
 def test_a_failed_machine_drains_its_host_and_its_return_resumes_it(site, agents):
@@ -196,11 +141,11 @@ def test_a_running_batch_job_on_a_failed_machine_is_requeued_and_an_srun_job_tol
     agents["ag0"] = "Down"
     lines = []
     one_pass(site, slurm, lines)
-    assert slurm.jobs[7][0] == "PENDING" and slurm.jobs[8][0] == "CANCELLED" and slurm.jobs[9][0] == "RUNNING"
+    assert [slurm.queue[j].state for j in (7, 8, 9)] == ["PENDING", "CANCELLED", "RUNNING"]
     assert slurm.comments[7] == ("slurm-ipu: job 7: IPU-Machine ag0 failed under its V-IPU partition; requeued, "
                                  "it will not start on that machine again")
-    assert slurm.told == ["slurm-ipu: job 8: IPU-Machine ag0 failed under its V-IPU partition: the job is cancelled; "
-                          "submit it again"]
+    assert [text for _, text, _ in slurm.told] == ["slurm-ipu: job 8: IPU-Machine ag0 failed under its V-IPU "
+                                                   "partition: the job is cancelled; submit it again"]
     assert "health: job 7: IPU-Machine ag0 failed under its V-IPU partition; requeued" in lines
     assert 10 not in slurm.comments  # pending already (requeued by an earlier pass): left alone
     assert restarts.count(site.state_dir, 7) == 1  # the hardware's restart: its prolog does not count it
@@ -217,8 +162,8 @@ def test_jobs_waiting_for_a_failed_machine_s_ipus_are_told_which_and_the_line_go
                                         7: ["PENDING", True, "Priority", "gres:ipu:4"],
                                         8: ["PENDING", True, "Licenses", ""],  # another licence
                                         9: ["PENDING", True, "Licenses", "gres:ipu:1"]})
-    slurm.comments[6] = "slurm-ipu: job 6: V-IPU partition slurm_6 (4 IPUs) not created: ...; requeued"
-    slurm.comments[9] = "slurm-ipu:partition=slurm_9,ipus=1"  # requeued by the pass: its last partition
+    slurm.queue[6].comment = "slurm-ipu: job 6: V-IPU partition slurm_6 (4 IPUs) not created: ...; requeued"
+    slurm.queue[9].comment = "slurm-ipu:partition=slurm_9,ipus=1"  # requeued by the pass: its last partition
     agents["ag0"] = "Down"
     one_pass(site, slurm)
     told = ("slurm-ipu: waiting for IPUs: IPU-Machine ag0 not Up: 4 IPUs held out of Slurm's pool until back "
@@ -230,9 +175,9 @@ def test_jobs_waiting_for_a_failed_machine_s_ipus_are_told_which_and_the_line_go
     one_pass(site, slurm)
     assert len(slurm.updates) == before  # nothing changed: no scontrol
     agents["ag0"] = "Up"
-    slurm.jobs[5][0] = "RUNNING"  # it started as the reservation went
+    slurm.queue[5].state = "RUNNING"  # it started as the reservation went
     one_pass(site, slurm)
-    assert slurm.comments[5] == "" and slurm.comments[6].startswith("slurm-ipu: job 6: V-IPU")
+    assert slurm.queue[5].comment == "" and slurm.comments[6].startswith("slurm-ipu: job 6: V-IPU")
 
 
 def test_an_ipu_in_error_requeues_the_partition_on_it_and_leaves_those_on_the_machine_s_others(tmp_path, agents):
@@ -246,7 +191,7 @@ def test_an_ipu_in_error_requeues_the_partition_on_it_and_leaves_those_on_the_ma
         {"id": 8 + k, "agent": "ag2", "ipu_index_in_agent": k} for k in ks]}}} for j, ks in ((7, (2, 3)), (8, (0, 1)))]
     agents["ag2"] = {"status": "Error", "ipus_in_error": [2]}
     one_pass(site, slurm)
-    assert (slurm.jobs[7][0], slurm.jobs[8][0]) == ("PENDING", "RUNNING")
+    assert (slurm.queue[7].state, slurm.queue[8].state) == ("PENDING", "RUNNING")
     assert slurm.reservations["slurm-ipu-ag2"] == "ipu:4"  # the whole machine: see health.run
 
 
@@ -255,26 +200,26 @@ def test_the_allocation_model_s_job_on_a_failed_machine_is_requeued_after_its_ho
     agents["allocations"] = [{"id": "c42", "agents": ["ag4", "ag5", "ag6", "ag7"]}, {"id": "default", "agents": []}]
     agents["ag6"] = "Down"
     one_pass(site, slurm)
-    assert slurm.nodes["node2"][0] == "drained" and slurm.jobs[42][0] == "PENDING"
+    assert slurm.nodes["node2"][0] == "drained" and slurm.queue[42].state == "PENDING"
     assert [u[1:3] for u in slurm.updates] == [["update", "NodeName=node2"], ["update", "JobId=42"],
                                                ["requeue", "42"]]  # the drain first, then the job
 
 
-class DiesMidPass(FakeSlurm):
+class DiesMidPass(SharedSlurm):
     """slurmctld killed in the middle of a pass: every `scontrol update` after the first
     `allowed` ones fails (scontrol's own error), until revived."""
 
     def __init__(self, nodes, jobs=None, allowed=1):
-        super().__init__(nodes, jobs)
+        super().__init__(jobs, nodes=nodes)
         self.allowed = allowed
 
-    def __call__(self, argv, **kw):
+    def _answer(self, argv, **kw):
         if argv[0].endswith("scontrol") and argv[1:2] == ["update"]:
             if self.allowed <= 0:
                 return subprocess.CompletedProcess(argv, 1, "", "slurm_update error: Unable to contact slurm "
                                                    "controller (connect failure)\n")
             self.allowed -= 1
-        return super().__call__(argv, **kw)
+        return super()._answer(argv, **kw)
 
 
 def test_a_pass_killed_between_its_drains_leaves_none_once_the_machines_are_back(site, agents):
@@ -332,7 +277,7 @@ def test_waiting_lines_a_killed_pass_left_are_cleared_by_the_next(tmp_path, agen
     assert all(slurm.comments[j].startswith(health.WAITING) for j in jobs)
     slurm.allowed = 99
     one_pass(site, slurm)
-    assert all(slurm.comments[j] == "" for j in jobs)
+    assert all(slurm.queue[j].comment == "" for j in jobs)
     assert not health.waiting_marker(site.state_dir).exists()
     before = len(slurm.updates)
     one_pass(site, slurm)                       # nothing down, nothing left: no squeue, no update

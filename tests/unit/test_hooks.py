@@ -14,64 +14,8 @@ from slurm_ipu.hooks import epilog, jobenv, prolog, reap, removal, restarts
 from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 
+from ..fake_slurm import FakeSlurm
 from .conftest import write_conf
-
-
-class FakeSlurm:
-    """The job as scontrol would show it (its AdminComment, held or cancelled), and squeue's
-    view of live jobs."""
-
-    def __init__(self, jobs=None, broken=False, gres=None):
-        self.jobs = jobs or {}
-        self.gres = gres or {}  # job -> IPUs per node its GRES asks for (squeue's tres-per-node)
-        self.queries: list[int] = []
-        self.comments: dict[int, str] = {}
-        self.held: set[int] = set()
-        self.cancelled: set[int] = set()
-        self.broken = broken  # scontrol fails (slurmctld busy)
-        self.told: list[tuple[int, str, bool]] = []
-        self.ends: set[int] = set()  # srun/salloc or --no-requeue jobs: Slurm ends them on a failed prolog
-
-    def requeueable(self, job_id):
-        return None if self.broken else job_id not in self.ends
-
-    def active_jobs(self):
-        return dict(self.jobs)
-
-    def ipus_per_node(self, job_id):
-        self.queries.append(job_id)
-        if self.broken:
-            raise SlurmError("`squeue --noheader --jobs=43` timed out after 15s")
-        return self.gres.get(job_id, 0)
-
-    def admin_comment(self, job_id, text):
-        if self.broken:
-            raise SlurmError("`scontrol update` timed out after 10s")
-        self.comments[job_id] = text
-
-    def note(self, job_id, text):
-        self.admin_comment(job_id, text)
-
-    def hold(self, job_id, text):
-        self.admin_comment(job_id, text)
-        self.held.add(job_id)
-
-    def notify(self, job_id, text):
-        if self.broken:
-            raise SlurmError("`scontrol notify` timed out after 10s")
-        # what srun prints, in order with what happens to the job
-        self.told.append((job_id, text, job_id in self.cancelled))
-
-    def cancel(self, job_id, text):
-        self.admin_comment(job_id, text)
-        self.cancelled.add(job_id)
-
-    # the health pass's (the hook service runs one at its start): no node drained, no reservation
-    def node_reasons(self):
-        return {}
-
-    def licence_reservations(self, licence):
-        return {}
 
 
 def env(**over):
@@ -506,8 +450,7 @@ def test_a_job_slurm_ends_rather_than_requeues_is_not_told_it_was_requeued(fake,
     """An srun or salloc job, or a --no-requeue batch job: Slurm ends it when its prolog fails, so
     hooks.log and its AdminComment say that, not "requeued"; a batch job is told its attempt."""
     fake.failures = [("error: V-IPU server unavailable [UNAVAILABLE]", 1)] * 4
-    slurm = FakeSlurm()
-    slurm.ends.add(42)
+    slurm = FakeSlurm(ends=[42])
     assert prolog.run(env(), cfg, cfg.vipu_client(), slurm) == 1
     said = slurm.comments[42]
     assert "; requeued" not in said and said.endswith("Slurm ends it (an srun or salloc job, or --no-requeue, is "

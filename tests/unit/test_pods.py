@@ -9,8 +9,9 @@ from slurm_ipu import config, pods, rules
 from slurm_ipu.errors import ConfigError
 from slurm_ipu.hooks import prolog
 
+from ..fake_slurm import FakeSlurm
 from .conftest import write_conf
-from .test_hooks import FakeSlurm, env, hooks_log
+from .test_hooks import env, hooks_log
 
 TWO = [{"name": "poda", "hosts": "node[1-4]"}, {"name": "podb", "hosts": "node[5-8]"}]
 

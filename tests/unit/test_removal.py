@@ -17,8 +17,9 @@ from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 from slurm_ipu.hooks.service import Service
 
+from ..fake_slurm import FakeSlurm
 from .conftest import write_conf
-from .test_hooks import FakeSlurm, env, hooks_log
+from .test_hooks import env, hooks_log
 
 
 def queue(cfg, job: int) -> None:

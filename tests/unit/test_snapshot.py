@@ -4,11 +4,10 @@ own items (the ipu GRES and licence) never are."""
 
 from __future__ import annotations
 
-import subprocess
-
 from slurm_ipu.deploy import snapshot
 from slurm_ipu.deploy.doctor import Facts, check_kept
-from slurm_ipu.slurm.commands import SlurmCli
+
+from ..fake_slurm import FakeSlurm
 
 # `scontrol -o show ...` as 22.05 prints it (fields trimmed to those read, plus neighbours).
 NODES = (
@@ -26,18 +25,11 @@ TOPOLOGY = "SwitchName=s0 Level=0 LinkSpeed=1 Nodes=node[1-2]\n"
 
 
 def fake_slurm(mocker, nodes=NODES, licences=LICENCES, partitions=PARTITIONS, topology=TOPOLOGY, refuse=()):
-    def run(argv, **kwargs):
-        tool, args = argv[0].rsplit("/", 1)[1], argv[1:]
-        out = {"nodes": nodes, "licenses": licences, "partitions": partitions, "topology": topology}
-        if tool == "scontrol":
-            text = out[args[-1]]
-            return subprocess.CompletedProcess(argv, 0 if text is not None else 1, text or "", "no topology")
-        shape = " ".join(args[3:-2])
-        if any(r in shape for r in refuse):
-            return subprocess.CompletedProcess(argv, 1, "", "sbatch: error: Requested node configuration is not "
-                                                            "available\n")
-        return subprocess.CompletedProcess(argv, 0, "", "sbatch: Job 3 to start at 2026-11-26T01:00:00\n")
-    return SlurmCli("/etc/slurm/slurm.conf", runner=mocker.Mock(side_effect=run))
+    """The shared fake (tests/fake_slurm.py) with this site's nodes, licences, partitions and
+    switches; `mocker` is unused, kept so every caller reads the same."""
+    del mocker
+    return FakeSlurm(shown={"nodes": nodes, "licenses": licences, "partitions": partitions, "topology": topology},
+                     refuse=refuse)
 
 
 def test_a_snapshot_records_what_slurm_runs_and_leaves_ours_out(mocker):

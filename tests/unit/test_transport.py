@@ -21,9 +21,10 @@ from slurm_ipu.hooks.journal import Journal
 from slurm_ipu.hooks.ledger import Ledger
 from slurm_ipu.hooks.service import Service
 
+from ..fake_slurm import FakeSlurm
 from ..waiting import wait_for
 from .conftest import place_hook
-from .test_hooks import FakeSlurm, hooks_log
+from .test_hooks import hooks_log
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc missing: `make test` installs it")
 ENV = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_JOB_UID": "1000", "SLURM_JOB_NODELIST": "node[1-2]",
