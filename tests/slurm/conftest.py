@@ -67,6 +67,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.long)
 
 
+def pytest_runtest_setup(item):
+    """A module marked `steps` is one journey in order (tests/slurm/test_adoption.py): after a step
+    fails, the later ones are not run (each would fail for the same cause), and say which failed."""
+    failed = getattr(item.parent, "failed_step", None)
+    if item.get_closest_marker("steps") is not None and failed is not None:
+        pytest.skip(f"an earlier step failed: {failed}")
+
+
 def pytest_addoption(parser):
     parser.addoption("--squeue-samples", default=None, metavar="DIR",
                      help="keep each `squeue --json` text the lab prints in DIR (tests/unit/fixtures/squeue)")
@@ -349,6 +357,8 @@ def clean_lab(lab):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
+    if report.failed and item.get_closest_marker("steps") is not None:
+        item.parent.failed_step = item.name  # the module's later steps build on this one
     if report.when == "call" and report.failed and "lab" in item.fixturenames:
         spec = item.funcargs["lab"].spec if "lab" in item.funcargs else None
         if spec is not None:

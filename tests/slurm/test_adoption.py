@@ -79,6 +79,9 @@ end
 return slurm.SUCCESS
 """
 
+# One journey: each step builds on the one before, and a failed step skips the rest (conftest).
+pytestmark = pytest.mark.steps
+
 
 def site_files(spec: labmod.LabSpec, ports: list[int], trace: Path) -> dict[str, str]:
     """The site's own configuration, as its admins wrote it (paths inside the lab's directory)."""
@@ -186,6 +189,11 @@ class Site:
         self.bindir = root / "bin"
         self.trace = self.spec.path("site", "trace")
         self.prefix = root / "opt" / "slurm-ipu"
+        # What the steps hand on: the site's files before anything of ours, the gres.conf lines the
+        # admin appended, slurm.conf as merged.
+        self.originals: dict[str, bytes] = {}
+        self.gres_lines = ""
+        self.merged = b""
         self.service: subprocess.Popen | None = None
 
     @property
@@ -409,24 +417,27 @@ def ipu_job_runs(site: Site, when: str) -> None:
     assert bad.returncode != 0 and "ipu" in bad.stderr, f"{when}: --gres=ipu:3 was not refused: {bad.stderr}"
 
 
-def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_back(site):
-    originals = {rel: site.spec.path(rel).read_bytes() for rel in ORIGINALS}
+def test_1_describing_the_site_names_its_own_controller_hooks(site):
+    """Its own controller hooks, not named in the description, are refused in one line naming the
+    key; a plain job runs before anything of slurm-ipu's is there."""
+    site.originals = {rel: site.spec.path(rel).read_bytes() for rel in ORIGINALS}
     site.plain_job_runs("before slurm-ipu")
-
-    # 1. Describe the site. Its own controller hooks, not named in the description, are refused
-    #    in one line naming the key.
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(site.yaml), "--out", str(site.out)],
                           env=site.env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "PrologSlurmctld" in proc.stderr and len(proc.stderr.splitlines()) == 1, \
         proc.stderr
     site.yaml.write_text(site_description(site.spec, site.root, own_hooks=True))
 
-    # 2. Install (from a copy of the checkout: pip's build directory goes there, not into the
-    #    checkout): nothing of Slurm's changes yet.
+
+def test_2_make_install_changes_nothing_of_slurm_s(site):
+    """From a copy of the checkout (pip's build directory goes there, not into the checkout)."""
     site.doc("make install SITE=/path/to/site.yaml", f"PREFIX={site.prefix} BINDIR={site.bindir}", timeout=900)
     site.plain_job_runs("after make install")
 
-    # 3. Merge, step by step as docs/admin.md says it: first a snapshot of the site's own Slurm.
+
+def test_3_the_documented_merge_keeps_the_site_s_own(site):
+    """Step by step as docs/admin.md says it: a snapshot of the site's own Slurm first, then the
+    fragments; the Pod's NodeName lines keep their GPU beside the IPUs."""
     site.doc("slurm-ipu snapshot")
     site.doc("slurm-ipu render site.yaml --out /tmp/site")
     site.doc("cp /tmp/site/slurm-ipu.conf /etc/slurm/ && patch -d / -p1 < /tmp/site/slurm.conf.diff")
@@ -436,7 +447,7 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     assert gres == {"NodeName=DEFAULT": ["Gres=gpu:1"], "NodeName=node1": [f"Gres=gpu:1,ipu:{IPUS_PER_HOST}"],
                     "NodeName=node2": [f"Gres=gpu:1,ipu:{IPUS_PER_HOST}"], "NodeName=node3": []}, gres
     site.doc("cat /tmp/site/gres-ipu.conf >> /etc/slurm/gres.conf")
-    gres_lines = (site.out / "gres-ipu.conf").read_text()  # what the admin appended (taken out by hand later)
+    site.gres_lines = (site.out / "gres-ipu.conf").read_text()  # what the admin appended (taken out by hand later)
     site.doc("mkdir -p /etc/slurm/plugstack.conf.d && "
              "cp /tmp/site/plugstack-ipu.conf /etc/slurm/plugstack.conf.d/slurm-ipu.conf")
     site.doc("echo 'include /etc/slurm/plugstack.conf.d/*.conf' >> /etc/slurm/plugstack.conf")
@@ -452,11 +463,14 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     assert "`systemctl restart slurmctld`" in DOCS and "`systemctl restart slurmd` on the nodes" in DOCS
     site.restart("slurmctld", "slurmd-")
     site.start_hook_service()
+    site.merged = conf.read_bytes()
 
-    # 4. The site keeps its own, IPU jobs run, and doctor says so (and as a user, without a traceback).
+
+def test_4_ipu_jobs_run_and_doctor_says_the_site_kept_its_own(site):
+    """As slurmctld counts them, each node keeps its GPU; doctor says ok, also run by a user."""
     shown = {n: f.get("Gres", "") for n, f in _nodes(site).items()}
     assert shown == {"node1": f"gpu:1,ipu:{IPUS_PER_HOST}", "node2": f"gpu:1,ipu:{IPUS_PER_HOST}",
-                     "node3": "gpu:1"}, shown  # as slurmctld counts them
+                     "node3": "gpu:1"}, shown
     site.plain_job_runs("after the merge")
     ipu_job_runs(site, "after the merge")
     doctor = site.sh("slurm-ipu doctor", check=False)
@@ -464,21 +478,26 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     as_user = site.as_user("slurm-ipu doctor")
     assert as_user.returncode == 0 and "Traceback" not in as_user.stderr, as_user.stdout + as_user.stderr
 
-    # What the issue found, each named by doctor: the site's prolog line after the Include taking
-    # the wrapper's place; a line after it dropping the site's GPUs or its licence (the fragment's
-    # values alone, as a literal merge left them); V-IPU answering but refusing every create.
-    merged = conf.read_bytes()
+
+def test_5_doctor_names_a_line_that_undoes_the_merge(site):
+    """The site's prolog line after the Include taking the wrapper's place; a line after it
+    dropping the site's GPUs or its licence (the fragment's values alone, as a literal merge left
+    them)."""
+    conf = site.etc / "slurm.conf"
     for line, item in ((f"PrologSlurmctld={site.spec.dir}/site/prolog-ctld.sh", "PrologSlurmctld"),
                        ("GresTypes=ipu", "GresTypes"), (f"Licenses=ipu:{2 * IPUS_PER_HOST}", "Licenses")):
-        conf.write_bytes(merged + f"{line}\n".encode())
+        conf.write_bytes(site.merged + f"{line}\n".encode())
         site.restart("slurmctld", idle=False)
         broken = site.sh("slurm-ipu doctor", check=False)
-        assert broken.returncode == 1 and item in broken.stdout, f"{line}: {broken.stdout}{broken.stderr}"
-        conf.write_bytes(merged)
+        conf.write_bytes(site.merged)
         site.restart("slurmctld")
-    # What slurmctld runs, not what the files say: the site's job_submit.lua
-    # still dofile()s ours and calls its job_submit, but not its job_modify; then code of ours that
-    # slurmctld loaded before the file it dofile()s was put back (it watches job_submit.lua only).
+        assert broken.returncode == 1 and item in broken.stdout, f"{line}: {broken.stdout}{broken.stderr}"
+
+
+def test_6_doctor_judges_the_job_submit_lua_slurmctld_runs(site):
+    """What slurmctld runs, not what the files say: the site's job_submit.lua still dofile()s ours
+    and calls its job_submit, but not its job_modify; then code of ours that slurmctld loaded
+    before the file it dofile()s was put back (it watches job_submit.lua only)."""
     site_lua, ipu_lua = site.etc / "job_submit.lua", site.etc / "job_submit_ipu.lua"
     lua_text, ipu_text = site_lua.read_text(), ipu_lua.read_text()
     site_lua.write_text(lua_text.replace(f"    {LUA_CALLS[next(k for k in LUA_CALLS if 'modify' in k)]}\n", ""))
@@ -497,14 +516,20 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     doctor = site.sh("slurm-ipu doctor", check=False)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
 
-    # The merge as it once was: the Pod's lines given ipu alone, their GPU gone. The
-    # text is consistent (no key twice), Slurm runs it, and only the snapshot knows what was lost.
-    conf.write_bytes(merged.replace(f"Gres=gpu:1,ipu:{IPUS_PER_HOST}".encode(), f"Gres=ipu:{IPUS_PER_HOST}".encode()))
+
+
+def test_7_doctor_names_what_an_old_merge_lost_and_a_v_ipu_that_refuses(site):
+    """The merge as it once was: the Pod's lines given ipu alone, their GPU gone. The text is
+    consistent (no key twice), Slurm runs it, and only the snapshot knows what was lost. Then
+    V-IPU answering but refusing every create."""
+    conf = site.etc / "slurm.conf"
+    pod_gres = f"Gres=gpu:1,ipu:{IPUS_PER_HOST}".encode()
+    conf.write_bytes(site.merged.replace(pod_gres, f"Gres=ipu:{IPUS_PER_HOST}".encode()))
     site.restart("slurmctld", "slurmd-")
     broken = site.sh("slurm-ipu doctor", check=False)
     assert broken.returncode == 1 and "PROBLEM  kept         node node1 lost Gres gpu:1" in broken.stdout, \
         broken.stdout + broken.stderr
-    conf.write_bytes(merged)
+    conf.write_bytes(site.merged)
     site.restart("slurmctld", "slurmd-")
     admin = site.admin()
     try:
@@ -518,11 +543,15 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert site.partitions() == [], "doctor's canary left a partition"
 
-    # 5. Uninstall in the documented order; a plain job after every step.
+
+
+def test_8_the_documented_un_merge_gives_every_file_back(site):
+    """make uninstall refuses while Slurm still runs the hooks; a later re-render (the Pod's hosts
+    given 8 IPUs each) is applied as docs/admin.md says, and the un-merge still gives back the files
+    as they were before the first merge."""
+    conf = site.etc / "slurm.conf"
     refused = site.doc("make uninstall", f"PREFIX={site.prefix}", check=False)
     assert refused.returncode != 0 and "PrologSlurmctld" in refused.stderr, refused.stdout + refused.stderr
-    # A later re-render first (the Pod's hosts given 8 IPUs each): its diff applied as docs/admin.md
-    # says; the un-merge still gives back the files as they were before the first merge.
     site.yaml.write_text(site.yaml.read_text().replace(f"ipus_per_host: {IPUS_PER_HOST}", "ipus_per_host: 8"))
     site.doc("slurm-ipu render site.yaml --out /tmp/site")
     site.doc("cp /tmp/site/slurm-ipu.conf /etc/slurm/ && patch -d / -p1 < /tmp/site/slurm.conf.diff")
@@ -533,21 +562,24 @@ def test_a_site_adopts_slurm_ipu_by_the_docs_keeps_its_own_and_gets_its_files_ba
     plugstack = (site.etc / "plugstack.conf").read_text()
     (site.etc / "plugstack.conf").write_text(plugstack.replace(f"include {site.etc}/plugstack.conf.d/*.conf\n", ""))
     gres = (site.etc / "gres.conf").read_text()
-    (site.etc / "gres.conf").write_text(gres.replace(gres_lines, ""))
+    (site.etc / "gres.conf").write_text(gres.replace(site.gres_lines, ""))
     lua = (site.etc / "job_submit.lua").read_text().replace(LUA_DOFILE.replace("/etc/slurm", str(site.etc)) + "\n", "")
     for call in LUA_CALLS.values():
         lua = lua.replace(f"    {call}\n", "")
     (site.etc / "job_submit.lua").write_text(lua)
-    changed = [rel for rel, data in originals.items() if site.spec.path(rel).read_bytes() != data]
+    changed = [rel for rel, data in site.originals.items() if site.spec.path(rel).read_bytes() != data]
     assert not changed, f"un-merged, yet not as they were: {changed}"
     site.restart("slurmctld", "slurmd-")
     site.plain_job_runs("after the un-merge")
 
+
+
+def test_9_make_uninstall_leaves_nothing(site):
     site.doc("make uninstall", f"PREFIX={site.prefix}")
     assert site.service.poll() is not None, "make uninstall left the hook service running"
     assert not site.prefix.exists() and not (site.bindir / "slurm-ipu").exists()
     assert not (site.root / "state").exists(), "the state directory came back after the uninstall"
     assert not (site.root / "etc-slurm-ipu" / "snapshot.json").exists(), "make uninstall left the snapshot"
     site.plain_job_runs("after make uninstall")
-    changed = [rel for rel, data in originals.items() if site.spec.path(rel).read_bytes() != data]
+    changed = [rel for rel, data in site.originals.items() if site.spec.path(rel).read_bytes() != data]
     assert not changed, f"after make uninstall, not as they were: {changed}"
