@@ -42,16 +42,25 @@ def _plugstack_text(path: str) -> list[tuple[str, str]]:
     return out
 
 
-def plugstack_lines(path: str, depth: int = 0) -> list[str]:
-    """Non-comment lines of plugstack.conf, with its `include` globs followed (as Slurm does)."""
+def plugstack_entries(path: str, depth: int = 0) -> list[tuple[str, str]]:
+    """(file, line) of each non-comment line plugstack.conf stands for, its `include` globs followed
+    as Slurm follows them: a relative pattern is read beside the file that includes it
+    (src/common/spank.c, _spank_conf_include), never against the reader's working directory."""
     out = []
     for line, included in _plugstack_text(path):
         if line.startswith("include") and depth < 4:
-            for inc in sorted(glob.glob(included)) if included else ():
-                out += plugstack_lines(inc, depth + 1)
+            pattern = included if not included or included.startswith("/") else \
+                str(Path(path).parent / included)
+            for inc in sorted(glob.glob(pattern)) if pattern else ():
+                out += plugstack_entries(inc, depth + 1)
         else:
-            out.append(line)
+            out.append((path, line))
     return out
+
+
+def plugstack_lines(path: str) -> list[str]:
+    """Non-comment lines of plugstack.conf, with its `include` globs followed (plugstack_entries)."""
+    return [line for _, line in plugstack_entries(path)]
 
 
 def sent_plugstack_lines(path: str, version: str) -> list[str]:
@@ -64,5 +73,5 @@ def sent_plugstack_lines(path: str, version: str) -> list[str]:
         if not line.startswith("include"):
             out.append(line)
         elif at_least(version, "23.11") and included and "/" not in included and "*" not in included:
-            out += plugstack_lines(str(Path(path).parent / included), 1)
+            out += [line for _, line in plugstack_entries(str(Path(path).parent / included), 1)]
     return out

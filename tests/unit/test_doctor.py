@@ -507,3 +507,27 @@ def test_the_drains_item_names_the_health_pass_s_drains_and_whether_a_pass_will_
     finally:
         sock.close()
         remover.give_up(lock)
+
+
+@pytest.mark.parametrize("include", ["plugstack.conf.d/*", "plugstack.conf.d/*.conf", "./plugstack.conf.d/ipu.conf"])
+def test_a_relative_plugstack_include_is_read_beside_plugstack_conf_as_slurm_reads_it(here, tmp_path, include,
+                                                                                      monkeypatch):
+    """Slurm reads `include plugstack.conf.d/*` against plugstack.conf's directory; doctor read it
+    against its own working directory, said PROBLEM for a plugin Slurm loads, and its fix loaded
+    the plugin twice."""
+    desc, facts = here
+    conf = Path(facts.config["PlugStackConfig"])
+    conf.write_text(f"include {include}\n")
+    monkeypatch.chdir(tmp_path)  # anywhere but beside plugstack.conf
+    found = items(doctor.diagnose(desc, facts))["plugstack"]
+    assert found.ok, found.line()
+
+
+def test_spank_ipu_loaded_twice_is_a_problem_naming_both_files(here):
+    """Following the old fix on such a site: every srun printed `spank: option "ipus" provided by
+    both spank_ipu.so and spank_ipu.so` and doctor said ok."""
+    desc, facts = here
+    conf = Path(facts.config["PlugStackConfig"])
+    conf.write_text(conf.read_text() + "include plugstack.conf.d/*\n")
+    found = items(doctor.diagnose(desc, facts))["plugstack"]
+    assert not found.ok and "loads spank_ipu.so 2 times" in found.detail and "keep one" in found.fix

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ...config import SUPPORTED_SLURM, Site
 from ...slurm import slurmconf
-from ...slurm.conf import plugstack_lines
+from ...slurm.conf import plugstack_entries
 from ..install import built_for
 from ..render import PROBE_COMMENT
 from .findings import Facts, Finding
@@ -236,10 +236,15 @@ def check_plugstack(site: Site, facts: Facts) -> Finding:
     if conf in ("", "(null)"):  # unset: plugstack.conf beside slurm.conf (what configless sites send)
         conf = str(Path(facts.config.get("SLURM_CONF") or f"{site.slurm.conf_dir}/slurm.conf").parent /
                    "plugstack.conf")
-    lines = [ln for ln in plugstack_lines(conf) if "spank_ipu" in ln]
+    found = [(where, ln) for where, ln in plugstack_entries(conf) if "spank_ipu" in ln]
+    lines = [ln for _, ln in found]
     fix = f"include the rendered plugstack-ipu.conf from {conf}, the same on login and compute nodes"
     if not lines:
         return Finding("plugstack", False, f"{conf} does not load spank_ipu.so", fix)
+    if len(found) > 1:  # every srun then prints `spank: option "ipus" provided by both ...`
+        where = ", ".join(dict.fromkeys(w for w, _ in found))
+        return Finding("plugstack", False, f"{conf} loads spank_ipu.so {len(found)} times ({where}): Slurm refuses "
+                       "an option two plugins offer", "keep one of those lines (docs/admin.md, Merge the fragments)")
     if "enable_configless" in facts.config.get("SlurmctldParameters", ""):
         from ...slurm.conf import sent_plugstack_lines
 
