@@ -77,6 +77,8 @@ def build_parser():
 
     d = sub.add_parser("doctor", help="check the live cluster against the site description (exit 1 on a problem)")
     d.add_argument("--site", help=site_help)
+    d.add_argument("--account", help="the Slurm account doctor's test jobs are charged to, on a site that requires "
+                   "one (default: $SBATCH_ACCOUNT, else $SLURM_ACCOUNT, else none)")
     d.add_argument("--jobs", action="store_true", help="also run a 1-IPU step on a host of each Pod, as root, through "
                    "Slurm: its task must see its partition (the SPANK plugin loaded where jobs run)")
     sn = sub.add_parser("snapshot", help="record the site's own Slurm as it runs (nodes' GRES, features and "
@@ -255,7 +257,7 @@ def _site_path(args) -> str:
 def cmd_doctor(args) -> int:
     from .deploy import doctor
 
-    return doctor.main(_site_path(args), jobs=args.jobs)
+    return doctor.main(_site_path(args), jobs=args.jobs, account=args.account)
 
 
 def cmd_snapshot(args) -> int:

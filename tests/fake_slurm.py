@@ -39,7 +39,8 @@ def _job(value) -> Job:
 
 class FakeSlurm(SlurmCli):
     def __init__(self, jobs=None, broken: bool = False, gres: dict[int, int] | None = None, nodes=(),
-                 ends=(), gone=(), shown: dict[str, str | None] | None = None, refuse=()):
+                 ends=(), gone=(), shown: dict[str, str | None] | None = None, refuse=(),
+                 requires_account: bool = False):
         super().__init__(None, "/usr/bin", timeout=10.0, runner=self._answer)
         self.queue: dict[int, Job] = {j: _job(v) for j, v in (jobs or {}).items()}
         for job, per in (gres or {}).items():  # a job only the hooks' query knows: its GRES
@@ -60,6 +61,8 @@ class FakeSlurm(SlurmCli):
         # --test-only` refuses (any argument list holding one of these words)
         self.shown = dict(shown or {})
         self.refuse = tuple(refuse)
+        self.requires_account = requires_account  # a site's job_submit refusing jobs without -A
+        self.submitted: list[list[str]] = []  # every sbatch's arguments
 
     # --- what a test reads: Slurm's view ------------------------------------------------------
 
@@ -120,6 +123,9 @@ class FakeSlurm(SlurmCli):
         return ""
 
     def _sbatch(self, args, _input) -> str:
+        self.submitted.append(args)
+        if self.requires_account and not any(a.startswith(("--account=", "-A")) for a in args):
+            raise SlurmSays("sbatch: error: lua-site: please name your project account")
         if "--test-only" not in args:
             raise SlurmSays("sbatch: error: the fake runs no jobs; use the lab (tests/slurm)")
         if any(word in " ".join(args) for word in self.refuse):

@@ -64,12 +64,13 @@ def _checked(check, site: Site, facts: Facts) -> Finding:
                        f"{os.getuid()} (run doctor as root for this item)", skipped=True)
 
 
-def main(site_path: str, out=print, jobs: bool = False) -> int:
+def main(site_path: str, out=print, jobs: bool = False, account: str | None = None) -> int:
     from ...config import load, refuse_repeated_keys
 
     site = load(site_path)
     refuse_repeated_keys(site)
-    facts = gather(site)
+    account = account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
+    facts = gather(site, account=account)
     findings = diagnose(site, facts)
     if jobs:  # last: its partitions come and go after every other item has read V-IPU
         findings.append(check_steps(site, step_canaries(site, facts)))

@@ -13,7 +13,7 @@ from ...slurm import slurmconf
 from ...slurm.conf import parse_show_config
 from ..render import PROBE_NAME
 from .canaries import ENDING, NotTried, canary, try_as_job_user
-from .findings import Facts
+from .findings import Facts, charged
 
 
 def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
@@ -29,10 +29,10 @@ def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
     return nodes
 
 
-def gather(site: Site, runner=None) -> Facts:
+def gather(site: Site, runner=None, account: str | None = None) -> Facts:
     from ...slurm.commands import SlurmCli
 
-    facts = Facts()
+    facts = Facts(account=account)
     cli = SlurmCli.of_site(site, runner=runner)
 
     def slurm(name: str, tool: str, *args: str) -> str | None:
@@ -62,8 +62,8 @@ def gather(site: Site, runner=None) -> Facts:
     except SlurmIpuError as exc:
         facts.errors["declared"] = str(exc)
     _gather_kept(site, cli, facts)
-    said = slurm("test_submit", "sbatch", "--test-only", "-N1", "--gres=ipu:1", "--time=1", "--job-name",
-                 PROBE_NAME, "--wrap", "true")
+    said = slurm("test_submit", "sbatch", "--test-only", *charged(account), "-N1", "--gres=ipu:1", "--time=1",
+                 "--job-name", PROBE_NAME, "--wrap", "true")
     facts.test_submit = "ok" if said is not None else facts.errors.get("test_submit")
     try:
         from ...hooks.reap import job_objects
@@ -87,13 +87,13 @@ def gather(site: Site, runner=None) -> Facts:
         facts.errors["vipu"] = f"{type(exc).__name__}: {exc}"
     if os.getuid() == 0:
         try:
-            facts.probe = probe_submit(cli, facts.slurm_version or site.slurm.version)
+            facts.probe = probe_submit(cli, facts.slurm_version or site.slurm.version, account)
         except SlurmIpuError as exc:
             facts.errors["probe"] = str(exc)
     return facts
 
 
-def probe_submit(cli, version: str) -> dict:
+def probe_submit(cli, version: str, account: str | None = None) -> dict:
     """job_submit.lua as slurmctld runs it, not as its file reads: a held 1-IPU job named
     PROBE_NAME (never started, cancelled at once) must get the ipu licence (our job_submit ran) and
     the code id of the loaded job_submit.lua in its AdminComment, and a GRES update of it must be
@@ -103,8 +103,8 @@ def probe_submit(cli, version: str) -> dict:
     from ...slurm.releases import tres_prefix
 
     cli.output_or_none(None, "", "scancel", f"--name={PROBE_NAME}", "--state=PENDING")  # a killed doctor's
-    job = cli.output("sbatch", "--parsable", "--hold", f"--job-name={PROBE_NAME}", "--gres=ipu:1", "-N1",
-                     "--time=1", "-o", "/dev/null", "--wrap", "true").strip().split(";")[0]
+    job = cli.output("sbatch", "--parsable", "--hold", *charged(account), f"--job-name={PROBE_NAME}",
+                     "--gres=ipu:1", "-N1", "--time=1", "-o", "/dev/null", "--wrap", "true").strip().split(";")[0]
     try:
         got = _probe_fields(cli, job)
         try:

@@ -21,6 +21,20 @@ class Finding:
         return f"PROBLEM  {self.item:<12} {self.detail}; fix: {self.fix}"
 
 
+def charged(account: str | None) -> list[str]:
+    """The account option of every job doctor submits (a site's job_submit may require one)."""
+    return [f"--account={account}"] if account else []
+
+
+def refused_fix(facts: Facts, fix: str) -> str:
+    """The fix for a test job the site refused: where doctor charged it to no account, a site's own
+    policy requiring one is the likelier cause, and doctor can be given one."""
+    if facts.account:
+        return fix
+    return (f"{fix}; if the site requires an account (its job_submit says so), run doctor with --account NAME "
+            "(or SBATCH_ACCOUNT=NAME)")
+
+
 @dataclass
 class Facts:
     """What doctor reads from the cluster. A value that could not be read is an exception kept in
@@ -43,3 +57,4 @@ class Facts:
     snapshot: dict | None = None  # the site's own Slurm before adoption (slurm-ipu snapshot), None: none taken
     kept: dict | None = None  # the same read now
     errors: dict[str, str] = field(default_factory=dict)
+    account: str | None = None  # the account doctor's test jobs were charged to (--account); None: none

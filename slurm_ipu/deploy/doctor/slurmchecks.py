@@ -13,7 +13,7 @@ from ...slurm import slurmconf
 from ...slurm.conf import plugstack_entries
 from ..install import built_for
 from ..render import PROBE_COMMENT
-from .findings import Facts, Finding
+from .findings import Facts, Finding, refused_fix
 
 
 def check_slurm(site: Site, facts: Facts) -> Finding:
@@ -161,7 +161,7 @@ def _job_submit_runs(facts: Facts, path: Path, ours: str) -> Finding:
     snippet = "docs/admin.md, job_submit.lua"
     if probe is None:
         return Finding("job_submit", False, f"the held probe job could not be tried: {facts.errors['probe']}",
-                       "check that root may submit a held --gres=ipu:1 job (sbatch --hold)")
+                       refused_fix(facts, "check that root may submit a held --gres=ipu:1 job (sbatch --hold)"))
     if "ipu" not in probe["licenses"]:
         return Finding("job_submit", False, f"a held --gres=ipu:1 job got Licenses={probe['licenses']}: slurmctld's "
                        f"job_submit.lua does not run slurm_ipu.job_submit", f"the dofile and the slurm_ipu.job_submit "

@@ -12,7 +12,7 @@ from pathlib import Path
 from ...config import Site
 from .canaries import ENDING, PROBE_UID
 from .facts import _queued
-from .findings import Facts, Finding
+from .findings import Facts, Finding, refused_fix
 from .slurmchecks import _apply
 
 
@@ -43,7 +43,8 @@ def check_canary(site: Site, facts: Facts) -> Finding:
     of its partition as the hooks' user."""
     if facts.test_submit != "ok":
         return Finding("canary", False, f"sbatch --test-only --gres=ipu:1 was refused: {facts.test_submit}",
-                       "every IPU job is refused so: see job_submit.lua and the slurm.conf fragment")
+                       refused_fix(facts, "every IPU job is refused so: see job_submit.lua and the slurm.conf "
+                                          "fragment"))
     if facts.canary is None and "canary" in facts.errors:
         return Finding("canary", True, f"the hooks' create: {facts.errors['canary']}", skipped=True)
     if facts.canary is None:
