@@ -165,12 +165,25 @@ def _hooks(site: Site, key: str, settings: list[Setting], value: str) -> str:
     named = site.scripts("prolog" if "prolog" in field else "epilog")
     missing = [s for s in theirs if s.value in runs and s.value not in named]
     if missing:
-        what = "it" if len(runs) == 1 else f"all {len(runs)} (Slurm {site.slurm.version} runs every {key} line)"
-        raise ConfigError(f"render: {missing[0].where}: {key}={missing[0].value} is the site's own, and slurm-ipu-hook "
-                          f"takes {key}'s place: name {what} in the site description (slurm.{field}: "
-                          f"{','.join(runs)}) and render again; the hook then runs them, in that order, for every job "
-                          "(docs/admin.md, A site's own controller hooks)")
+        raise ConfigError(_hooks_refusal(site, key, field, theirs, runs, missing[0]))
     return value
+
+
+def _hooks_refusal(site: Site, key: str, field: str, theirs: list[Setting], runs: list[str], first: Setting) -> str:
+    """Every line of the key, and which of them the release runs: an admin who believed two lines
+    both ran on 22.05 learns here that the first never did, before naming what runs from now on."""
+    every = releases.runs_every_controller_script_line(site.slurm.version)
+    tail = ("render again; the hook then runs them, in that order, for every job (docs/admin.md, A site's own "
+            "controller hooks)")
+    if len(theirs) == 1:
+        return (f"render: {first.where}: {key}={first.value} is the site's own, and slurm-ipu-hook takes {key}'s "
+                f"place: name it in the site description (slurm.{field}: {first.value}) and {tail}")
+    lines = ", ".join(f"{s.where} {s.value} ({'runs' if s.value in runs else 'never ran'})" for s in theirs)
+    rule = "runs every line" if every else "runs only the last line"
+    extra = "" if every else f", or {','.join(s.value for s in theirs)} to run the others too from now on"
+    return (f"render: {key} is set on {len(theirs)} lines: {lines}; Slurm {site.slurm.version} {rule}. slurm-ipu-hook "
+            f"takes {key}'s place: name what runs in the site description (slurm.{field}: {','.join(runs)}{extra}) "
+            f"and {tail}")
 
 
 def _timeout(site: Site, key: str, own: Setting, value: str) -> str:

@@ -132,7 +132,13 @@ def test_several_controller_prolog_lines_are_named_as_the_release_runs_them(site
     (tmp_path / "site.yaml").write_text(text)
     with pytest.raises(ConfigError) as err:
         fragments.texts(config.load(str(tmp_path / "site.yaml"), environ={}), str(etc / "slurm.conf"))
-    assert f"(slurm.site_prolog_slurmctld: {runs})" in str(err.value)
+    said = str(err.value)
+    assert f"(slurm.site_prolog_slurmctld: {runs}" in said and "PrologSlurmctld is set on 2 lines" in said
+    both = "," in runs  # from 24.05 Slurm runs every line; before, only the last, and the first never ran
+    first = SITE_CONF.count("\n") + 1  # the two lines' numbers in slurm.conf
+    assert f"slurm.conf:{first} /a.sh ({'runs' if both else 'never ran'})" in said, said
+    assert f"slurm.conf:{first + 1} /b.sh (runs)" in said, said
+    assert ("runs every line" if both else "runs only the last line") in said, said
     (tmp_path / "site.yaml").write_text(text.replace("site_prolog_slurmctld: null", f"site_prolog_slurmctld: {runs}"))
     rendered = fragments.texts(config.load(str(tmp_path / "site.yaml"), environ={}), str(etc / "slurm.conf"))
     assert [line for line in rendered["slurm-ipu-hook.conf"].splitlines() if line.startswith("site_prolog=")] == \
