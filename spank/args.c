@@ -167,31 +167,53 @@ int ipu_opt_total(const char *optarg, char *slot)
     return 0;
 }
 
+/* Whether a value reached the callback from sbatch re-reading its own environment for a later
+ * component of a heterogeneous job, not from what the user typed for that component. After each
+ * component sbatch puts its SPANK options into its environment (SLURM_SPANK_<option's variable>,
+ * for the job's steps), and for the next component it reads them back (src/common/spank.c,
+ * spank_process_env_options), handing the callback getenv()'s own pointer: an option typed on the
+ * command line or in an #SBATCH line is never that string. srun re-reads nothing. */
+static int inherited(const char *option, const char *optarg)
+{
+    char var[96];
+
+    snprintf(var, sizeof(var), "SLURM_SPANK__SLURM_SPANK_OPTION_spank_ipu_%s", option);
+    return ipu_components_done > 0 && optarg && getenv(var) == optarg;
+}
+
+/* The component an option was typed for: this one, unless sbatch handed on an earlier one's. */
+static void typed_for(unsigned *slot, const char *option, const char *optarg)
+{
+    if (!inherited(option, optarg))
+        *slot = ipu_components_done;
+}
+
 static int opt_ipus(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    ipu_opts.ipus_in = ipu_components_done;
+    if (!inherited("ipu", optarg))  /* --ipu, its other name, has a variable of its own */
+        typed_for(&ipu_opts.ipus_in, "ipus", optarg);
     return ipu_opt_total(optarg, ipu_opts.ipus);
 }
 
 static int opt_gcds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    ipu_opts.gcds_in = ipu_components_done;
+    typed_for(&ipu_opts.gcds_in, "ipu_gcds", optarg);
     return ipu_opt_count("ipu-gcds", optarg, ipu_opts.gcds, IPU_GCDS_MAX);
 }
 
 static int opt_ilds(int val, const char *optarg, int remote)
 {
     (void)val; (void)remote;
-    ipu_opts.ilds_in = ipu_components_done;
+    typed_for(&ipu_opts.ilds_in, "ipu_ilds", optarg);
     return ipu_opt_count("ipu-ilds", optarg, ipu_opts.ilds, IPU_ILDS_MAX);
 }
 
 static int opt_reconf(int val, const char *optarg, int remote)
 {
-    (void)val; (void)optarg; (void)remote;
-    ipu_opts.reconfigurable_in = ipu_components_done;
+    (void)val; (void)remote;
+    typed_for(&ipu_opts.reconfigurable_in, "ipu_reconfigurable", optarg);
     ipu_opts.reconfigurable = 1;
     return 0;
 }

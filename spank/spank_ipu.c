@@ -88,10 +88,15 @@ static int step_asks_ipus(void)
  * the options typed for it alone (`srun --ipus=16 ./train : ./loader`: the loader asks for none). */
 static void pass_on(spank_t sp, const char *name, const char *value, unsigned typed_in, const char *option)
 {
-    if (!value[0] || typed_in != ipu_components_done)
-        return;
-    if (spank_job_control_setenv(sp, name, value, 1) != ESPANK_SUCCESS)
-        slurm_error("spank_ipu: could not pass %s to the job", option);
+    if (value[0] && typed_in == ipu_components_done) {
+        if (spank_job_control_setenv(sp, name, value, 1) != ESPANK_SUCCESS)
+            slurm_error("spank_ipu: could not pass %s to the job", option);
+    } else if (ipu_components_done > 0) {
+        /* sbatch keeps one job-control environment for all of a heterogeneous job's components
+         * (its opt.spank_job_env is never reset between them): an earlier component's value
+         * would size this one too. srun starts each component's afresh: nothing to remove. */
+        spank_job_control_unsetenv(sp, name);
+    }
 }
 
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)

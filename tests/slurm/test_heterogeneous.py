@@ -245,3 +245,35 @@ def test_graphcore_s_own_partition_in_the_job_s_allocation_is_what_its_tasks_nam
     assert list(got) == [mine] and len(got[mine]) == 16, text
     nothing_left(lab, job, job + 1)
     assert mine not in lab.partitions()
+
+
+FIRST_BLOCK = """#!/bin/bash
+#SBATCH -n1 --ipus=16 -o /dev/null
+#SBATCH hetjob
+#SBATCH -n1
+true
+"""
+
+
+def test_sbatch_gives_each_component_the_ipu_options_typed_for_it(clean, users):
+    """sbatch keeps one SPANK job environment for every component and re-reads its own options
+    from its environment for each: --ipus given for the first would size the second too. Each
+    component gets what was typed for it, on the command line or in its #SBATCH block."""
+    lab = clean
+    path = lab.spec.path("users", "first-block.sh")
+    path.write_text(FIRST_BLOCK)
+    path.chmod(0o755)
+    cases = [(["--ipus=16", "-n1", "-o", "/dev/null", "--wrap", "true", ":", "-n1", "--wrap", "true"], [True, False]),
+             ([str(path)], [True, False]),
+             (["--ipu=16", "-n1", "-o", "/dev/null", "--wrap", "true", ":", "-n1", "--ipus=16", "--wrap", "true"],
+              [True, True])]
+    for args, want in cases:
+        proc = lab.run_as(users[0], "sbatch", "--parsable", *args)
+        assert proc.returncode == 0, proc.stderr
+        job = int(proc.stdout.strip().split(";")[0].split("+")[0])
+        wait_done(lab, job)
+        lines = lab.spec.path("state", "hooks.log").read_text().splitlines()
+        made = [any(f"job {job + k}: " in line and ("ACTIVE" in line or f"allocation c{job + k} of" in line)
+                    for line in lines) for k in range(2)]  # each component's partition (or allocation) made
+        assert made == want, (args, want, lines[-10:])
+        nothing_left(lab, job, job + 1)
