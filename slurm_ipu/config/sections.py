@@ -7,7 +7,6 @@ test reads every such read in the package against the table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -137,12 +136,3 @@ SECTIONS = {
     "install": InstallSection,
 }
 TOP = ("cluster", "prolog_epilog_timeout", "state_dir")
-
-
-def build(values: dict[str, Any]) -> dict[str, Any]:
-    """Each top-level key's value and each section, from the loader's checked values by dotted key."""
-    out: dict[str, Any] = {key: values[key] for key in TOP}
-    for name, kind in SECTIONS.items():
-        prefix = name + "."
-        out[name] = kind(**{key[len(prefix):]: value for key, value in values.items() if key.startswith(prefix)})
-    return out

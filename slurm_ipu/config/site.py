@@ -12,7 +12,7 @@ from ..errors import ConfigError
 from ..pods import Pod, host_runs, run_features
 from ..rules import IPUS_PER_AGENT, job_name
 from .grammar import agents as _agents
-from .sections import Sections, build
+from .sections import SECTIONS, TOP, Sections
 from .yamlkeys import key_lines
 
 # install.prefix of the Debian packages (`make deb`, docs/admin.md): Debian's python3 and its
@@ -38,8 +38,12 @@ class Site(Sections):
         by dotted key made read-only (what the sections were built from stays what they say)."""
         from types import MappingProxyType
 
-        for name, value in build(self.values).items():
-            setattr(self, name, value)
+        for key in TOP:
+            setattr(self, key, self.values[key])
+        for name, kind in SECTIONS.items():
+            prefix = name + "."
+            setattr(self, name, kind(**{key[len(prefix):]: value for key, value in self.values.items()
+                                        if key.startswith(prefix)}))
         self.values = MappingProxyType(self.values)  # type: ignore[assignment]
 
     def at(self, key: str) -> str:
@@ -214,9 +218,13 @@ class Site(Sections):
         node features and each host count's alternatives; ({}, {}) on a site without the model."""
         if "allocation" not in self.models:
             return {}, {}
+        return run_features(self.host_runs())
+
+    def host_runs(self) -> dict[int, list[tuple[str, ...]]]:
+        """Per host count, the runs of a Pod's hosts whose IPU-Machines one partition fills
+        (pods.host_runs): where Slurm places an allocation-model job, and where its steps may run."""
         per = self.values["pod.ipus_per_host"] // IPUS_PER_AGENT
-        runs = host_runs([hosts for hosts, _ in self.pod_agents()], per)
-        return run_features(runs)
+        return host_runs([hosts for hosts, _ in self.pod_agents()], per)
 
     def pod_agents(self) -> list[tuple[list[str], list[str]]]:
         """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's

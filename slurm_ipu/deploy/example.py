@@ -108,18 +108,6 @@ test reads every such read in the package against the table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-'''
-
-BUILD = '''
-
-def build(values: dict[str, Any]) -> dict[str, Any]:
-    """Each top-level key's value and each section, from the loader's checked values by dotted key."""
-    out: dict[str, Any] = {key: values[key] for key in TOP}
-    for name, kind in SECTIONS.items():
-        prefix = name + "."
-        out[name] = kind(**{key[len(prefix):]: value for key, value in values.items() if key.startswith(prefix)})
-    return out
 '''
 
 
@@ -155,7 +143,7 @@ def sections_py() -> str:
     out.extend(f'    "{s}": {_class(s)},' for s in by_section)
     out.append("}")
     out.append("TOP = (" + ", ".join(f'"{f.key}"' for f in top) + ")")
-    return "\n".join(out) + "\n" + BUILD
+    return "\n".join(out) + "\n"
 
 
 def generated() -> dict[str, str]:

@@ -112,7 +112,6 @@ def _placeable(step: Step, site, env: dict) -> None:
     Elsewhere (`srun -N2 -w node[2-3]` in a job on node[1-4]) the create could only fail, and
     that failure would read as the user's partitions holding the IPUs; refused in one line naming
     the groups of the job's hosts that work. A step over several Pods is V-IPU's to judge."""
-    from ..pods import host_runs
     from ..slurm.hostlist import compress, expand
 
     n, mine = len(step.nodes), set(step.nodes)
@@ -120,7 +119,7 @@ def _placeable(step: Step, site, env: dict) -> None:
     home = [hosts for hosts in pods if mine <= set(hosts)]
     if n < 2 or not home or len(home[0]) == n:
         return
-    runs = host_runs(pods, site.pod.ipus_per_host // rules.IPUS_PER_AGENT).get(n, [])
+    runs = site.host_runs().get(n, [])
     if any(set(run) == mine for run in runs):
         return
     job = set(expand(env.get("SLURM_JOB_NODELIST", ""))) or set(home[0])
