@@ -376,16 +376,25 @@ PROBE = """#!/bin/bash
 # What a task sees: its node, the IPUOF variables, and what an IPUoF attach would grant it.
 echo "PROBE $SLURMD_NODENAME ${SLURM_PROCID:-b} $IPUOF_VIPU_API_HOST $IPUOF_VIPU_API_PORT \\
 $IPUOF_VIPU_API_PARTITION_ID cfg=${IPUOF_CONFIG_PATH:-unset}"
-echo "ATTACH $(%s -m slurm_ipu.emulator.main attach 2>&1)"
+echo "ATTACH $(%s attach 2>&1)"
 """
 
 
-def probe_script(lab: Lab) -> str:
-    path = lab.spec.path("bin", "ipu-probe")
+def _probe(path, attach: str) -> str:
     if not path.exists():
-        path.write_text(PROBE % sys.executable)
+        path.write_text(PROBE % attach)
         path.chmod(0o755)
     return str(path)
+
+
+def probe_script(lab: Lab) -> str:
+    """The probe as root's tests run it: the emulator through this interpreter."""
+    return _probe(lab.spec.path("bin", "ipu-probe"), f"{sys.executable} -m slurm_ipu.emulator.main")
+
+
+def user_probe_script(lab: Lab) -> str:
+    """The same probe for a user's task: the lab's own vipu-emu on PATH, not root's interpreter."""
+    return _probe(lab.spec.path("users", "user-probe"), "vipu-emu")
 
 
 def parse_probe(text: str) -> tuple[list[list[str]], list[dict]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from ..waiting import wait_for
-from .conftest import parse_probe, queue, started_lab, wait_queue_empty
+from .conftest import parse_probe, queue, started_lab, user_probe_script, wait_queue_empty
 
 # Heterogeneous jobs start from the backfill pass only (the lab's bf_interval: 5 s).
 START = 120
@@ -35,22 +35,6 @@ def clean(hlab, users):
     jobs = queue(hlab)
     if jobs:
         hlab.run("scancel", *jobs)
-
-
-# conftest's probe, run by a user: the lab's own vipu-emu, not root's interpreter.
-PROBE = """#!/bin/bash
-echo "PROBE $SLURMD_NODENAME ${SLURM_PROCID:-b} $IPUOF_VIPU_API_HOST $IPUOF_VIPU_API_PORT \\
-$IPUOF_VIPU_API_PARTITION_ID cfg=${IPUOF_CONFIG_PATH:-unset}"
-echo "ATTACH $(vipu-emu attach 2>&1)"
-"""
-
-
-def probe_script(lab) -> str:
-    path = lab.spec.path("users", "user-probe")
-    if not path.exists():
-        path.write_text(PROBE)
-        path.chmod(0o755)
-    return str(path)
 
 
 def allocations(lab) -> set[str]:
@@ -93,7 +77,7 @@ def attached(text: str) -> dict[str, list[int]]:
 
 def test_srun_with_ipus_in_its_first_component_attaches_there(clean, users):
     lab = clean
-    probe = probe_script(lab)
+    probe = user_probe_script(lab)
     proc = lab.run_as(users[0], "srun", "-n1", "--gres=ipu:16", probe, ":", "-n1", probe, timeout=START + 60)
     assert proc.returncode == 0, proc.stderr
     probes, _ = parse_probe(proc.stdout)
@@ -110,7 +94,7 @@ def test_srun_with_ipus_in_a_later_component_attaches_there(clean, users, hlab):
     partition (Slurm gives it no licence: its GRES sizes it), under its own job id; SPANK's
     --ipus and --ipu-gcds belong to the component they are typed for."""
     lab = clean
-    probe = probe_script(lab)
+    probe = user_probe_script(lab)
     cases = [(["-n1", probe, ":", "-n1", "--gres=ipu:16", probe], 1, 16, 1),
              (["-n1", probe, ":", "-N2", "-n2", "--ipus=32", "--ipu-gcds=2", probe], 1, 32, 2),
              (["--ipus=16", "-n1", probe, ":", "-n1", probe], 0, 16, 1)]  # the second asks for none
@@ -150,7 +134,7 @@ def test_a_hetjob_script_with_ipus_in_its_second_component(clean, users):
     srun, runs in the first component unless told, says so, and following its advice works."""
     lab = clean
     out = lab.spec.path("users", "later-%j.out")
-    job = submit_as(lab, users[1], LATER.format(out=out, probe=probe_script(lab)))
+    job = submit_as(lab, users[1], LATER.format(out=out, probe=user_probe_script(lab)))
     wait_done(lab, job)
     text = lab.spec.path("users", f"later-{job}.out").read_text()
     assert "RC1 0" in text and "RCH 0" in text, text
@@ -188,7 +172,7 @@ def test_a_hetjob_script_s_steps_and_ipurun_reach_the_first_component_s_ipus(cle
     for path in (ready, go):
         path.unlink(missing_ok=True)
     out = lab.spec.path("users", "hetjob-%j.out")
-    job = submit_as(lab, users[1], HETJOB.format(out=out, probe=probe_script(lab), ready=ready, go=go))
+    job = submit_as(lab, users[1], HETJOB.format(out=out, probe=user_probe_script(lab), ready=ready, go=go))
     wait_for("the script's steps to end", ready.exists, START + 60)
     name = f"slurm_{job}"
     assert name in lab.partitions()
@@ -236,7 +220,7 @@ def test_graphcore_s_own_partition_in_the_job_s_allocation_is_what_its_tasks_nam
         pytest.skip("the allocation model's idiom")
     lab = clean
     out = lab.spec.path("users", "graphcore-%j.out")
-    job = submit_as(lab, users[0], script.format(out=out, probe=probe_script(lab)))
+    job = submit_as(lab, users[0], script.format(out=out, probe=user_probe_script(lab)))
     wait_done(lab, job)
     text = lab.spec.path("users", f"graphcore-{job}.out").read_text()
     assert "MADE" in text, text

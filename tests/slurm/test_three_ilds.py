@@ -8,13 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ..waiting import wait_for
-from .conftest import ensure_users, parse_probe, started_lab, wait_gone, wait_no_partitions
-
-# A user's task: the lab's own vipu-emu on PATH, not root's interpreter.
-PROBE = """#!/bin/bash
-echo "PROBE $SLURMD_NODENAME ${SLURM_PROCID} $IPUOF_VIPU_API_PARTITION_ID"
-echo "ATTACH $(vipu-emu attach 2>&1)"
-"""
+from .conftest import ensure_users, parse_probe, started_lab, user_probe_script, wait_gone, wait_no_partitions
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +20,7 @@ def lab3():
 def test_192_ipus_over_3_ilds_in_12_gcds_run_as_a_user_writes_it(lab3):
     lab = lab3
     user = ensure_users()[0]
-    probe = lab.spec.path("users", "ild-probe")
-    probe.write_text(PROBE)
-    probe.chmod(0o755)
+    probe = user_probe_script(lab)
     out = lab.spec.path("users", "three-ilds-%j.out")
     proc = lab.run_as(user, "sbatch", "--parsable", "-N3", "--ipus=192", "--ipu-ilds=3", "--ipu-gcds=12",
                       "--ntasks-per-node=2", "-o", str(out), "--wrap", f"srun {probe}")
@@ -39,7 +31,7 @@ def test_192_ipus_over_3_ilds_in_12_gcds_run_as_a_user_writes_it(lab3):
     assert f"job {job}: partition slurm_{job} ACTIVE, 192 IPUs, 12 GCD(s)" in log, log[-1500:]
     text = lab.spec.path("users", f"three-ilds-{job}.out").read_text()
     probes, attaches = parse_probe(text)
-    assert len(probes) == 6 and {p[2] for p in probes} == {f"slurm_{job}"}, text
+    assert len(probes) == 6 and {p[4] for p in probes} == {f"slurm_{job}"}, text
     assert len(attaches) == 6 and all(len(a["ipus"]) == 16 for a in attaches), text  # a GCD's IPUs each
     wait_for("the job's partition removed", lambda: f"slurm_{job}" not in lab.partitions(), 60)
     wait_no_partitions(lab, 30, "nothing left")
