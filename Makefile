@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # lua5.1 (the Lua Slurm embeds) to unit-test the rendered job_submit.lua, and the system Python
 # with venv: `make install` puts the package in a venv on /usr/bin/python3 for every user; GNU patch
 # applies render's slurm.conf.diff (docs/admin.md); musl-tools builds slurm-ipu-hook (and the lab's
-# vipu) static with musl, whose start costs a third of glibc's (slurm_ipu/cbuild.py).
+# vipu) static with musl, whose start costs a third of glibc's (spank/Makefile).
 SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lua5.1 python3 python3-venv patch
 # What `make install` itself installs on a node: the tools it builds with, never Slurm, munge or
 # libslurm (the node's own Slurm is the one it builds against).

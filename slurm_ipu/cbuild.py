@@ -1,47 +1,54 @@
-"""Building the small C programs slurm-ipu starts on every job's path (slurm-ipu-hook; the lab's
-`vipu`), built where they run like the SPANK plugin.
+"""Building slurm-ipu's C where it runs, as the SPANK plugin is: every C program is a target of the
+one Makefile of the C tree (spank/Makefile), and Python only says which and where.
 
-Why musl first: these programs are started hundreds of times a minute in a storm of short jobs,
-and each start pays its C library's own start-up before main(). glibc's runs its CPU feature and
-cache probes (cpuid, which traps to the hypervisor on a virtual machine), musl's does almost
-nothing. Measured on our 2-core VM, CPU per start of an empty program: dynamic glibc 0.51 ms,
-static glibc 0.38 ms, static musl 0.14 ms (docs/performance.md). So: musl-gcc -static where
-musl-gcc is (Debian's musl-tools), else gcc -static where glibc's libc.a is, else plain gcc.
+The C tree is `spank/` in a checkout; pyproject.toml ships it inside the package as
+`slurm_ipu.csrc`, so an installed slurm-ipu builds (and `doctor` checks) the hook without the
+checkout. Which compiler, which flags, static or not (musl first: its start costs a third of
+glibc's) is the Makefile's to say, once.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import ConfigError, SlurmIpuError
 
-
-def compilers() -> list[list[str]]:
-    """The ways to build, cheapest start first: each a compiler command with its linking flag."""
-    found = []
-    if musl := shutil.which("musl-gcc"):
-        found.append([musl, "-static"])
-    if gcc := shutil.which("gcc"):
-        found += [[gcc, "-static"], [gcc]]
-    return found
+MAKE_TIMEOUT = 180  # a program is a second's work; a driver of several sources a few
 
 
-def build(source: Path, dest: Path, flags: list[str], what: str) -> Path:
-    """Compile `source` into `dest` (written whole: a running copy is never overwritten in place),
-    by the first of compilers() that succeeds; a fraction of a second."""
-    ways = compilers()
-    if not ways:
-        raise ConfigError(f"gcc not found: it builds {what} (apt-get install gcc musl-tools)")
+def c_tree() -> Path:
+    """The C tree and its Makefile: the package's copy (slurm_ipu.csrc, mapped from spank/ by
+    pyproject.toml), else the checkout's spank/ (a checkout never installed)."""
+    from .fsutil import shipped_dir
+
+    return shipped_dir("slurm_ipu.csrc", "spank")
+
+
+def make(target: str, dest: Path, what: str, defs: Sequence[str] = (), **variables: str) -> Path:
+    """`make TARGET` of the C tree into `dest`, built in a directory beside it and moved in whole:
+    a running copy is never overwritten in place, a failed build never replaces a working one.
+    defs: -D flags (each passed to the compiler as one word); variables: more make variables."""
+    if shutil.which("make") is None:
+        raise ConfigError(f"make not found: it builds {what} (apt-get install make gcc musl-tools)")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-    for cc in ways:
-        proc = subprocess.run([*cc, "-O2", "-std=gnu11", "-Wall", *flags, "-o", str(tmp), str(source)],
-                              capture_output=True, text=True, timeout=120)
-        if proc.returncode == 0:
-            os.replace(tmp, dest)
-            return dest
-    tmp.unlink(missing_ok=True)
-    raise SlurmIpuError(f"building {what} from {source} failed: {proc.stderr.strip()[:300]}")
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as out:
+        argv = ["make", "-s", "-C", str(c_tree()), target, f"O={out}",
+                "DEFS=" + " ".join(shlex.quote(d) for d in defs), *(f"{k}={v}" for k, v in variables.items())]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=MAKE_TIMEOUT)
+        built = Path(out) / dest.name if target == "driver" else Path(out) / _PRODUCTS[target]
+        if proc.returncode != 0 or not built.is_file():
+            lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("make")]
+            raise SlurmIpuError(f"building {what} (make {target} in {c_tree()}) failed: "
+                                f"{' / '.join(lines[-3:])[:300] or proc.returncode}")
+        os.replace(built, dest)
+    return dest
+
+
+# What each target writes into O (spank/Makefile); `driver` writes NAME.
+_PRODUCTS = {"hook": "slurm-ipu-hook", "vipu-fast": "vipu-fast", "rawsubmit": "rawsubmit"}

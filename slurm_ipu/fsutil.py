@@ -10,6 +10,21 @@ import time
 from pathlib import Path
 
 
+def shipped_dir(package: str, top: str) -> Path:
+    """A directory of data pyproject.toml maps into the package (templates/ as slurm_ipu.templates,
+    spank/ as slurm_ipu.csrc): where the install put it, else the checkout's own `top`. A directory
+    of data, not code, is a namespace package, so its spec lists where it lies."""
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec(package)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    return Path(__file__).resolve().parents[1] / top  # a checkout that was never installed
+
+
 def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable: bool = False) -> None:
     """Readers see the old file or the new one, never half of one: write a temporary file in the
     same directory and rename it over.

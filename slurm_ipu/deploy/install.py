@@ -295,7 +295,7 @@ def _install_site(inst: Installer, site, source: str) -> None:
 
 
 def _hook() -> bytes:
-    """slurm-ipu-hook, the controller hooks (slurm_ipu/hooks/hook.c), built here like the SPANK
+    """slurm-ipu-hook, the controller hooks (spank/hook/hook.c), built here like the SPANK
     plugin: plain C, gcc only."""
     import tempfile
 

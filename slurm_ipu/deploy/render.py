@@ -17,16 +17,9 @@ def templates_dir() -> Path:
     env = os.environ.get("SLURM_IPU_TEMPLATES")
     if env:
         return Path(env)
-    from importlib.util import find_spec
+    from ..fsutil import shipped_dir
 
-    # A directory of data, not code: a namespace package, so its spec lists where it lies.
-    try:
-        spec = find_spec("slurm_ipu.templates")
-    except ModuleNotFoundError:
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        return Path(list(spec.submodule_search_locations)[0])
-    return Path(__file__).resolve().parents[2] / "templates"  # a checkout that was never installed
+    return shipped_dir("slurm_ipu.templates", "templates")
 
 
 def render(name: str, context: dict) -> str:

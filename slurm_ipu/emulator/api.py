@@ -18,7 +18,7 @@ API_VERSION = "1.18.0"  # the V-IPU release whose CLI and API the emulator follo
 # namespace (nothing on disk, open to every user of this network namespace), named for the port,
 # so every client that knows the controller's address finds it. On a unix socket the kernel tells
 # the server who connected (SO_PEERCRED, fixed at connect), before a byte of the request is read:
-# no caller can pass for another. The C `vipu` (lab/vipu_fast.c) is built with this prefix.
+# no caller can pass for another. The C `vipu` (spank/lab/vipu_fast.c) is built with this prefix.
 #
 # It tells the client who serves, too, and the client must ask: any user may bind an abstract name
 # the emulator does not hold (after it died, or before it starts), and answer as the controller

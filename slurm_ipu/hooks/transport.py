@@ -3,7 +3,7 @@
 Why: slurmctld forks the hook for every job, and a Python hook costs ~80 ms of CPU before it
 does anything; in a storm of short jobs that CPU is taken from slurmctld. The service
 (`slurm-ipu reap --watch`) runs warm as SlurmUser, and PrologSlurmctld/EpilogSlurmctld is
-`slurm-ipu-hook` (hook.c, built with the install), which for an IPU job sends the hook's name and
+`slurm-ipu-hook` (spank/hook/hook.c, built with the install), which for an IPU job sends the hook's name and
 its environment on STATE_DIR/hooks.sock and exits with the status the service answers:
 
 - prolog: the service runs the very same `prolog.run` in a thread of its own and answers its
@@ -48,23 +48,28 @@ READ_TIMEOUT = 5.0  # a request is written at once by the client, or never
 NO_SERVICE = 75
 
 
-HOOK_SOURCE = Path(__file__).with_name("hook.c")
+def hook_source() -> Path:
+    """hook.c, in the C tree (spank/hook/, shipped in the package as slurm_ipu.csrc)."""
+    from ..cbuild import c_tree
+
+    return c_tree() / "hook" / "hook.c"
 
 
 def source_id() -> str:
-    """What `slurm-ipu-hook --check` prints of the source it was built from: doctor tells an old
-    build (the package upgraded without `make install`) from this one."""
+    """What `slurm-ipu-hook --check` prints of the source it was built from (spank/Makefile gives
+    it the same hash): doctor tells an old build (the package upgraded without `make install`)
+    from this one."""
     import hashlib
 
-    return hashlib.sha256(HOOK_SOURCE.read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(hook_source().read_bytes()).hexdigest()[:12]
 
 
 def build_hook(dest: Path) -> Path:
-    """Compile hook.c into `dest`: static, with musl where it is (cbuild.py: slurmctld starts it
-    twice per job, and a static musl program starts in a third of a static glibc one's CPU)."""
-    from ..cbuild import build
+    """slurm-ipu-hook into `dest` (spank/Makefile, `make hook`: static, with musl where it is, since
+    slurmctld starts it twice per job and a static musl program starts in a third of glibc's CPU)."""
+    from ..cbuild import make
 
-    return build(HOOK_SOURCE, dest, [f'-DSOURCE_ID="{source_id()}"'], "slurm-ipu-hook, the controller hooks")
+    return make("hook", dest, "slurm-ipu-hook, the controller hooks")
 
 
 def listen(state_dir: str) -> socket.socket:

@@ -1,6 +1,6 @@
 """The lab's files and builds: its site description (rendered and merged as any site's, docs/admin.md),
-its slurm.conf, the SPANK plugin, slurm-ipu-hook and the C `vipu` (vipu_fast.c, beside this
-module), and the product's commands on its PATH."""
+its slurm.conf, the SPANK plugin, slurm-ipu-hook and the C `vipu` (spank/lab/vipu_fast.c),
+and the product's commands on its PATH."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from .. import config, rules
-from ..cbuild import build, compilers
+from ..cbuild import c_tree, make
 from ..deploy import render
 from ..emulator.api import OWNER_ENV, SOCKET_DIR_ENV, SOCKET_PREFIX
 from ..errors import LabError, SlurmIpuError
 from ..fsutil import atomic_write
-from ..hooks.transport import HOOK_SOURCE, build_hook
+from ..hooks.transport import build_hook, hook_source
 from ..slurm import releases
 from .procs import say
 from .spec import CLUSTER, FROM_PACKAGES, MODEL_PARTITIONS, PACKAGES_PLUGIN_DIR, PREFIX, REPO, SBIN, TWIN_GRES, LabSpec
@@ -192,7 +192,7 @@ def install_site(spec: LabSpec):
     hook = Path(desc.path("hook"))
     if FROM_PACKAGES:
         _copy_exe(_packaged(config.PACKAGED_PATHS["hook"]), hook)
-    elif not hook.exists() or hook.stat().st_mtime < HOOK_SOURCE.stat().st_mtime:  # like bin/vipu-fast: once
+    elif not hook.exists() or hook.stat().st_mtime < hook_source().stat().st_mtime:  # like bin/vipu-fast: once
         build_hook(hook)
     return desc
 
@@ -332,9 +332,12 @@ def users_python(spec: LabSpec) -> tuple[str, str]:
     where.chmod(0o755)
     for name in USER_MODULES:
         _copy_module(name, where)
-    # the templates (doctor renders what it compares), where an installed package has them
+    # the templates (doctor renders what it compares) and the C tree (doctor hashes hook.c), where
+    # an installed package has them
     shutil.copytree(render.templates_dir(), where / "slurm_ipu" / "templates", dirs_exist_ok=True,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(c_tree(), where / "slurm_ipu" / "csrc", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("*.o", "*.so"))
     python = Path(sys.executable).resolve()
     system = Path("/usr/bin/python3")
     if python.is_relative_to("/root") and system.exists():
@@ -369,17 +372,17 @@ def _copy_module(name: str, where: Path) -> None:
 
 
 def _compiler() -> str:
-    """What build_vipu_fast's stamp records of the compiler: musl-tools installed later rebuilds."""
-    ways = compilers()
-    return f" ({' '.join(ways[0])})" if ways else ""
+    """What build_vipu_fast's stamp records of the machine: musl-tools installed later rebuilds
+    (spank/Makefile takes musl-gcc first where it is)."""
+    return " musl" if shutil.which("musl-gcc") else ""
 
 
 def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
-    """bin/vipu-fast from vipu_fast.c (beside this module) (gcc, a fraction of a second, once per
-    source and flags); None without gcc: the Python CLI does every call then, only slower.
+    """bin/vipu-fast from spank/lab/vipu_fast.c (`make vipu-fast`, a fraction of a second, once per
+    source and flags); None without make and gcc: the Python CLI does every call then, only slower.
     lab_defaults: the lab's address, Python fallback, the emulator's own socket directory and its
     owner (who starts the lab) compiled in (the environment still wins)."""
-    source = Path(__file__).with_name("vipu_fast.c")
+    source = c_tree() / "lab" / "vipu_fast.c"
     target = spec.path("bin", "vipu-fast")
     flags = [f'-DSOCKET_PREFIX="{SOCKET_PREFIX}"']  # the emulator's API socket (emulator/api.py)
     if lab_defaults:
@@ -390,10 +393,10 @@ def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
     fresh = target.exists() and source.exists() and target.stat().st_mtime >= source.stat().st_mtime
     if fresh and stamp.exists() and stamp.read_text() == key:
         return target
-    if not compilers() or not source.exists():
+    if not source.exists() or not (shutil.which("make") and shutil.which("gcc")):
         return None
     try:
-        build(source, target, flags, "the lab's vipu")
+        make("vipu-fast", target, "the lab's vipu", flags)
     except SlurmIpuError as exc:
         raise LabError(str(exc)) from None
     stamp.write_text(key)

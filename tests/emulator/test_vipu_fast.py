@@ -1,4 +1,4 @@
-"""The lab's C `vipu` (slurm_ipu/lab/vipu_fast.c) answers create, remove, reset and the JSON list as the
+"""The lab's C `vipu` (spank/lab/vipu_fast.c) answers create, remove, reset and the JSON list as the
 Python CLI does, and hands every other call to it: same requests, replies, errors, exit codes."""
 
 from __future__ import annotations

@@ -319,14 +319,12 @@ def ensure_users() -> tuple[str, ...]:
 
 @pytest.fixture(scope="session")
 def rawsubmit(lab) -> str:
-    """tests/slurm/rawsubmit.c built against the Slurm under test: a submission through libslurm's
-    API with exactly the fields given (no sbatch checks, no SPANK plugin), as a REST client sends."""
-    out = lab.spec.path("bin", "rawsubmit")
-    src = Path(__file__).with_name("rawsubmit.c")
-    proc = subprocess.run(["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-o", str(out), str(src), "-lslurm"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return str(out)
+    """spank/tests/rawsubmit.c built against the Slurm under test (`make rawsubmit`): a submission
+    through libslurm's API with exactly the fields given (no sbatch checks, no SPANK plugin), as a
+    REST client sends."""
+    from slurm_ipu.cbuild import make
+
+    return str(make("rawsubmit", lab.spec.path("bin", "rawsubmit"), "the raw submitter"))
 
 
 @pytest.fixture

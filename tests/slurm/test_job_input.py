@@ -1,5 +1,5 @@
 """What a job brings to the controller hooks, sent through Slurm's API around sbatch and the
-SPANK plugin (tests/slurm/rawsubmit.c), as a hostile user or a REST client can."""
+SPANK plugin (spank/tests/rawsubmit.c), as a hostile user or a REST client can."""
 
 from __future__ import annotations
 

@@ -41,27 +41,20 @@ def cfg(tmp_path):
 
 
 SPANK = __import__("pathlib").Path(__file__).resolve().parents[2] / "spank"
-C_FLAGS = ("-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wshadow", "-O2")  # spank/Makefile's, and stricter
-
-
-def build_driver(tmp_path_factory, name: str, *sources: str, cache_root: str | None = None) -> str:
-    """A C test driver from spank/tests/<name>.c and the plugin's sources it exercises, with the
-    one set of flags every C differential test uses; cache_root: the test's own in place of
-    IPU_JOB_CACHE_ROOT (spank/spank_ipu.h), which only root may make."""
-    import subprocess
+def build_driver(tmp_path_factory, name: str, cache_root: str | None = None) -> str:
+    """A C test driver, spank/tests/<name>.c with the plugin's sources it exercises, built by the C
+    tree's one Makefile (`make driver`: its flags, its list of sources); cache_root: the test's own
+    in place of IPU_JOB_CACHE_ROOT (spank/spank_ipu.h), which only root may make."""
+    from slurm_ipu.cbuild import make
 
     out = tmp_path_factory.mktemp("spank") / name
     defines = [f'-DIPU_JOB_CACHE_ROOT="{cache_root}"'] if cache_root else []
-    argv = ["gcc", *C_FLAGS, *defines, "-o", str(out), str(SPANK / "tests" / f"{name}.c"),
-            *(str(SPANK / s) for s in sources)]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return str(out)
+    return str(make("driver", out, f"the test driver {name}", defines, NAME=name))
 
 
 @pytest.fixture(scope="session")
 def hook_binary(tmp_path_factory):
-    """slurm-ipu-hook (slurm_ipu/hooks/hook.c) built once, as the install builds it."""
+    """slurm-ipu-hook (spank/hook/hook.c) built once, as the install builds it."""
     import shutil
 
     from slurm_ipu.hooks import transport

@@ -36,7 +36,7 @@ def c_default(path: str, field: str) -> str:
     (lambda: c_default("spank/args.c", "vipu_port"), lambda: str(config.BY_KEY["vipu.port"].default)),
     (lambda: c_default("spank/args.c", "prefix"), lambda: config.BY_KEY["partition.prefix"].default),
     (lambda: c_define("spank/args.c", "PREFIX_CHARS"), lambda: config.PREFIX_CHARS),
-    (lambda: c_define("slurm_ipu/hooks/hook.c", "NO_SERVICE"), lambda: str(transport.NO_SERVICE)),
+    (lambda: c_define("spank/hook/hook.c", "NO_SERVICE"), lambda: str(transport.NO_SERVICE)),
     (lambda: c_define("spank/spank_ipu.h", "IPU_JOB_CACHE_ROOT"), lambda: task.JOB_CACHE_ROOT),
     (lambda: c_define("spank/cache.c", "STATE_FMT"), lambda: f"{partition.STATE_ROOT}/ipurun-job-%u.json"),
     (lambda: c_define("spank/instance.c", "MPOL_BIND"), lambda: str(task.MPOL_BIND)),

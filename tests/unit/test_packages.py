@@ -136,7 +136,8 @@ def test_postrm_reads_the_state_layout_the_python_side_writes():
 def test_the_packages_install_lists_cover_the_package_and_split_it():
     """Every subpackage of slurm_ipu goes to exactly one Debian package; the emulator and the lab
     never to slurm-ipu (production nodes)."""
-    subpackages = {p.name for p in (ROOT / "slurm_ipu").iterdir() if (p / "__init__.py").exists()} | {"templates"}
+    subpackages = {p.name for p in (ROOT / "slurm_ipu").iterdir() if (p / "__init__.py").exists()}
+    subpackages |= {"templates", "csrc"}  # mapped into the package by pyproject.toml
     lists = {name: (DEBIAN / f"{name}.install").read_text() for name in ("slurm-ipu", "slurm-ipu-lab")}
     owners = {sub: [n for n, text in lists.items() if f"/slurm_ipu/{sub}\n" in text] for sub in subpackages}
     assert all(len(o) == 1 for o in owners.values()), owners

@@ -178,18 +178,25 @@ def test_pyproject_lists_every_package_and_ships_the_templates():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "slurm_ipu").rglob("__init__.py")}
-    assert set(project["packages"]) == found | {"slurm_ipu.templates"}
-    shipped = project["package-data"]["slurm_ipu.templates"]
-    templates = {str(p.relative_to(ROOT / "templates")) for p in (ROOT / "templates").rglob("*.j2")}
+    assert set(project["packages"]) == found | {"slurm_ipu.templates", "slurm_ipu.csrc"}
+    assert project["package-dir"] == {"slurm_ipu.templates": "templates", "slurm_ipu.csrc": "spank"}
     import fnmatch
 
+    shipped = project["package-data"]["slurm_ipu.templates"]
+    templates = {str(p.relative_to(ROOT / "templates")) for p in (ROOT / "templates").rglob("*.j2")}
     assert all(any(fnmatch.fnmatch(t, pat) for pat in shipped) for t in templates)
+    # the whole C tree with its Makefile: an installed package builds its hook from it
+    shipped = project["package-data"]["slurm_ipu.csrc"]
+    sources = {str(p.relative_to(ROOT / "spank")) for p in (ROOT / "spank").rglob("*")
+               if p.is_file() and p.suffix not in (".o", ".so")}
+    assert "hook/hook.c" in sources and "Makefile" in sources
+    assert all(any(fnmatch.fnmatch(t, pat) for pat in shipped) for t in sources), sources
 
 
 def test_pyproject_ships_every_file_the_package_reads_beside_its_code():
-    """The C sources built at install or lab time (slurm-ipu-hook, the lab's vipu) and the
-    emulator's presets: a file missing from package-data is absent from every install, and
-    `make install` fails (seen: hooks/client.c, now hook.c)."""
+    """The emulator's presets (and any other data beside the code): a file missing from
+    package-data is absent from every install (seen: the hook's C source, when it lived in the
+    package, before the C tree did)."""
     import fnmatch
     import tomllib
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or not Path("/usr/in
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    return build_driver(tmp_path_factory, "args_driver", "args.c", "step.c", "habits.c")
+    return build_driver(tmp_path_factory, "args_driver")
 
 
 def run(driver: str, *args: str) -> str:

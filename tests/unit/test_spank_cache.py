@@ -29,7 +29,7 @@ def base(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory, base):
-    return build_driver(tmp_path_factory, "cache_driver", "cache.c", cache_root=str(base / "cache" / "slurm-ipu"))
+    return build_driver(tmp_path_factory, "cache_driver", cache_root=str(base / "cache" / "slurm-ipu"))
 
 
 def unlock(path: Path) -> None:

@@ -28,7 +28,7 @@ PLAN = {"IPURUN_NUM_INSTANCES": "4", "IPURUN_NUM_REPLICAS": "8", "IPURUN_IPUS_PE
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    return build_driver(tmp_path_factory, "instance_driver", "instance.c", "placement.c")
+    return build_driver(tmp_path_factory, "instance_driver")
 
 
 def in_c(driver: str, env: dict, k: int, local: int, job: int = 7):
@@ -97,7 +97,7 @@ def cache_root(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def root_driver(tmp_path_factory, cache_root):
     """The driver with IPU_JOB_CACHE_ROOT in the test's own directory, which stands in for root's."""
-    return build_driver(tmp_path_factory, "instance_driver", "instance.c", "placement.c", cache_root=str(cache_root))
+    return build_driver(tmp_path_factory, "instance_driver", cache_root=str(cache_root))
 
 
 def job_cache(cache_root: Path, make) -> Path:

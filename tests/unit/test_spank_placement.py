@@ -31,7 +31,7 @@ MACHINES = {  # name: make_machine arguments
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    return build_driver(tmp_path_factory, "placement_driver", "placement.c")
+    return build_driver(tmp_path_factory, "placement_driver")
 
 
 def reference(root: str, strategy: str, n: int) -> list[str]:

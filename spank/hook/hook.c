@@ -20,7 +20,7 @@
  *   slurm-ipu-hook --check    read the configuration, check what it names; `slurm-ipu doctor`
  *
  * Plain C and libc, built with the install (like the SPANK plugin), static, with musl where
- * musl-gcc is (slurm_ipu/cbuild.py: its start costs a third of glibc's): no Slurm headers,
+ * musl-gcc is (spank/Makefile: its start costs a third of glibc's): no Slurm headers,
  * nothing of root's to load. */
 #define _GNU_SOURCE
 #include <errno.h>
