@@ -27,7 +27,7 @@ PYTEST_ARGS ?=
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
 # slurm-ipu and ipurun in BINDIR, the SPANK plugin built against this host's Slurm in its plugin
 # directory; with SITE, the site description itself (the one configuration file, at install.site),
-# the rendered hook wrapper and the hook service's unit too.
+# the rendered hook wrapper and the slurm-ipu service's unit too.
 PREFIX ?= /opt/slurm-ipu
 BINDIR ?= /usr/local/bin
 DESTDIR ?=

@@ -44,17 +44,21 @@ def build_parser():
         h = sub.add_parser(name, help=text)
         h.add_argument("--site", help=site_help)
 
-    p = sub.add_parser("reap", help="remove orphaned and journaled partitions (while the hook service runs, it reaps "
-                       "on this command's behalf)")
+    s = sub.add_parser("service", help="the slurm-ipu service (systemd's slurm-ipu.service runs it, as SlurmUser): "
+                       "the controller hooks of IPU jobs run warm, ended jobs' partitions removed as the epilog queues "
+                       "them, a reap every reap.interval and a health pass every health.interval (until SIGTERM)")
+    s.add_argument("--site", help=site_help)
+
+    p = sub.add_parser("reap", help="remove orphaned and journaled partitions (while the slurm-ipu service runs, it "
+                       "reaps on this command's behalf)")
     p.add_argument("--site", help=site_help)
     how = p.add_mutually_exclusive_group()
     how.add_argument("--dry-run", action="store_true", help="say what would be removed; change nothing")
-    how.add_argument("--watch", action="store_true",
-                     help="run as the hook service: remove ended jobs' partitions as the epilog queues them, "
-                          "and reap every reap.interval seconds (until SIGTERM)")
+    # The service's name before it had one of its own: units and scripts of earlier installs run it.
+    how.add_argument("--watch", action="store_true", help="the same as `slurm-ipu service` (its earlier name)")
 
     h = sub.add_parser("health", help="one health pass: drain the hosts of failed IPU-Machines, resume them when "
-                       "they are back (the hook service runs one every health.interval)")
+                       "they are back (the slurm-ipu service runs one every health.interval)")
     h.add_argument("--site", help=site_help)
     h.add_argument("--dry-run", action="store_true", help="say what would change; change nothing")
 
@@ -89,8 +93,8 @@ def build_parser():
                     help="a job shape of the site's own to keep accepting, e.g. '-p gpu --gres=gpu:2 -N2' (repeat; "
                          "kept with the snapshot)")
     su = sub.add_parser("setup", help="on a node installed from the Debian packages: write what the site description "
-                        "decides (slurm-ipu-hook's settings, the state directory, the hook service's drop-in); run "
-                        "after each edit of it")
+                        "decides (slurm-ipu-hook's settings, the state directory, the slurm-ipu service's drop-in); "
+                        "run after each edit of it")
     su.add_argument("--site", help=site_help)
     st = sub.add_parser("status", help="the IPU view of the cluster: capacity, partitions and their jobs")
     st.add_argument("--site", help=site_help)
@@ -128,7 +132,7 @@ def build_parser():
                      help="install.poprun in the lab's site: `poprun` on the lab's PATH is ipurun")
     lab.add_argument("--own-conf", action="store_true",
                      help="start Slurm from the slurm.conf and vipu-emu.yaml already in DIR/etc (a site's own "
-                          "files): the lab writes no configuration, installs nothing, starts no hook service")
+                          "files): the lab writes no configuration, installs nothing, starts no slurm-ipu service")
     return top
 
 
@@ -204,18 +208,24 @@ def cmd_reap(args) -> int:
     from . import config
     from .hooks import reap
 
+    if args.watch:
+        return cmd_service(args)
+    cfg = config.load(args.site, twins=False)
+    return reap.run(cfg, cfg.vipu_client(), _slurm(cfg), dry_run=args.dry_run)
+
+
+def cmd_service(args) -> int:
+    from . import config
+    from .hooks.service import Service
+
     cfg = config.load(args.site, twins=False)
     slurm = _slurm(cfg)
-    if args.watch:
-        from .hooks.service import Service
-
-        client = cfg.vipu_client()
-        return Service(cfg, client, slurm, after_health=_metrics_textfile(cfg, client, slurm)).run()
-    return reap.run(cfg, cfg.vipu_client(), slurm, dry_run=args.dry_run)
+    client = cfg.vipu_client()
+    return Service(cfg, client, slurm, after_health=_metrics_textfile(cfg, client, slurm)).run()
 
 
 def _metrics_textfile(cfg, client, slurm):
-    """What the hook service runs after each health pass: the metrics for node_exporter."""
+    """What the slurm-ipu service runs after each health pass: the metrics for node_exporter."""
     path = cfg.metrics.textfile
     if not path:
         return None
@@ -374,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return demo_main()
         table = {"rules": cmd_rules, "prolog": cmd_hook, "epilog": cmd_hook, "hook": cmd_hook,
-                 "reap": cmd_reap, "health": cmd_health, "metrics": cmd_metrics,
+                 "reap": cmd_reap, "service": cmd_service, "health": cmd_health, "metrics": cmd_metrics,
                  "render": cmd_render, "doctor": cmd_doctor, "snapshot": cmd_snapshot,
                  "unmerge": cmd_unmerge, "setup": cmd_setup,
                  "status": cmd_status, "lab": cmd_lab}

@@ -36,7 +36,7 @@ class UnsafePath(ConfigError):
 
 
 class ServiceDied(SlurmIpuError):
-    """A thread of the hook service died of an exception: the service stopped, exit 1 (systemd
+    """A thread of the slurm-ipu service died of an exception: the service stopped, exit 1 (systemd
     and the lab start it again)."""
 
     exit_code = 1

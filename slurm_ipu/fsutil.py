@@ -33,7 +33,7 @@ def atomic_write(path: str | Path, data: bytes | str, mode: int = 0o644, durable
     is never written through, chmodded or published as ours; a name already taken is skipped.
     The rename replaces a link at `path` itself, never its target.
     durable: fsync before the rename (state that must survive a crash: records, the journal)."""
-    path = os.fspath(path)  # plain strings and os calls: the hook service writes two per IPU job
+    path = os.fspath(path)  # plain strings and os calls: the slurm-ipu service writes two per IPU job
     head, name = os.path.split(path)
     view = memoryview(data.encode() if isinstance(data, str) else data)
     fd, tmp = _exclusive(head, name, mode)
@@ -83,7 +83,7 @@ def write_into(directory: str | Path, name: str, data: str, durable: bool = True
 
 def read_json(path: str):
     """A state file's document; FileNotFoundError when there is none, ValueError (or another
-    OSError) when it cannot be read. os calls, not open(): the hook service reads two per IPU
+    OSError) when it cannot be read. os calls, not open(): the slurm-ipu service reads two per IPU
     job, and a file object costs three system calls more (fstat, ioctl, lseek) each."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:

@@ -1,7 +1,7 @@
 """Polling with a deadline: how every test tier waits for a condition instead of sleeping.
 
 A state that becomes true a moment after the action that causes it (a node idle once its epilog
-ends, a partition gone once the hook service removes it, a row in sacct once slurmdbd hears of
+ends, a partition gone once the slurm-ipu service removes it, a row in sacct once slurmdbd hears of
 the job's end, a line in a log) is never asserted from one read: it is waited for here, and the
 failure says what was read last. A one-shot read of the nodes' states failed on a
 node still COMPLETING."""

@@ -185,7 +185,7 @@ def reread(site: Site, **values: Any) -> Site:
 def load(path: str | None = None, environ: dict | None = None, overrides: dict | None = None,
          twins: bool = True) -> Site:
     """The site description: path, else $SLURM_IPU_SITE, else the install's, else /etc/slurm-ipu/site.yaml.
-    twins=False: the file alone decides (the controller hooks and the hook service: nothing a job's
+    twins=False: the file alone decides (the controller hooks and the slurm-ipu service: nothing a job's
     environment holds may change where they send V-IPU calls)."""
     from ..adminfile import read_text
 

@@ -157,13 +157,14 @@ FIELDS = (
     Field("prolog.max_attempts", int, 3, "prolog failures before the job is held for an admin (those a failed "
           "IPU-Machine caused do not count)", _between(1, 100)),
     Field("epilog.deadline", float, 30.0, "seconds the epilog may take in all", _positive),
-    Field("reap.interval", float, 300.0, "seconds between the hook service's full reaps (orphans whose job is "
+    Field("reap.interval", float, 300.0, "seconds between the slurm-ipu service's full reaps (orphans whose job is "
           "gone)", _between(5, 86400)),
-    Field("health.interval", float, 60.0, "seconds between the hook service's health passes: a host whose "
+    Field("health.interval", float, 60.0, "seconds between the slurm-ipu service's health passes: a host whose "
           "IPU-Machine failed is drained, and resumed when it is back (allocation model; 0: no passes)",
           _between(0, 86400)),
-    Field("metrics.textfile", str, None, "where the hook service writes `slurm-ipu metrics` every health.interval, "
-          "for node_exporter's textfile collector (e.g. /var/lib/prometheus/node-exporter/slurm_ipu.prom); unset: "
+    Field("metrics.textfile", str, None, "where the slurm-ipu service writes `slurm-ipu metrics` every "
+          "health.interval, for node_exporter's textfile collector (e.g. "
+          "/var/lib/prometheus/node-exporter/slurm_ipu.prom); unset: "
           "nowhere", _plain_path),
     Field("prolog_epilog_timeout", int, 180, "Slurm's PrologEpilogTimeout: above both deadlines",
           _between(1, 86400)),
@@ -172,7 +173,7 @@ FIELDS = (
     Field("accounting.slurmdbd_host", str, None, "slurmdbd's host, to track IPUs in accounting; null: none",
           _host, example="slurmdbd.ipupod128.example.org"),
     Field("slurm.version", str, "22.05", "the Slurm release the cluster runs", _version),
-    Field("slurm.user", str, "slurm", "SlurmUser: the hooks and the hook service run as this user and own "
+    Field("slurm.user", str, "slurm", "SlurmUser: the hooks and the slurm-ipu service run as this user and own "
           "state_dir", name_check),
     Field("slurm.site_prolog_slurmctld", str, None, "the site's own PrologSlurmctld scripts (one, or several "
           "separated by ','), run by slurm-ipu-hook in that order for every job before ours, the first failure "
@@ -187,7 +188,7 @@ FIELDS = (
           "plugin goes there)", _abs),
     Field("install.site", str, DEFAULT_SITE, "where `make install` puts this file: every installed command reads "
           "it there", _abs),
-    Field("install.unit_dir", str, "/etc/systemd/system", "where `make install` puts the hook service's unit",
+    Field("install.unit_dir", str, "/etc/systemd/system", "where `make install` puts the slurm-ipu service's unit",
           _abs),
     Field("install.poprun", bool, False, "also install ipurun as `poprun` (make install: in BINDIR; the Debian "
           "packages: /usr/local/bin, by `slurm-ipu setup`), so scripts written for PopRun run unchanged; off by "

@@ -21,7 +21,9 @@ from .yamlkeys import key_lines
 PACKAGED = "/usr"
 PACKAGED_PATHS = {"python": "/usr/bin/python3", "hook": "/usr/libexec/slurm-ipu/slurm-ipu-hook",
                   "hook_conf": "/etc/slurm-ipu/slurm-ipu-hook.conf", "plugstack": "/etc/slurm-ipu/plugstack.conf",
-                  "unit_dropin": "/etc/systemd/system/slurm-ipu-reaper.service.d/site.conf",
+                  "unit_dropin": "/etc/systemd/system/slurm-ipu.service.d/site.conf",
+                  # where setup wrote it when the unit was slurm-ipu-reaper.service (setup retires it)
+                  "earlier_unit_dropin": "/etc/systemd/system/slurm-ipu-reaper.service.d/site.conf",
                   "ipurun": "/usr/bin/ipurun", "poprun": "/usr/local/bin/poprun", "helper": "/usr/bin/slurm-ipu"}
 
 
@@ -78,7 +80,7 @@ class Site(Sections):
     @property
     def pods(self) -> list[Pod]:
         """The Pods of a multi-Pod site; [] for one Pod (no cabling, no topology). Built once for
-        the site's `pods` list (the hook service asks for every job, and each Pod expands its
+        the site's `pods` list (the slurm-ipu service asks for every job, and each Pod expands its
         hostlist), again only if that list is replaced."""
         entries = self.values["pods"] or []
         if self._pods is None or self._pods[0] is not entries:
@@ -128,7 +130,7 @@ class Site(Sections):
                  "hook_conf": f"{self.install.prefix}/libexec/slurm-ipu-hook.conf",  # hook.c reads it
                  "site": self.install.site,
                  "snapshot": f"{os.path.dirname(self.install.site)}/snapshot.json",  # slurm-ipu snapshot's
-                 "unit": f"{self.install.unit_dir}/slurm-ipu-reaper.service",
+                 "unit": f"{self.install.unit_dir}/slurm-ipu.service",
                  "plugin": f"{self.slurm.plugin_dir}/spank_ipu.so",
                  # what the SPANK plugin runs as the user in srun (`slurm-ipu step`: spank/step.c)
                  "helper": f"{self.install.prefix}/venv/bin/slurm-ipu"}

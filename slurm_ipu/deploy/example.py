@@ -84,9 +84,9 @@ def options_markdown() -> str:
     rows = ["# Site description options", "",
             "Generated from the option table in `slurm_ipu/config/options.py` (`make generated`); the example",
             f"`{EXAMPLE}` sets each. The site description is slurm-ipu's one configuration file: the hooks,",
-            "the hook service, `ipurun`, `doctor`, `status` and `render` all read it. An environment twin",
+            "the slurm-ipu service, `ipurun`, `doctor`, `status` and `render` all read it. An environment twin",
             "(`SLURM_IPU_<KEY>`) overrides the file for `ipurun`, `doctor`, `status` and `render`; the",
-            "controller hooks and the hook service read the file alone. Which file: `--site`, else",
+            "controller hooks and the slurm-ipu service read the file alone. Which file: `--site`, else",
             "`$SLURM_IPU_SITE`, else the one `make install` recorded, else `/etc/slurm-ipu/site.yaml`.", "",
             "| key | type | default | environment twin | meaning |", "|---|---|---|---|---|"]
     for f in FIELDS:

@@ -22,7 +22,7 @@ FILES = {
     "plugstack-ipu.conf": "site/plugstack-ipu.conf",
     "job_submit.lua": "job_submit.lua",
     "slurm-ipu-hook.conf": "slurm-ipu-hook.conf",
-    "slurm-ipu-reaper.service": "site/slurm-ipu-reaper.service",
+    "slurm-ipu.service": "site/slurm-ipu.service",
     "topology.conf": "site/topology.conf",  # multi-Pod sites only
 }
 DIFF = "slurm.conf.diff"  # with --slurm-conf: the edit of the site's own files (merge.py)

@@ -5,7 +5,7 @@ module, run by that venv's Python, puts the rest in place: `slurm-ipu` and `ipur
 default PATH (symlinks into the venv, so every user runs the same install, none of root's
 files), the SPANK plugin in Slurm's plugin directory, and, given a site description: the site
 description itself (the one configuration file, at install.site), slurm-ipu-hook (the controller
-hooks, built) and its rendered settings, the hook service's unit and the state directory (the
+hooks, built) and its rendered settings, the slurm-ipu service's unit and the state directory (the
 fragments the admin merges come from `slurm-ipu render`, merged with the site's own files).
 
 Every path written outside PREFIX is listed, with its sha256, in PREFIX/share/slurm-ipu/manifest;
@@ -29,6 +29,10 @@ from ..errors import ConfigError
 from ..fsutil import atomic_write, private_dir
 
 COMMANDS = ("slurm-ipu", "ipurun")  # vipu-emu stays in the venv: a lab tool, not a site's
+
+
+UNIT = "slurm-ipu.service"  # the service's unit (templates/site/slurm-ipu.service.j2)
+EARLIER_UNIT = "slurm-ipu-reaper.service"  # its name in earlier releases, kept as its alias
 
 
 class Installer:
@@ -148,6 +152,26 @@ class Installer:
             self.dropped.add(path)
         with contextlib.suppress(OSError):
             self.staged(old).rmdir()
+
+    def alias_earlier_unit(self, unit: str) -> None:
+        """Upgrading from a release whose unit was slurm-ipu-reaper.service: that file, as that
+        install wrote it, becomes a link to the new unit (systemd's alias), so the link that enabled
+        it and an admin's `systemctl restart slurm-ipu-reaper` name the one service still. Edited
+        since, it is left and named (it would run a second service)."""
+        old = str(Path(unit).with_name(EARLIER_UNIT))
+        entry = next((e for e in self.earlier().get("entries", []) if e.get("path") == old), None)
+        if entry is None or entry.get("kind") != "file":
+            return
+        try:
+            same = hashlib.sha256(self.staged(old).read_bytes()).hexdigest() == entry.get("sha256")
+        except OSError:
+            same = True  # gone already
+        if not same:
+            print(f"install: left {old}: an earlier release's unit, changed since install; it runs the service a "
+                  f"second time beside {Path(unit).name}: disable and delete it")
+            self.dropped.add(old)
+            return
+        self.link(old, Path(unit).name)
 
     def write_manifest(self, extra: dict) -> None:
         """The new entries, after the earlier install's that this one did not rewrite (an install
@@ -289,7 +313,8 @@ def _install_site(inst: Installer, site, source: str) -> None:
     inst.file(site.path("hook_conf"), texts["slurm-ipu-hook.conf"].encode(), 0o644)
     inst.file(site.path("hook"), _hook(), 0o755)
     inst.file(site.path("site"), Path(source).read_bytes(), 0o644)
-    inst.file(site.path("unit"), texts["slurm-ipu-reaper.service"].encode())
+    inst.file(site.path("unit"), texts["slurm-ipu.service"].encode())
+    inst.alias_earlier_unit(site.path("unit"))
     user = site.slurm.user
     inst.directory(site.state_dir, owner=user if _user_exists(user) else None)
 
@@ -408,14 +433,14 @@ def _site_of(doc: dict):
 
 
 def _stop_service(doc: dict) -> None:
-    """The hook service runs from the venv about to go: stop it first (systemd where its unit is
+    """The slurm-ipu service runs from the venv about to go: stop it first (systemd where its unit is
     installed, else its pid from the lock it holds), so it cannot re-create the state directory
     with its last log line after the uninstall removed it."""
     import subprocess
 
-    units = [e["path"] for e in doc["entries"] if e["path"].endswith("/slurm-ipu-reaper.service")]
+    units = [Path(e["path"]).name for e in doc["entries"] if Path(e["path"]).name in (UNIT, EARLIER_UNIT)]
     if units and shutil.which("systemctl") and Path("/run/systemd/system").is_dir():
-        subprocess.run(["systemctl", "disable", "--now", "slurm-ipu-reaper"], capture_output=True, timeout=120)
+        subprocess.run(["systemctl", "disable", "--now", *units], capture_output=True, timeout=120)
         return
     site = _site_of(doc)
     if site is None:
@@ -432,14 +457,14 @@ def _stop_service(doc: dict) -> None:
     pid = who[0]
     cmdline = Path(f"/proc/{pid}/cmdline")
     try:
-        if b"reap" not in cmdline.read_bytes():  # the pid is no longer the service's
+        if not any(word in cmdline.read_bytes() for word in (b"service", b"reap")):  # no longer the service's
             return
         os.kill(pid, 15)
     except OSError:
         return
     # it finishes the prologs it runs first (bounded by their deadline)
     poll(lambda: not pid_alive(pid), site.prolog.deadline + site.epilog.deadline + 10)
-    print(f"uninstall: stopped the hook service (pid {pid})")
+    print(f"uninstall: stopped the slurm-ipu service (pid {pid})")
 
 
 def _remove(path: Path, entry: dict) -> int:

@@ -1,5 +1,5 @@
 """`slurm-ipu metrics`: the cluster's IPUs as Prometheus metrics (text exposition format
-0.0.4), and the textfile the hook service keeps current for node_exporter.
+0.0.4), and the textfile the slurm-ipu service keeps current for node_exporter.
 
 Why a textfile and not an HTTP endpoint: a site's Prometheus already scrapes node_exporter on the
 slurmctld host, so no new listening port there; and what slurmctld and V-IPU are asked stays one
@@ -137,14 +137,15 @@ def families(site, facts: dict) -> list[Family]:
 
 
 HOOK_HELP = {
-    "prolog": "Seconds the hook service took over a job's PrologSlurmctld (its V-IPU partition or allocation made).",
-    "epilog": "Seconds the hook service took over a job's EpilogSlurmctld (the removal queued).",
+    "prolog": "Seconds the slurm-ipu service took over a job's PrologSlurmctld (its V-IPU partition or allocation "
+              "made).",
+    "epilog": "Seconds the slurm-ipu service took over a job's EpilogSlurmctld (the removal queued).",
     "removal": "Seconds from an ended job's removal being queued to its V-IPU partition or allocation gone.",
 }
 
 
 def _hooks(doc: dict) -> list[Family]:
-    """The hook service's counters (hooks/stats.py): a histogram per timed step, errors by kind."""
+    """The slurm-ipu service's counters (hooks/stats.py): a histogram per timed step, errors by kind."""
     from ..hooks.stats import BUCKETS
 
     out = []
@@ -157,11 +158,11 @@ def _hooks(doc: dict) -> list[Family]:
             fam.add(running, "_bucket", le=repr(float(upper)))  # Prometheus writes le as a float
         fam.add(hist["count"], "_bucket", le="+Inf").add(hist["sum"], "_sum").add(hist["count"], "_count")
         out.append(fam)
-    errors = Family("slurm_ipu_vipu_errors_total", "Failed V-IPU calls of the hook service (each attempt of a "
+    errors = Family("slurm_ipu_vipu_errors_total", "Failed V-IPU calls of the slurm-ipu service (each attempt of a "
                     "retried one), by kind.", "counter")
     for kind in sorted(set(ERROR_KINDS) | set(doc["vipu_errors"])):
         errors.add(doc["vipu_errors"].get(kind, 0), kind=kind)
-    passes = Family("slurm_ipu_service_pass_timestamp_seconds", "When the hook service last ended each periodic "
+    passes = Family("slurm_ipu_service_pass_timestamp_seconds", "When the slurm-ipu service last ended each periodic "
                     "pass (reap: orphans; health: IPU-Machines), epoch seconds: a service up but not passing "
                     "shows here as an old time.")
     for name, at in sorted(doc.get("passes", {}).items()):

@@ -1,7 +1,7 @@
 """`slurm-ipu setup`: a node installed from the Debian packages, made to follow its site description.
 
 The packages (`make deb`, docs/admin.md) ship what is the same on every site: the program
-(`/usr/libexec/slurm-ipu/slurm-ipu-hook`), the hook service's unit with defaults, and the site
+(`/usr/libexec/slurm-ipu/slurm-ipu-hook`), the slurm-ipu service's unit with defaults, and the site
 description as a conffile. What the site description decides is written here, from it, each time
 it changes (and by the package's postinst on every install and upgrade):
 
@@ -19,6 +19,7 @@ effect at the service's next restart, which the admin chooses).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -27,14 +28,14 @@ from ..config import PACKAGED, Site
 from ..errors import ConfigError
 from ..fsutil import atomic_write, private_dir
 
-# The unit's lines a site's description decides (templates/site/slurm-ipu-reaper.service.j2).
+# The unit's lines a site's description decides (templates/site/slurm-ipu.service.j2).
 SITE_KEYS = ("User=", "Environment=", "TimeoutStopSec=")
 
 
 def dropin(unit_text: str) -> str:
     """The drop-in for the packaged unit: the site's lines of the unit rendered for this site."""
     lines = [line for line in unit_text.splitlines() if line.startswith(SITE_KEYS)]
-    return ("# Written by `slurm-ipu setup` from the site description: what it decides of the hook service.\n"
+    return ("# Written by `slurm-ipu setup` from the site description: what it decides of the slurm-ipu service.\n"
             "[Service]\n" + "\n".join(lines) + "\n")
 
 
@@ -49,13 +50,16 @@ def setup(site: Site) -> list[str]:
     texts = fragments.texts(site)
     changed = [path for path, text in ((site.path("hook_conf"), texts["slurm-ipu-hook.conf"]),
                                        (site.path("plugstack"), texts["plugstack-ipu.conf"]),
-                                       (site.path("unit_dropin"), dropin(texts["slurm-ipu-reaper.service"])))
+                                       (site.path("unit_dropin"), dropin(texts["slurm-ipu.service"])))
                if _write(Path(path), text)]
+    if _retire(Path(site.path("earlier_unit_dropin"))):
+        changed.append(site.path("earlier_unit_dropin"))
     if _state_dir(site.state_dir, site.slurm.user):
         changed.append(site.state_dir)
     if _poprun(site.install.poprun, site.path("poprun"), site.path("ipurun")):
         changed.append(site.path("poprun"))
-    if site.path("unit_dropin") in changed and Path("/run/systemd/system").is_dir() and shutil.which("systemctl"):
+    units = {site.path("unit_dropin"), site.path("earlier_unit_dropin")}
+    if units & set(changed) and Path("/run/systemd/system").is_dir() and shutil.which("systemctl"):
         import subprocess
 
         subprocess.run(["systemctl", "daemon-reload"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
@@ -70,6 +74,18 @@ def _write(path: Path, text: str) -> bool:
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, text, 0o644)
+    return True
+
+
+def _retire(path: Path) -> bool:
+    """The drop-in setup wrote for the unit's earlier name (slurm-ipu-reaper.service): the unit of
+    this release is slurm-ipu.service, and its drop-in was just written."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    with contextlib.suppress(OSError):
+        path.parent.rmdir()
     return True
 
 
@@ -110,7 +126,7 @@ def _state_dir(path: str, user: str) -> bool:
 def main(site: Site) -> int:
     changed = setup(site)
     for path in changed:
-        print(f"setup: wrote {path}")
-    print(f"setup: {site.source} is what slurm-ipu-hook and the hook service use"
+        print(f"setup: {'removed' if path == site.path('earlier_unit_dropin') else 'wrote'} {path}")
+    print(f"setup: {site.source} is what slurm-ipu-hook and the slurm-ipu service use"
           + ("" if changed else " (nothing changed)"))
     return 0

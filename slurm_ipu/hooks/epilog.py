@@ -1,4 +1,4 @@
-"""EpilogSlurmctld in Python (slurm-ipu-hook runs it when the hook service does not answer): the
+"""EpilogSlurmctld in Python (slurm-ipu-hook runs it when the slurm-ipu service does not answer): the
 same steps as the service, so a job's end has one semantics whichever runs it. The job's V-IPU
 partition (in the allocation model: its allocation, with the partitions its user made in it) is
 queued in the durable journal first (removal.queue), then the one remover takes it
@@ -9,7 +9,7 @@ holds the name (a job cancelled while its partition was being made), within epil
 Only a partition slurm-ipu created for this job (the ledger's record) is removed: one made by
 someone else under the job's name is left alone and logged. Idempotent and never failing: a
 missing partition is success; V-IPU being unreachable leaves the entry in the journal for the
-hook service or `slurm-ipu reap` (the record stays with it), and the epilog still exits 0 (an
+slurm-ipu service or `slurm-ipu reap` (the record stays with it), and the epilog still exits 0 (an
 EpilogSlurmctld failure is only logged by Slurm, and V-IPU trouble is never a node problem).
 """
 
@@ -36,18 +36,20 @@ def run(ctx: JobContext, cfg, client, clock=time.monotonic, sleep=time.sleep) ->
                 done, failed = work_off(cfg, client, [name], deadline, clock)
         except remover.Busy as busy:
             _left(cfg, ctx, name, f"{remover.describe(busy.holder)} removes it" if remover.is_service(busy.holder)
-                  else f"{remover.describe(busy.holder)} was removing; the hook service or `slurm-ipu reap` removes it")
+                  else f"{remover.describe(busy.holder)} was removing; the slurm-ipu service or `slurm-ipu reap` "
+                  "removes it")
             return 0
         if done or failed or journal.get(name) is None:  # removed, refused, or settled by another
             break
         if clock() + pause >= deadline:  # its prolog held the name throughout
-            _left(cfg, ctx, name, "its prolog still holds the name; the hook service or `slurm-ipu reap` removes it")
+            _left(cfg, ctx, name, "its prolog still holds the name; the slurm-ipu service or `slurm-ipu reap` "
+                  "removes it")
             break
         sleep(pause)
         pause = min(pause * 2, 1.0)
     for exc in failed.values():
         report(cfg.state_dir, f"job {ctx.job_id}: {cfg.kind_of(name)} {name} not removed ({exc}); journaled for "
-                                 "the hook service or `slurm-ipu reap`")
+                                 "the slurm-ipu service or `slurm-ipu reap`")
     return 0
 
 

@@ -10,7 +10,7 @@ One pass costs one V-IPU call for the whole cluster (`vipu-admin list agents`) a
 Slurm query per model (`sinfo`; `scontrol show reservation`), plus one `scontrol` per node,
 reservation or job it changes; while machines are failed, the listings of partitions and
 allocations and one `squeue` more (the jobs on them; the jobs waiting for their IPUs). Run by the
-hook service every `health.interval` seconds, or by hand (`slurm-ipu health`).
+slurm-ipu service every `health.interval` seconds, or by hand (`slurm-ipu health`).
 
 Whose drains: the pass resumes only a node that carries its own reason (`slurm-ipu: IPU-Machine
 ...`); a node drained by an admin or another tool (any other reason) is never drained over or

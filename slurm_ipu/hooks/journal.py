@@ -1,7 +1,7 @@
 """A journal of partitions waiting for removal, in STATE_DIR/pending-removal/.
 
 Entries are written only through `Journal.add` (one format, in place before the hook answers):
-by the hook service, which queues an ended job's partition slurm-ipu-hook hands it, and
+by the slurm-ipu service, which queues an ended job's partition slurm-ipu-hook hands it, and
 by the Python hooks when V-IPU refused a removal (reason given). One small file per partition,
 written whole (tmp + rename), so parallel hooks never contend and a crash leaves either the
 whole entry or none.
@@ -9,8 +9,8 @@ whole entry or none.
 Not fsynced, unlike the creation record: an entry outlives the process that wrote it (a service
 that dies after answering finds it when it starts again), and what a crash of the host itself
 loses (an entry gone, or left empty and so read as unreadable and dropped), the record covers:
-the hook service's full reap at start removes every recorded partition whose job is over. An
-fsync per ended job was the hook service's largest kernel cost.
+the slurm-ipu service's full reap at start removes every recorded partition whose job is over. An
+fsync per ended job was the slurm-ipu service's largest kernel cost.
 
 Epilogs (and the service giving back a partition nobody waited for) only add entries. Acting on
 one, dropping it, or adding it again with V-IPU's refusal is the remover's alone (remover.py),
@@ -31,7 +31,7 @@ from ..fsutil import read_json, remove, write_into
 
 @functools.lru_cache(maxsize=8)
 def _paths(state_dir: str) -> tuple[Path, str]:
-    """Built once per state directory: the hook service makes a Journal per request, and works
+    """Built once per state directory: the slurm-ipu service makes a Journal per request, and works
     in plain strings (no Path per entry)."""
     where = os.path.join(state_dir, "pending-removal")
     return Path(where), where

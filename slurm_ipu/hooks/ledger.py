@@ -34,7 +34,7 @@ def stripe(partition: str) -> int:
 
 @functools.lru_cache(maxsize=8)
 def _paths(state_dir: str) -> tuple[Path, str, str]:
-    """Built once per state directory: the hook service makes a Ledger per request, and works in
+    """Built once per state directory: the slurm-ipu service makes a Ledger per request, and works in
     plain strings (no Path per record)."""
     where = os.path.join(state_dir, "created")
     return Path(where), where, os.path.join(state_dir, "name-locks")
@@ -46,7 +46,7 @@ class Ledger:
 
     def lock(self, partition: str, deadline: float):
         """Held by the prolog while it makes `partition`, and taken by whoever removes it: a
-        removal queued for a job cancelled mid-prolog (the hook service keeps a handed-over
+        removal queued for a job cancelled mid-prolog (the slurm-ipu service keeps a handed-over
         prolog running after Slurm killed its slurm-ipu-hook) must not run between the record and
         the create, or the create lands after the removal and nothing remembers it."""
         return locks.hold(self._lock_path(partition), deadline)

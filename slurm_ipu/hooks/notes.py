@@ -4,8 +4,8 @@ or `slurm-ipu:allocation=c55,ipus=32` in the allocation model (a step's own part
 tasks' IPUOF_VIPU_API_PARTITION_ID).
 
 Why batched: a `scontrol update` per job would add a process start and its config read to every
-job start, the costs the hook service exists to save (docs/performance.md keeps the hooks' CPU
-under half of slurmctld's). The hook service queues each note and writes all of them at its next
+job start, the costs the slurm-ipu service exists to save (docs/performance.md keeps the hooks' CPU
+under half of slurmctld's). The slurm-ipu service queues each note and writes all of them at its next
 pass (at most a second later) with one `scontrol` reading its commands from stdin. scontrol's
 tokens keep quotes verbatim, so a note holds no blank. Before writing, one `squeue` of just
 those jobs: a note goes only to a job still running (or CONFIGURING: its prolog has just ended)
@@ -39,7 +39,7 @@ def is_note(comment: str | None) -> bool:
 
 
 class BatchedNotes:
-    """The SlurmBackend the hook service hands its prologs: every call goes to Slurm at once but
+    """The SlurmBackend the slurm-ipu service hands its prologs: every call goes to Slurm at once but
     `note`, which waits for `flush` (the removal thread's next pass)."""
 
     def __init__(self, slurm):

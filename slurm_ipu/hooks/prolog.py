@@ -61,14 +61,14 @@ class SlurmUnread(SlurmIpuError):
 
 
 class Abandoned(SlurmIpuError):
-    """Nobody waits for this prolog any more (the hook service ran it; Slurm killed the
+    """Nobody waits for this prolog any more (the slurm-ipu service ran it; Slurm killed the
     slurm-ipu-hook because the job was cancelled)."""
 
 
 def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=time.sleep, room=None) -> int:
     """room(name, deadline) -> how many journaled removals it settled: what a prolog short of IPUs
     asks of the remover (remover.py). By default it removes them itself if nobody else removes
-    now (a Python prolog); the hook service wakes its removal thread instead."""
+    now (a Python prolog); the slurm-ipu service wakes its removal thread instead."""
     if ctx.ipus == 0 and ctx.het_offset:
         ctx, failed = _component(ctx, cfg, slurm)
         if failed is not None:
@@ -285,7 +285,7 @@ def run_allocation(ctx: JobContext, cfg, client, slurm, clock, sleep, make_room)
 def _name_it(cfg, slurm, ctx: JobContext, text: str) -> None:
     """The job's AdminComment names what it got (notes.py). A restarted job's comment is a failed
     attempt's reason, stale as it starts: replaced now, as the prolog used to clear it; a first
-    attempt's note waits for the hook service's next pass."""
+    attempt's note waits for the slurm-ipu service's next pass."""
     if slurm is not None:
         _tell(cfg, slurm.admin_comment if ctx.restart_count > 0 else slurm.note, ctx.job_id, text)
 

@@ -1,6 +1,6 @@
 """`slurm-ipu reap`: remove partitions no running job owns, and work off the epilog's journal.
 
-The hook service runs it every reap.interval; by hand it is safe at any time: one V-IPU
+The slurm-ipu service runs it every reap.interval; by hand it is safe at any time: one V-IPU
 listing, one Slurm query, a deadline, --dry-run, and it runs only as the remover (remover.py),
 so never beside another reap or the service (which then reaps on its behalf). A partition is
 ours if its name is prefix + digits; it is an orphan unless its job is live: its base state is
@@ -83,7 +83,7 @@ def job_objects(cfg, client, deadline: float) -> list:
 def run(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic, wait: float | None = None) -> int:
     """`slurm-ipu reap` by hand. A dry run only reads. Otherwise it becomes the remover
     (remover.py) for its run, waiting `wait` seconds (by default as long as one reap may take)
-    for an epilog or another reap that is; while the hook service is the remover, the service
+    for an epilog or another reap that is; while the slurm-ipu service is the remover, the service
     reaps now on its behalf (ask_reap, below) and its lines are printed here."""
     try:
         if dry_run:
@@ -108,7 +108,7 @@ def _as_remover(cfg, client, slurm, out, clock, wait: float | None) -> int:
 
 
 def ask_reap(cfg, out, busy) -> int:
-    """`slurm-ipu reap` while the hook service is the remover: it reaps now and sends each line,
+    """`slurm-ipu reap` while the slurm-ipu service is the remover: it reaps now and sends each line,
     then "exit N" (transport.answer_reap). Only root and the service's own user are answered (as
     for the hooks)."""
     path, wait = socket_path(cfg.state_dir), cfg.epilog.deadline * 4 + 30
@@ -135,11 +135,11 @@ def ask_reap(cfg, out, busy) -> int:
 
 
 def sweep(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monotonic) -> int:
-    """One reap, by the remover (the hook service every reap.interval, or `run` above)."""
+    """One reap, by the remover (the slurm-ipu service every reap.interval, or `run` above)."""
     deadline = clock() + cfg.epilog.deadline * 4
     journal, ledger = Journal(cfg.state_dir), Ledger(cfg.state_dir)
     # Only entries older than the listings below are settled: one queued after them (a job
-    # that ended meanwhile) is the hook service's, or the next run's.
+    # that ended meanwhile) is the slurm-ipu service's, or the next run's.
     queued = journal.names()
     recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
     before = time.time()
@@ -149,7 +149,7 @@ def sweep(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monot
     for name, job in orphans(parts, jobs, cfg.job_prefixes):
         if ledger.owns(name, job):
             found.append((name, job))
-        elif name in recorded:  # ours, removed meanwhile by its epilog or the hook service
+        elif name in recorded:  # ours, removed meanwhile by its epilog or the slurm-ipu service
             continue
         else:  # made under our prefix by someone else: not ours to remove
             out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not create it")

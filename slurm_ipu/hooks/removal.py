@@ -1,5 +1,5 @@
 """Removing ended jobs' partitions (or, in the allocation model, their allocations): the one rule
-whoever is the remover (remover.py: the hook service, else a Python epilog, a Python prolog short
+whoever is the remover (remover.py: the slurm-ipu service, else a Python epilog, a Python prolog short
 of IPUs, or `slurm-ipu reap`) follows.
 
 Only a partition with slurm-ipu's creation record for that job is removed; anything else
@@ -30,7 +30,7 @@ def owed(cfg, ctx) -> bool:
 
 
 def queue(cfg, ctx) -> str:
-    """A job's end, as the hook service and the Python epilog both take it: its V-IPU object's
+    """A job's end, as the slurm-ipu service and the Python epilog both take it: its V-IPU object's
     removal in the durable journal, for work_off. Returns the object's name."""
     name = cfg.job_name(ctx.job_id, ctx.nodes)
     Journal(cfg.state_dir).add(name, ctx.job_id, QUEUED)
@@ -100,7 +100,7 @@ def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotoni
     (V-IPU unreachable) ends the pass: the rest would fail the same way. V-IPU refusing one
     removal does not hold up the others. An entry whose prolog still holds the name stays for
     the next pass. observe(seconds): told how long each settled entry waited since it was first
-    queued (the hook service's removal histogram)."""
+    queued (the slurm-ipu service's removal histogram)."""
     journal, done, failed = Journal(cfg.state_dir), [], {}
     for name in names:
         if clock() >= deadline:

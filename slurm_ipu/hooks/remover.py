@@ -3,7 +3,7 @@
 Epilogs only add to the journal (each entry its own file, written whole), and prologs only
 write creation records under their name's lock (ledger.py). Acting on an entry (the V-IPU
 removal, dropping the entry and the record, re-queueing a refusal) is the remover's alone:
-- the hook service, for as long as it runs (its removal thread; its prologs short of IPUs
+- the slurm-ipu service, for as long as it runs (its removal thread; its prologs short of IPUs
   wake that thread instead of removing themselves);
 - without it, a Python epilog for its own job's entry, a Python prolog short of IPUs (only if
   no one else removes: it never waits), or `slurm-ipu reap`, each for the length of its work.
@@ -28,7 +28,7 @@ from .. import locks
 from ..fsutil import pid_alive
 from ..locks import LockTimeout
 
-SERVICE = "service"  # the hook service's role; the others name the command holding it for a while
+SERVICE = "service"  # the slurm-ipu service's role; the others name the command holding it for a while
 
 
 class Busy(LockTimeout):
@@ -71,7 +71,7 @@ def describe(who: tuple[int, str] | None) -> str:
         return "another remover"
     pid, role = who
     if role == SERVICE:
-        return f"the hook service (pid {pid})"
+        return f"the slurm-ipu service (pid {pid})"
     return f"`slurm-ipu reap` (pid {pid})" if role == "reap" else f"a Python {role} (pid {pid})"
 
 
@@ -81,7 +81,7 @@ def is_service(who: tuple[int, str] | None) -> bool:
 
 def take(state_dir: str, role: str, wait: float, clock=time.monotonic, sleep=time.sleep) -> int:
     """The lock's fd, once held (close it with give_up to give the role up). Busy after `wait`
-    seconds, or at once when the holder is the hook service."""
+    seconds, or at once when the holder is the slurm-ipu service."""
     path = lock_path(state_dir)
     fd = locks.open_lock(path)
     if not locks.wait_for(fd, clock() + wait, clock, sleep, stop=lambda: is_service(_words(os.pread(fd, 128, 0)))):

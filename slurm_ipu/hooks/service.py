@@ -1,5 +1,6 @@
-"""The hook service (`slurm-ipu reap --watch`): one long-running process, as SlurmUser, that takes
-the controller hooks slurm-ipu-hook hands it (transport.py) and removes ended jobs' partitions.
+"""The slurm-ipu service (`slurm-ipu service`, systemd's slurm-ipu.service): one long-running
+process, as SlurmUser, that takes the controller hooks slurm-ipu-hook hands it (transport.py) and
+removes ended jobs' partitions.
 
 Why: Slurm (22.05 at least) returns a job's licences only when EpilogSlurmctld exits, and
 schedules again at that moment only if the nodes' epilogs finished *after* it; otherwise the next
@@ -37,7 +38,7 @@ NOTES_S = 1.0  # started jobs' notes (notes.py) wait at most this long: one scon
 
 
 class Service:
-    """The long-running hook service: the journal as soon as an epilog queues a removal, a full
+    """The long-running slurm-ipu service: the journal as soon as an epilog queues a removal, a full
     `reap` (orphans whose job is gone; one squeue) every reap.interval seconds as the backstop,
     and the prologs slurm-ipu-hook hands over (transport.py), each in a thread of its own."""
 
@@ -93,7 +94,7 @@ class Service:
         try:
             self.slurm.flush()
         except SlurmIpuError as exc:  # a job ended before its note: the others were written
-            report(self.cfg.state_dir, f"hook service: a job's partition note not written: {exc}")
+            report(self.cfg.state_dir, f"slurm-ipu service: a job's partition note not written: {exc}")
 
     def _work_off(self, names: list[str], now: float, by: float = float("inf")) -> float:
         done, failed = work_off(self.cfg, self.client, names, min(by, now + self.cfg.epilog.deadline), self.clock,
@@ -106,10 +107,10 @@ class Service:
             if entry_only(exc):  # that removal alone waits; the others go on
                 backoff = min(self.later.get(name, (0.0, 0.5))[1] * 2, BACKOFF_MAX_S)
                 self.later[name] = (self.clock() + backoff, backoff)
-                report(self.cfg.state_dir, f"hook service: {name} not removed ({exc}); retrying in {backoff:g}s")
+                report(self.cfg.state_dir, f"slurm-ipu service: {name} not removed ({exc}); retrying in {backoff:g}s")
                 continue
             self.retry_at = self.clock() + self.backoff  # V-IPU unreachable: no hammering; all stay queued
-            report(self.cfg.state_dir, f"hook service: V-IPU failed ({exc}); retrying in {self.backoff:g}s")
+            report(self.cfg.state_dir, f"slurm-ipu service: V-IPU failed ({exc}); retrying in {self.backoff:g}s")
             self.backoff = min(self.backoff * 2, BACKOFF_MAX_S)
             return self.retry_at - self.clock()
         self.backoff = 1.0
@@ -125,7 +126,7 @@ class Service:
         try:
             return reap.sweep(self.cfg, self.client, self.slurm, out=out)
         except SlurmIpuError as exc:  # slurmctld or V-IPU down: next time
-            out(f"hook service: reap skipped: {exc}")
+            out(f"slurm-ipu service: reap skipped: {exc}")
             return 1
         finally:
             self.stats.passed("reap")
@@ -142,7 +143,7 @@ class Service:
         try:
             self.stats.save()
         except OSError as exc:
-            report(self.cfg.state_dir, f"hook service: counters not written: {exc}")
+            report(self.cfg.state_dir, f"slurm-ipu service: counters not written: {exc}")
 
     def _health(self) -> None:
         from . import health
@@ -151,14 +152,14 @@ class Service:
             health.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg.state_dir, line),
                        deadline=self.clock() + self.cfg.epilog.deadline)
         except SlurmIpuError as exc:  # V-IPU or slurmctld unreachable: not a machine failure, nothing changes
-            report(self.cfg.state_dir, f"hook service: health pass skipped: {exc}")
+            report(self.cfg.state_dir, f"slurm-ipu service: health pass skipped: {exc}")
         self.stats.passed("health")
         self._save_stats()
         if self.after_health is not None:
             try:
                 self.after_health()
             except (SlurmIpuError, OSError) as exc:
-                report(self.cfg.state_dir, f"hook service: metrics not written: {exc}")
+                report(self.cfg.state_dir, f"slurm-ipu service: metrics not written: {exc}")
 
     def run(self) -> int:
         lock = self._become_remover()
@@ -173,7 +174,7 @@ class Service:
         signal.set_wakeup_fd(stop_w)
         self.stop_w = stop_w
         before, threading.excepthook = threading.excepthook, self._died
-        report(self.cfg.state_dir, f"hook service: started, pid {os.getpid()}")
+        report(self.cfg.state_dir, f"slurm-ipu service: started, pid {os.getpid()}")
         # Removals in their own thread: a slow V-IPU removal never delays a waiting prolog.
         removals = threading.Thread(target=self._removals, name="removals", daemon=True)
         removals.start()
@@ -194,10 +195,10 @@ class Service:
             threading.excepthook, self.stop_w = before, -1
             os.close(stop_r)
             os.close(stop_w)
-            report(self.cfg.state_dir, "hook service: stopped" if not self.died else
-                   f"hook service: stopped, exit 1: its {self.died} thread died (traceback above)")
+            report(self.cfg.state_dir, "slurm-ipu service: stopped" if not self.died else
+                   f"slurm-ipu service: stopped, exit 1: its {self.died} thread died (traceback above)")
         if self.died:  # a non-zero exit: systemd (Restart=always) and the lab start it again
-            raise ServiceDied(f"hook service: its {self.died} thread died; see {self.cfg.state_dir}/hooks.log")
+            raise ServiceDied(f"slurm-ipu service: its {self.died} thread died; see {self.cfg.state_dir}/hooks.log")
         return 0
 
     def _become_remover(self) -> int:
@@ -209,8 +210,8 @@ class Service:
             return remover.take(state, remover.SERVICE, wait)
         except remover.Busy as busy:
             if remover.is_service(busy.holder):
-                raise ConfigError(f"hook service: one already runs for {state} (pid {busy.holder[0]})") from None
-            raise ConfigError(f"hook service: {busy}, and still after {wait:g}s; stop it, then start the "
+                raise ConfigError(f"slurm-ipu service: one already runs for {state} (pid {busy.holder[0]})") from None
+            raise ConfigError(f"slurm-ipu service: {busy}, and still after {wait:g}s; stop it, then start the "
                               "service again") from None
 
     def _last_pass(self, stop_by: float) -> None:
@@ -246,7 +247,7 @@ class Service:
             return
         name = args.thread.name if args.thread is not None else "unknown"
         trace = "".join(traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback))
-        report(self.cfg.state_dir, f"hook service: the {name} thread died; stopping (exit 1) to be "
+        report(self.cfg.state_dir, f"slurm-ipu service: the {name} thread died; stopping (exit 1) to be "
                f"started again:\n{trace.rstrip()}")
         self.died = self.died or name
         self.stopping = True
@@ -259,5 +260,5 @@ class Service:
 
 def _stopping(out) -> int:
     """The answer to a reap asked while the service stops."""
-    out("hook service: stopping; run `slurm-ipu reap` again once it has stopped")
+    out("slurm-ipu service: stopping; run `slurm-ipu reap` again once it has stopped")
     return 1

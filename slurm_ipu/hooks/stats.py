@@ -1,4 +1,4 @@
-"""What the hook service counts for `slurm-ipu metrics`: how long the hooks it
+"""What the slurm-ipu service counts for `slurm-ipu metrics`: how long the hooks it
 runs take, how long an ended job's V-IPU object waits to be removed, and V-IPU's failed calls by
 kind. Kept in memory (prologs, epilogs and removals run in the service's threads) and written to
 STATE_DIR/hook-stats.json after each removal pass that removed something, at each reap and health

@@ -1,8 +1,8 @@
-"""The controller hooks' way into the running hook service: one Unix socket, one small C program.
+"""The controller hooks' way into the running slurm-ipu service: one Unix socket, one small C program.
 
 Why: slurmctld forks the hook for every job, and a Python hook costs ~80 ms of CPU before it
 does anything; in a storm of short jobs that CPU is taken from slurmctld. The service
-(`slurm-ipu reap --watch`) runs warm as SlurmUser, and PrologSlurmctld/EpilogSlurmctld is
+(`slurm-ipu service`) runs warm as SlurmUser, and PrologSlurmctld/EpilogSlurmctld is
 `slurm-ipu-hook` (spank/hook/hook.c, built with the install), which for an IPU job sends the hook's name and
 its environment on STATE_DIR/hooks.sock and exits with the status the service answers:
 
@@ -128,11 +128,11 @@ def take(conn: socket.socket, cfg) -> tuple[str, dict[str, str]] | None:
     try:
         uid = peer_uid(conn)
         if uid not in (0, os.getuid()):
-            report(cfg.state_dir, f"hook service: request from uid {uid} refused")
+            report(cfg.state_dir, f"slurm-ipu service: request from uid {uid} refused")
         else:
             return read_request(conn)
     except (OSError, ValueError) as exc:
-        report(cfg.state_dir, f"hook service: unreadable request: {exc}")
+        report(cfg.state_dir, f"slurm-ipu service: unreadable request: {exc}")
     conn.close()
     return None
 
@@ -148,10 +148,10 @@ def dispatch(conn: socket.socket, cfg, client, slurm, queued, verb: str, env: di
             elif verb == "epilog":
                 code = _epilog(cfg, env, queued)
             else:
-                report(cfg.state_dir, f"hook service: request {verb[:40]!r} ignored")
+                report(cfg.state_dir, f"slurm-ipu service: request {verb[:40]!r} ignored")
                 return
         except Exception as exc:  # noqa: BLE001 - the service outlives one request's failure
-            report(cfg.state_dir, f"job {env.get('SLURM_JOB_ID', '?')}: the hook service could not take "
+            report(cfg.state_dir, f"job {env.get('SLURM_JOB_ID', '?')}: the slurm-ipu service could not take "
                                      f"the {verb}: {exc!r}; left to the Python hook")
             return
         if code is not None:
@@ -181,7 +181,7 @@ def _prolog(conn, cfg, client, slurm, env: dict, room=None) -> int | None:
         return prolog.run(ctx, cfg, client.with_sleep(_watching(conn, client.sleep)), slurm, sleep=client.sleep,
                           room=room)
     except Exception as exc:  # noqa: BLE001 - a bug must still answer the client, not hang it
-        report(cfg.state_dir, f"job {ctx.job_id}: prolog failed in the hook service: {exc!r}")
+        report(cfg.state_dir, f"job {ctx.job_id}: prolog failed in the slurm-ipu service: {exc!r}")
         return 1
 
 

@@ -4,7 +4,7 @@ One slurmctld and N `slurmd -N nodeK` on loopback (docs/slurm.md),
 configuration rendered from templates/, the `vipu` shim on the lab's own PATH only. Every
 process the lab starts is recorded in LAB/pids.json by pid and start time (so a pid the kernel
 has since given to another process, after a crash or a reboot, is never signalled); `down`
-stops exactly those, and `up` on a partly dead lab restarts only what is dead. The hook service
+stops exactly those, and `up` on a partly dead lab restarts only what is dead. The slurm-ipu service
 has a supervisor (supervise.py) that starts it again when it fails, as systemd does on a site;
 it records the service's current pid in LAB/run/reaper.json, which load_pids reads.
 Progress goes to stderr; stdout carries only `export NAME=value` lines for `eval`.
@@ -22,15 +22,15 @@ from .daemons import (
     check_trusted,
     load_pids,
     node_states,
-    reaper_status,
-    restart_reaper,
+    restart_service,
     save_pids,
+    service_status,
     slurm_cli,
     start_emulator,
     start_munge,
-    start_reaper,
+    start_service,
     start_slurm,
-    stop_reaper,
+    stop_service,
     wait_idle,
 )
 from .files import build_vipu_fast, context, install_site, install_spank, site_description, write_files
@@ -40,7 +40,7 @@ from .spec import CLUSTER, FROM_PACKAGES, PREFIX, REAP_INTERVAL, REPO, SBIN, TWI
 # What callers reach as slurm_ipu.lab.<name> (the CLI, the demo, the tests).
 __all__ = ["CLUSTER", "FROM_PACKAGES", "PREFIX", "REAP_INTERVAL", "REPO", "SBIN", "TWIN_GRES", "LabSpec",
            "build_vipu_fast", "check_trusted", "context", "down", "install_site", "load_pids", "node_states",
-           "restart_reaper", "save_pids", "site_description", "slurm_cli", "status", "stop_reaper", "up", "_run",
+           "restart_service", "save_pids", "site_description", "slurm_cli", "status", "stop_service", "up", "_run",
            "_running", "_slurm", "_stop_all", "_stop_pid"]
 
 
@@ -79,7 +79,7 @@ def up(spec: LabSpec) -> None:
                 accounting.start_slurmdbd(spec, pids)
             start_slurm(spec, pids)
             if not spec.own_conf:
-                start_reaper(spec, pids)
+                start_service(spec, pids)
         finally:
             save_pids(spec, pids)
         wait_idle(spec, pids)
@@ -123,7 +123,7 @@ def down(spec: LabSpec, cancel: bool = True) -> None:
         return
     if cancel and _running(pids.get("slurmctld")):
         cancel_all(spec)
-    if cancel and _running(pids.get("reaper")):
+    if cancel and _running(pids.get("service")):
         _drain_journal(spec)
     _stop_all(pids, list(pids))
     spec.path("pids.json").unlink(missing_ok=True)
@@ -142,7 +142,7 @@ def status(spec: LabSpec) -> int:
         ok = _running(rec)
         pid = _pid(rec) or "-"
         alive &= ok
-        note = reaper_status(spec, pids) if key == "reaper" else ""
+        note = service_status(spec, pids) if key == "service" else ""
         print(f"{key:<14} pid {pid:<8} {'running' if ok else 'STOPPED'}{note}")
     if _running(pids.get("slurmctld")):
         for name, state in node_states(spec).items():

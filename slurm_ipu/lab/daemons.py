@@ -67,11 +67,11 @@ def load_pids(spec: LabSpec) -> dict:
     return _supervised(spec, _follow_restarts(spec, pids))
 
 
-SUPERVISOR = "supervisor"  # pids.json's key of lab/supervise.py, the hook service's parent
+SUPERVISOR = "supervisor"  # pids.json's key of lab/supervise.py, the slurm-ipu service's parent
 
 
 def supervision(spec: LabSpec) -> Path:
-    """What lab/supervise.py records: the hook service's current pid, its restarts, its state."""
+    """What lab/supervise.py records: the slurm-ipu service's current pid, its restarts, its state."""
     return spec.path("run", "reaper.json")
 
 
@@ -84,13 +84,13 @@ def supervised(spec: LabSpec) -> dict:
 
 
 def _supervised(spec: LabSpec, pids: dict) -> dict:
-    """pids["reaper"]: the service the supervisor recorded (it alone knows the pid after a
+    """pids["service"]: the service the supervisor recorded (it alone knows the pid after a
     restart), when the record is the recorded supervisor's."""
     doc = supervised(spec)
     sup, service = doc.get("supervisor"), doc.get("service")
     if isinstance(sup, dict) and isinstance(service, dict) and _pid(pids.get(SUPERVISOR)) == sup.get("pid") \
             and service.get("pid"):
-        pids["reaper"] = {"pid": service["pid"], "token": service.get("token")}
+        pids["service"] = {"pid": service["pid"], "token": service.get("token")}
     return pids
 
 
@@ -116,7 +116,7 @@ def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
 
 def save_pids(spec: LabSpec, pids: dict) -> None:
     """The supervised service's pid is the supervisor's to record (run/reaper.json), not kept here."""
-    kept = {k: v for k, v in pids.items() if not (k == "reaper" and SUPERVISOR in pids)}
+    kept = {k: v for k, v in pids.items() if not (k == "service" and SUPERVISOR in pids)}
     atomic_write(spec.path("pids.json"), json.dumps(kept, indent=1))
 
 
@@ -214,21 +214,21 @@ def _slurmd_argv(spec: LabSpec, conf: str, name: str) -> list[str]:
             f"mount --bind {run} /run && mount --bind {empty} {spec.path('etc')} && exec {slurmd}"]
 
 
-def start_reaper(spec: LabSpec, pids: dict) -> None:
-    """The hook service, as a site runs it from systemd: slurm-ipu-hook queues ended jobs'
+def start_service(spec: LabSpec, pids: dict) -> None:
+    """The slurm-ipu service, as a site runs it from systemd: slurm-ipu-hook queues ended jobs'
     partitions for it while it is the remover (it holds remover.lock). Started by its supervisor
     (lab/supervise.py), which starts it again when it fails, as systemd's Restart=always does."""
-    if _running(pids.get("reaper")) and _running(pids.get(SUPERVISOR)):
+    if _running(pids.get("service")) and _running(pids.get(SUPERVISOR)):
         return
     if _running(pids.get(SUPERVISOR)):  # between restarts, or a service it no longer watches
         _stop_supervisor(spec, pids)
-    if _running(pids.get("reaper")):  # a service started without one (an older lab): as it was
+    if _running(pids.get("service")):  # a service started without one (an older lab): as it was
         return
     lock, record = remover_lock(spec.path("state")), supervision(spec)
     record.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "slurm_ipu.lab.supervise", "--record", str(record), "--",
-            sys.executable, "-m", "slurm_ipu.cli", "reap", "--watch"]
-    with open(spec.path("log", "reaper.log"), "ab") as log:
+            sys.executable, "-m", "slurm_ipu.cli", "service"]
+    with open(spec.path("log", "service.log"), "ab") as log:
         proc = subprocess.Popen(argv, env=spec.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=True)
     pids[SUPERVISOR] = _record(proc.pid)
@@ -246,9 +246,9 @@ def start_reaper(spec: LabSpec, pids: dict) -> None:
 
     if not poll(lambda: started() or proc.poll() is not None, 15) or not started():
         _stop_supervisor(spec, pids)
-        raise LabError(f"the hook service did not start: {_log_tail(spec.path('log', 'reaper.log'))}")
+        raise LabError(f"the slurm-ipu service did not start: {_log_tail(spec.path('log', 'service.log'))}")
     _supervised(spec, pids)
-    say(f"started the hook service (slurm-ipu reap --watch, pid {started()}; supervised by pid {proc.pid}, which "
+    say(f"started the slurm-ipu service (slurm-ipu service, pid {started()}; supervised by pid {proc.pid}, which "
         "starts it again if it fails)")
 
 
@@ -256,20 +256,20 @@ def _stop_supervisor(spec: LabSpec, pids: dict) -> None:
     """SIGTERM: the supervisor stops the service (SIGTERM too) and itself, restarting nothing."""
     rec = pids.pop(SUPERVISOR, None)
     if _running(rec):
-        _stop_pid(_pid(rec), "the hook service's supervisor", timeout=20)  # it waits up to 12 s for the service
+        _stop_pid(_pid(rec), "the slurm-ipu service's supervisor", timeout=20)  # it waits up to 12 s for the service
 
 
-def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
-    """Stop the hook service by its recorded pid (drills: the hooks without it, a crash). SIGTERM
+def stop_service(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
+    """Stop the slurm-ipu service by its recorded pid (drills: the hooks without it, a crash). SIGTERM
     stops it for good; any other signal is a drill: its supervisor lets go first, so the service
-    killed stays dead until restart_reaper."""
+    killed stays dead until restart_service."""
     pids = load_pids(spec)
-    rec, sup = pids.pop("reaper", None), pids.get(SUPERVISOR)
+    rec, sup = pids.pop("service", None), pids.get(SUPERVISOR)
     pid = _pid(rec)
     if sig == signal.SIGTERM:
         _stop_supervisor(spec, pids)
         if _running(rec):  # unsupervised, or the supervisor did not get it stopped
-            _stop_pid(pid, "reaper")
+            _stop_pid(pid, "service")
     else:
         if _running(sup):
             os.kill(_pid(sup), signal.SIGUSR1)
@@ -283,13 +283,13 @@ def stop_reaper(spec: LabSpec, sig: int = signal.SIGTERM) -> None:
     save_pids(spec, pids)
 
 
-def restart_reaper(spec: LabSpec) -> None:
+def restart_service(spec: LabSpec) -> None:
     pids = load_pids(spec)
-    start_reaper(spec, pids)
+    start_service(spec, pids)
     save_pids(spec, pids)
 
 
-def reaper_status(spec: LabSpec, pids: dict) -> str:
+def service_status(spec: LabSpec, pids: dict) -> str:
     """What `lab status` adds to the service's line: its restarts after a failure, or that its
     supervisor gave up."""
     doc = supervised(spec)
@@ -300,7 +300,7 @@ def reaper_status(spec: LabSpec, pids: dict) -> str:
     if doc.get("state") == "gave-up":
         limit = doc.get("limit") or {}
         return (f" (failed: {last}; gave up after {restarts} restarts, at most {limit.get('burst')} within "
-                f"{limit.get('interval')} s: see {spec.path('log', 'reaper.log')}; `slurm-ipu lab up` starts it)")
+                f"{limit.get('interval')} s: see {spec.path('log', 'service.log')}; `slurm-ipu lab up` starts it)")
     if doc.get("state") == "restarting":
         return f" (failed: {last}; starting again, restart {restarts})"
     return f" (restarted {restarts} times after a failure, last: {last})" if restarts else ""
@@ -372,7 +372,7 @@ def cancel_all(spec: LabSpec, timeout: float = 60.0) -> None:
 
 def _stop_all(pids: dict, keys: list[str]) -> None:
     """Stop the recorded processes named in keys, slurmd first, munged last."""
-    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadb", SUPERVISOR, "reaper",
+    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadb", SUPERVISOR, "service",
                                                              "vipu-emu", "munged"]
     for key in order:
         rec = pids.get(key)

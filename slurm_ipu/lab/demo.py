@@ -40,7 +40,7 @@ def _wait_done(spec, job: int, timeout: float = 120.0) -> str:
 
 
 def _wait_removed(vipu, name: str, timeout: float = 15.0) -> None:
-    """The hook service takes the partition within a poll interval of the job's end; the
+    """The slurm-ipu service takes the partition within a poll interval of the job's end; the
     listing below shows the result (and fails the demo if it is still there)."""
     def gone() -> bool:
         try:

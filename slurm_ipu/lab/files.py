@@ -245,7 +245,7 @@ def write_files(spec: LabSpec) -> None:
     for sub in ("etc", "bin", "spool/ctld", "run", "log", "state", "vipu-emu"):
         spec.path(sub).mkdir(parents=True, exist_ok=True)
     # The hooks' state directory, as private as a site's (deploy/install.py: 0700, SlurmUser's):
-    # the lab's SlurmUser is root (context), who alone runs the hooks and the hook service; the
+    # the lab's SlurmUser is root (context), who alone runs the hooks and the slurm-ipu service; the
     # lab's users read neither the hooks' log nor the records of other users' jobs.
     spec.path("state").chmod(0o700)
     for name in spec.node_names:

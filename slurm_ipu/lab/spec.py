@@ -19,7 +19,7 @@ PACKAGES_PLUGIN_DIR = config.BY_KEY["slurm.plugin_dir"].default  # where slurm-i
 SBIN = Path("/usr/sbin")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"
-REAP_INTERVAL = 30.0  # the hook service's full reap: short, so drills see orphans go
+REAP_INTERVAL = 30.0  # the slurm-ipu service's full reap: short, so drills see orphans go
 MODELS = ("partition", "allocation", "mixed")
 TWIN_GRES = "twin"  # LabSpec.twin_gres's name
 MODEL_PARTITIONS = {"allocation": "ipu-alloc", "partition": "ipu-part"}  # --model mixed: Slurm's, per model
@@ -46,7 +46,7 @@ class LabSpec:
     prefix: str | None = None
     # Own configuration: Slurm starts from the slurm.conf (and what it names) already in DIR/etc,
     # a site's own files as an admin wrote them (tests/slurm/test_adoption.py): the lab writes none
-    # of Slurm's configuration, installs nothing and starts no hook service (the site's install
+    # of Slurm's configuration, installs nothing and starts no slurm-ipu service (the site's install
     # does); the emulator reads DIR/etc/vipu-emu.yaml.
     own_conf: bool = False
     # vipu.model of the lab's site: 'partition' (a partition per job) or 'allocation' (Graphcore's
@@ -54,7 +54,7 @@ class LabSpec:
     # 'mixed' (--pods 2 or more): Pod a takes the allocation model, the others the partition model,
     # and Slurm has a partition of each model's hosts beside the default one of all (MODEL_PARTITIONS)
     model: str = "partition"
-    # the hook service's full reap (reap.interval); benchmarks that pile up state set it long
+    # the slurm-ipu service's full reap (reap.interval); benchmarks that pile up state set it long
     reap_interval: float = REAP_INTERVAL
     # Configless (SlurmctldParameters=enable_configless): each slurmd starts with --conf-server and
     # sees neither the lab's etc nor the host's /run (a mount namespace of its own), so it runs

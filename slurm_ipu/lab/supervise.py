@@ -1,7 +1,7 @@
-"""The lab's supervision of the hook service, as systemd supervises it on a site.
+"""The lab's supervision of the slurm-ipu service, as systemd supervises it on a site.
 
-On a site, systemd runs `slurm-ipu reap --watch` with Restart=always, RestartSec=5
-(templates/site/slurm-ipu-reaper.service.j2): a service that dies (a thread that died of an
+On a site, systemd runs `slurm-ipu service` with Restart=always, RestartSec=5
+(templates/site/slurm-ipu.service.j2): a service that dies (a thread that died of an
 exception ends it with exit 1, slurm_ipu/hooks/service.py) is started again. In the lab this small
 process is the service's parent and does the same:
 
@@ -15,11 +15,11 @@ process is the service's parent and does the same:
   started again after --delay seconds. A clean exit (status 0: someone stopped it with SIGTERM)
   is not: that is a stop, as `kill PID` of the service has always been;
 - at most --burst restarts within --interval seconds, as systemd's StartLimitBurst: one more
-  failure in that window and it gives up, says so on stderr (the lab's reaper.log), records
+  failure in that window and it gives up, says so on stderr (the lab's service.log), records
   `gave-up` (what `slurm-ipu lab status` shows) and exits 1;
 - SIGTERM (or SIGINT): stop for good. The signal goes to the service, which stops as it does
   under systemd; after --stop-timeout seconds it is killed;
-- SIGUSR1: let go (a drill that kills the service, lab/daemons.py stop_reaper): records `let-go`,
+- SIGUSR1: let go (a drill that kills the service, lab/daemons.py stop_service): records `let-go`,
   then waits for the service to end without starting it again, and exits.
 
 Standard library only, and nothing of the lab's: it must outlive whatever started it.
@@ -69,14 +69,14 @@ class Supervisor:
             if self.asked:
                 return self._end("stopped", 0)
             if status == 0:
-                say(f"the hook service (pid {pid}) exited cleanly (status 0): stopped, not started again")
+                say(f"the slurm-ipu service (pid {pid}) exited cleanly (status 0): stopped, not started again")
                 return self._end("stopped", 0)
             if not self._may_restart():
-                say(f"the hook service (pid {pid}) failed ({self.last_exit}) again: {self.burst} restarts within "
-                    f"{self.interval:g} s already; giving up, as systemd's StartLimitBurst does (see reaper.log and "
+                say(f"the slurm-ipu service (pid {pid}) failed ({self.last_exit}) again: {self.burst} restarts within "
+                    f"{self.interval:g} s already; giving up, as systemd's StartLimitBurst does (see service.log and "
                     "hooks.log; `slurm-ipu lab up` starts it again)")
                 return self._end("gave-up", 1)
-            say(f"the hook service (pid {pid}) failed ({self.last_exit}); starting it again in {self.delay:g} s "
+            say(f"the slurm-ipu service (pid {pid}) failed ({self.last_exit}); starting it again in {self.delay:g} s "
                 f"(restart {len(self.restarts)} of at most {self.burst} within {self.interval:g} s)")
             self._write("restarting")
             self.wake.wait(self.delay)
@@ -95,7 +95,7 @@ class Supervisor:
                 stop_by = self.clock() + self.stop_timeout
                 self._signal(signal.SIGTERM)
             elif stop_by is not None and self.clock() > stop_by:
-                say(f"the hook service (pid {self.child.pid}) ignored SIGTERM for {self.stop_timeout:g} s; "
+                say(f"the slurm-ipu service (pid {self.child.pid}) ignored SIGTERM for {self.stop_timeout:g} s; "
                     "sending SIGKILL")
                 self._signal(signal.SIGKILL)
                 stop_by = float("inf")
@@ -173,7 +173,7 @@ def say(msg: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m slurm_ipu.lab.supervise",
-                                description="start ARGV and start it again when it fails (the lab's hook service)")
+                                description="start ARGV and start it again when it fails (the lab's slurm-ipu service)")
     p.add_argument("--record", required=True, help="where to keep the current pid and state (JSON)")
     p.add_argument("--delay", type=float, default=1.0, help="seconds before a restart (systemd's RestartSec)")
     p.add_argument("--burst", type=int, default=5, help="restarts allowed within --interval (StartLimitBurst)")

@@ -161,7 +161,7 @@ class SlurmCli:
             given = {"input": stdin} if stdin is not None else {"stdin": subprocess.DEVNULL}
             # errors="replace": a job's name, comment, work directory or script path is any bytes
             # its user chose, and squeue prints them as they are; a strict decode let one job name
-            # stop every reader of the queue (the hook service's removals among them).
+            # stop every reader of the queue (the slurm-ipu service's removals among them).
             proc = (self.runner or subprocess.run)(argv, env=env, capture_output=True, text=True, errors="replace",
                                                    timeout=self.timeout, **given)
         except FileNotFoundError:

@@ -52,7 +52,7 @@ class VipuClient:
         self.observer: Callable[[VipuError], None] | None = None  # told of every failed call (hooks/stats.py)
 
     def with_sleep(self, sleep: Callable[[float], None]) -> VipuClient:
-        """The same client pausing through `sleep` (the hook service watches its prologs)."""
+        """The same client pausing through `sleep` (the slurm-ipu service watches its prologs)."""
         twin = VipuClient(self.command, self.host, self.port, self.timeout, self.retries, self.backoff,
                           self.emulator_flags, self.runner, sleep, self.clock, self.admin_command)
         twin.observer = self.observer

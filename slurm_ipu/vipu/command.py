@@ -1,6 +1,6 @@
 """One `vipu` call: the child started with posix_spawn, its output read to the end, bounded.
 
-Why not subprocess.run: the hook service makes two `vipu` calls per IPU job, and subprocess.run's
+Why not subprocess.run: the slurm-ipu service makes two `vipu` calls per IPU job, and subprocess.run's
 own Python (Popen's setup, its selector-based communicate) cost more CPU than the native `vipu`
 it starts (measured: a third of the service's CPU per job, docs/performance.md). This does the
 same for the one case the client needs: an argument list (PATH searched, no shell), stdin from

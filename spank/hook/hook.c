@@ -8,7 +8,7 @@
  * - runs the site's own controller hook, if the site names one: its prolog first (a failure fails
  *   the job start, with its status, before any partition is made), its epilog after ours (its
  *   status is the hook's); jobs without IPUs get the site's hook and nothing else;
- * - for a job with an `ipu` licence, hands the hook to the running hook service: the hook's name
+ * - for a job with an `ipu` licence, hands the hook to the running slurm-ipu service: the hook's name
  *   and this process's environment, NUL-separated, on the service's Unix socket; the service
  *   answers "<status>\n" (slurm_ipu/hooks/transport.py) and that is the exit status;
  * - when no service takes it (nothing listens, or the connection ends without an answer: it died
@@ -197,7 +197,7 @@ static int later_component(void)
     return offset && offset[0] && strcmp(offset, "0") != 0;
 }
 
-/* --- the hook service ------------------------------------------------------------------------ */
+/* --- the slurm-ipu service ------------------------------------------------------------------------ */
 
 static long long now_ms(void)
 {
@@ -314,7 +314,7 @@ static int hand_over(const struct conf *c, const char *verb)
     close(fd);
     if (status < 0) {
         const char *job = getenv("SLURM_JOB_ID");
-        fprintf(stderr, "slurm-ipu: job %s: the hook service did not answer the %s within %d s\n",
+        fprintf(stderr, "slurm-ipu: job %s: the slurm-ipu service did not answer the %s within %d s\n",
             job ? job : "?", verb, c->prolog_wait);
         return 1;
     }

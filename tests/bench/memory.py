@@ -2,10 +2,10 @@
 
     .venv/bin/python tests/bench/memory.py [--partitions 1000]
 
-- the prolog and the epilog as slurm-ipu-hook runs them without the hook service (Python,
+- the prolog and the epilog as slurm-ipu-hook runs them without the slurm-ipu service (Python,
   with the lab's configuration and `vipu`), from the kernel's accounting of the finished
   process and its children (wait4's ru_maxrss);
-- the hook service, which runs the prologs and removals while it is up, after 40 IPU jobs;
+- the slurm-ipu service, which runs the prologs and removals while it is up, after 40 IPU jobs;
 - ipurun launching 8 instances inside an allocation (its own VmHWM, sampled until it exits:
   its srun child is not counted);
 - the emulator holding N partitions (its VmHWM), on a cluster of 1,024 IPUs.
@@ -68,7 +68,7 @@ def service(spec: lab.LabSpec, jobs: int = 40) -> float:
                        env=env, check=True, capture_output=True, timeout=60, cwd=spec.dir)
     wait_for("the jobs to finish", lambda: not subprocess.run(["squeue", "-h"], env=env, capture_output=True,
                                                               text=True, timeout=60).stdout.strip(), 300)
-    rec = lab.load_pids(spec)["reaper"]
+    rec = lab.load_pids(spec)["service"]
     return vm_hwm_mb(rec["pid"] if isinstance(rec, dict) else rec)
 
 
@@ -141,12 +141,12 @@ def main() -> int:
     emu = emulator(args.partitions)
     with temporary_lab() as spec:
         served = service(spec)
-        lab.stop_reaper(spec)  # as a site without the hook service: the hooks in Python
+        lab.stop_service(spec)  # as a site without the slurm-ipu service: the hooks in Python
         python = hooks(spec)
         launcher = ipurun(spec)
-    rows = [("prolog (Python, no hook service)", python["prolog"], 60),
-            ("epilog (Python, no hook service)", python["epilog"], 60),
-            ("hook service after 40 IPU jobs", served, 60), ("ipurun, 8 instances", launcher, 60),
+    rows = [("prolog (Python, no slurm-ipu service)", python["prolog"], 60),
+            ("epilog (Python, no slurm-ipu service)", python["epilog"], 60),
+            ("slurm-ipu service after 40 IPU jobs", served, 60), ("ipurun, 8 instances", launcher, 60),
             (f"emulator with {args.partitions} partitions", emu, 150)]
     print("peak memory (RSS):")
     for name, mb, target in rows:

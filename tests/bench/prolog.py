@@ -4,7 +4,7 @@
 
 The lab's slurm-ipu-hook is run as slurmctld runs it (a bare environment, one synthetic
 job at a time) and timed end to end: a job without IPUs; an IPU job's prolog and epilog handed
-to the hook service; the `vipu` create and remove those make (the lab's C vipu and the
+to the slurm-ipu service; the `vipu` create and remove those make (the lab's C vipu and the
 emulator), alone; then, with the service stopped, the Python prolog and epilog.
 """
 
@@ -60,17 +60,17 @@ def main() -> int:
         for i in range(n):
             create.append(timed([*vipu, "create", "partition", f"bench{i}", "--size", "4"], spec.env()))
             remove.append(timed([*vipu, "remove", "partition", f"bench{i}"], spec.env()))
-        lab.stop_reaper(spec)  # a site without the hook service
+        lab.stop_service(spec)  # a site without the slurm-ipu service
         python_p, python_e = hook_pair(hook, 982000, n)
     med = statistics.median
     print(f"controller hooks, median of {n} runs on the 4-node lab (slurm-ipu-hook as slurmctld runs it):")
     print(f"  job without IPUs (slurm-ipu-hook exits at once)  {med(plain):6.1f} ms")
-    print(f"  IPU prolog handed to the hook service            {med(served_p):6.1f} ms")
+    print(f"  IPU prolog handed to the slurm-ipu service            {med(served_p):6.1f} ms")
     print(f"    of which `vipu create partition` (C vipu + emulator) {med(create):6.1f} ms")
-    print(f"  IPU epilog queued for the hook service           {med(served_e):6.1f} ms "
+    print(f"  IPU epilog queued for the slurm-ipu service           {med(served_e):6.1f} ms "
           f"(the removal itself, `vipu remove partition`: {med(remove):.1f} ms, after it)")
-    print(f"  IPU prolog in Python (no hook service)           {med(python_p):6.1f} ms")
-    print(f"  IPU epilog in Python (no hook service)           {med(python_e):6.1f} ms")
+    print(f"  IPU prolog in Python (no slurm-ipu service)           {med(python_p):6.1f} ms")
+    print(f"  IPU epilog in Python (no slurm-ipu service)           {med(python_e):6.1f} ms")
     return 0
 
 

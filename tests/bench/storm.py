@@ -130,16 +130,16 @@ def _scriptd(ctld: int) -> int | None:
 
 class CpuMeter:
     """slurmctld's CPU (itself and slurmscriptd) and our hooks' (the slurm-ipu-hook runs slurmscriptd
-    reaps, and the hook service with its `vipu` calls) over one storm."""
+    reaps, and the slurm-ipu service with its `vipu` calls) over one storm."""
 
     def __init__(self, spec: lab.LabSpec):
         pids = lab.load_pids(spec)
         self.ctld = pids["slurmctld"]["pid"]
         self.scriptd = _scriptd(self.ctld)
-        self.service = pids["reaper"]["pid"]
+        self.service = pids["service"]["pid"]
 
     def sample(self) -> tuple[float, float, float, float]:
-        """(slurmctld, the slurm-ipu-hook runs, the hook service itself, its `vipu` calls) in seconds."""
+        """(slurmctld, the slurm-ipu-hook runs, the slurm-ipu service itself, its `vipu` calls) in seconds."""
         ctld, _ = _ticks(self.ctld)
         scriptd, scripts = _ticks(self.scriptd) if self.scriptd else (0, 0)
         own, children = _ticks(self.service)
@@ -149,7 +149,7 @@ class CpuMeter:
 
 def lab_rss(spec: lab.LabSpec) -> float:
     """MiB resident in the lab's recorded processes (slurmctld, the slurmds, munged, the emulator,
-    the hook service), idle."""
+    the slurm-ipu service), idle."""
     total = 0
     for key, rec in lab.load_pids(spec).items():
         if key == "spec" or not isinstance(rec, dict) or "pid" not in rec:
@@ -174,7 +174,7 @@ def leaks(spec: lab.LabSpec) -> list[str]:
         return found + [f"record {p.name}" for p in spec.path("state", "created").glob("*.json")]
 
     # An empty queue is not the end: the last jobs' EpilogSlurmctld may still be on its way to
-    # the hook service, which removes their partitions a moment later. What is still there after
+    # the slurm-ipu service, which removes their partitions a moment later. What is still there after
     # 30 s is left behind.
     deadline = time.monotonic() + 30
     while (found := left()) and time.monotonic() < deadline:
@@ -248,7 +248,7 @@ def main() -> int:
         ctld, hooks, service, vipu = cpu[ipus]
         ours = hooks + service
         print(f"  CPU {name:<13} slurmctld {ctld:6.2f} s, our hooks {ours:6.2f} s = {ours / max(ctld, 1e-9):.2f}x "
-              f"(slurm-ipu-hook {hooks:.2f} s, hook service {service:.2f} s; target <= 0.5x); the vipu calls "
+              f"(slurm-ipu-hook {hooks:.2f} s, slurm-ipu service {service:.2f} s; target <= 0.5x); the vipu calls "
               f"{vipu:.2f} s more (with them {(ours + vipu) / max(ctld, 1e-9):.2f}x)")
     print("  admin commands  " + ", ".join(f"{name} {ms:.0f} ms" for name, ms in walls.items()))
     if ended is not None:

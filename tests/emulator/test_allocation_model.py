@@ -179,7 +179,7 @@ def test_a_default_partition_someone_else_made_first_is_never_adopted(site, tmp_
 
 
 def test_the_next_job_on_a_host_waits_out_the_last_one_s_queued_removal(site, api):
-    """The storm's case: job 41's epilog only queued c41 (the hook service removes it a moment
+    """The storm's case: job 41's epilog only queued c41 (the slurm-ipu service removes it a moment
     later) when job 42 starts on the same host. The same machines are busy, not a bad request:
     the prolog works the queue off and makes c42, instead of cancelling the job."""
     from slurm_ipu.hooks.journal import Journal

@@ -1,7 +1,7 @@
 """Pods of both models on one site (the model chosen per Pod group), against the
 real emulator with the cluster file the site renders: a job on the allocation-model Pod gets
 `c<jobid>`, a job on the other Pod a partition `slurm_<jobid>` in that Pod's allocation; the
-epilog, the hook service's journal and reap remove each as what it is; a job over both Pods gets
+epilog, the slurm-ipu service's journal and reap remove each as what it is; a job over both Pods gets
 nothing and says why."""
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_the_journal_and_reap_remove_each_kind_as_what_it_is(mixed):
     for job_id, nodes in ((7, "node1"), (8, "node5"), (9, "node2"), (10, "node6")):
         assert prolog.run(job(job_id, nodes, ipus=16), cfg, client, FakeSlurm()) == 0
     client.create_partition("p7", 16, allocation="c7", deadline=time.monotonic() + 10)
-    # The hook service's handoff: the epilog journals the job's object, the removal thread works it off.
+    # The slurm-ipu service's handoff: the epilog journals the job's object, the removal thread works it off.
     journal = Journal(cfg.state_dir)
     journal.add(cfg.job_name(7, ["node1"]), 7, "queued by the epilog")
     journal.add(cfg.job_name(8, ["node5"]), 8, "queued by the epilog")

@@ -83,9 +83,23 @@ RELEASE=$(dpkg-query -W -f='${Version}' libslurm-dev | cut -d. -f1-2)
 grep -q "slurm-wlm-basic-plugins (<< $RELEASE~)" <<<"$(dpkg-deb -f "$SPANK" Breaks)" \
   || fail "slurm-ipu-spank does not break Slurm's plugins of releases before $RELEASE: $(dpkg-deb -f "$SPANK" Breaks)"
 
-# 3. install build 1 as a site does, describe the site, run IPU jobs on the installed files
+# 3. install build 1 as a site does, describe the site, run IPU jobs on the installed files. The node
+# was upgraded from a release whose unit was slurm-ipu-reaper.service, enabled, with setup's drop-in:
+# its files went with that package, its enabled link and drop-in stayed.
+UNITS=/etc/systemd/system
+mkdir -p "$UNITS/multi-user.target.wants" "$UNITS/slurm-ipu-reaper.service.d"
+ln -sfn /lib/systemd/system/slurm-ipu-reaper.service "$UNITS/multi-user.target.wants/slurm-ipu-reaper.service"
+printf '[Service]\nUser=slurm\n' >"$UNITS/slurm-ipu-reaper.service.d/site.conf"
 say "apt install build 1 (${BUILD1[*]##*/})"
 apt_install "${BUILD1[@]}"
+[ -e "$UNITS/multi-user.target.wants/slurm-ipu.service" ] || fail "the unit enabled under its earlier name is" \
+  "not enabled as slurm-ipu.service"
+[ "$(readlink "$UNITS/slurm-ipu-reaper.service")" = /lib/systemd/system/slurm-ipu.service ] \
+  || fail "slurm-ipu-reaper.service is not an alias of slurm-ipu.service: $(ls -l "$UNITS" | tr '\n' ' ')"
+[ ! -L "$UNITS/multi-user.target.wants/slurm-ipu-reaper.service" ] || fail "the earlier name's dangling link stayed"
+[ ! -e "$UNITS/slurm-ipu-reaper.service.d" ] || fail "setup left the earlier unit's drop-in"
+grep -q "^ExecStart=/usr/bin/python3 -m slurm_ipu.cli service$" /lib/systemd/system/slurm-ipu.service \
+  || fail "the packaged unit does not run slurm-ipu service"
 [ "$(command -v slurm-ipu)" = /usr/bin/slurm-ipu ] || fail "slurm-ipu is not /usr/bin/slurm-ipu"
 [ -f /etc/slurm-ipu/slurm-ipu-hook.conf ] || fail "postinst did not run slurm-ipu setup (no hook settings)"
 setpriv --reuid=65534 --regid=65534 --clear-groups env -i PATH=/usr/bin:/bin ipurun --help >/dev/null \
@@ -149,7 +163,8 @@ rm "$STATE/created/slurm_999999.json"
 say "install again; dpkg --purge with nothing recorded"
 apt_install "${BUILD2[@]}"
 dpkg --purge slurm-ipu slurm-ipu-spank slurm-ipu-lab >"$ROOT/purge.log" 2>&1 || fail "purge: $(tail -n 1 "$ROOT/purge.log")"
-left=$(for f in $FILES /etc/slurm-ipu /etc/systemd/system/slurm-ipu-reaper.service.d "$STATE" /usr/libexec/slurm-ipu \
+left=$(for f in $FILES /etc/slurm-ipu "$UNITS"/slurm-ipu*.service* "$UNITS"/multi-user.target.wants/slurm-ipu* "$STATE" \
+    /usr/libexec/slurm-ipu \
     /usr/lib/python3/dist-packages/slurm_ipu /var/cache/slurm-ipu; do
   { [ -e "$f" ] || [ -L "$f" ]; } && echo "$f"; done || true)
 [ -z "$left" ] || fail "purge left: $left"

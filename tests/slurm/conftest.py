@@ -197,7 +197,7 @@ def cancel_and_expect_clean(lab: Lab, job_id: int) -> None:
     """scancel, then what a user must see: the job gone, its partition removed, the nodes idle.
 
     Slurm now and then SIGKILLs the EpilogSlurmctld of a job cancelled while its prolog runs
-    (a race inside slurmscriptd, docs/slurm.md). Then the hook service's periodic reap, with
+    (a race inside slurmscriptd, docs/slurm.md). Then the slurm-ipu service's periodic reap, with
     nobody's help, must remove the recorded orphan within its interval (30 s in the lab)."""
     lab.run("scancel", str(job_id), check=True)
     wait_gone(lab, job_id)
@@ -214,7 +214,7 @@ def _settled(lab: Lab, timeout: float = 10.0) -> bool:
 
 
 def wait_no_partitions(lab: Lab, timeout: float = 60.0, what: str = "no partition left") -> None:
-    """V-IPU has no partition (the hook service removes a job's a moment after its epilog answers)."""
+    """V-IPU has no partition (the slurm-ipu service removes a job's a moment after its epilog answers)."""
     wait_for(what, lambda: sorted(lab.partitions()), timeout, until=lambda names: names == [])
 
 

@@ -93,7 +93,7 @@ def _chmod(path, mode):
 @contextlib.contextmanager
 def _stale_removal(lab):
     """A removal queued long ago that nobody works off (the service is stopped meanwhile)."""
-    labmod.stop_reaper(lab.spec)
+    labmod.stop_service(lab.spec)
     entry = lab.spec.path("state", "pending-removal", "slurm_999998.json")
     entry.parent.mkdir(exist_ok=True)
     entry.write_text(json.dumps({"partition": "slurm_999998", "job_id": 999998, "reason": "drill",
@@ -102,7 +102,7 @@ def _stale_removal(lab):
         yield None
     finally:
         entry.unlink(missing_ok=True)
-        labmod.restart_reaper(lab.spec)
+        labmod.restart_service(lab.spec)
 
 
 @contextlib.contextmanager
@@ -117,11 +117,11 @@ def _orphan(lab):
 
 @contextlib.contextmanager
 def _service_stopped(lab):
-    labmod.stop_reaper(lab.spec)
+    labmod.stop_service(lab.spec)
     try:
         yield None
     finally:
-        labmod.restart_reaper(lab.spec)
+        labmod.restart_service(lab.spec)
 
 
 @contextlib.contextmanager

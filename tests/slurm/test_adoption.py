@@ -282,8 +282,8 @@ class Site:
         return len(states) == NODES and all(s.startswith(("idle", "mixed", "alloc")) for s in states.values())
 
     def start_hook_service(self) -> None:
-        """`systemctl enable --now slurm-ipu-reaper`: the unit's Environment= and ExecStart=, as root."""
-        unit = (self.root / "systemd" / "slurm-ipu-reaper.service").read_text().splitlines()
+        """`systemctl enable --now slurm-ipu`: the unit's Environment= and ExecStart=, as root."""
+        unit = (self.root / "systemd" / "slurm-ipu.service").read_text().splitlines()
         env = dict(self.env)
         for line in unit:
             if line.startswith("Environment="):
@@ -296,7 +296,7 @@ class Site:
         log.close()
         state = self.root / "state"
         assert poll(lambda: (state / "hooks.sock").exists() or self.service.poll() is not None, 15), \
-            "the hook service did not start"
+            "the slurm-ipu service did not start"
         assert self.service.poll() is None, (self.root / "hook-service.log").read_text()[-2000:]
 
     def stop_hook_service(self) -> None:
@@ -459,7 +459,7 @@ def test_3_the_documented_merge_keeps_the_site_s_own(site):
         lua = lua.replace(entry, f"{entry}    {call}\n")
     (site.etc / "job_submit.lua").write_text(LUA_DOFILE.replace("/etc/slurm", str(site.etc)) + "\n" + lua)
     # "Then `systemctl restart slurmctld` ..., `systemctl restart slurmd` on the nodes ..., and start
-    # the hook service"
+    # the slurm-ipu service"
     assert "`systemctl restart slurmctld`" in DOCS and "`systemctl restart slurmd` on the nodes" in DOCS
     site.restart("slurmctld", "slurmd-")
     site.start_hook_service()
@@ -576,7 +576,7 @@ def test_8_the_documented_un_merge_gives_every_file_back(site):
 
 def test_9_make_uninstall_leaves_nothing(site):
     site.doc("make uninstall", f"PREFIX={site.prefix}")
-    assert site.service.poll() is not None, "make uninstall left the hook service running"
+    assert site.service.poll() is not None, "make uninstall left the slurm-ipu service running"
     assert not site.prefix.exists() and not (site.bindir / "slurm-ipu").exists()
     assert not (site.root / "state").exists(), "the state directory came back after the uninstall"
     assert not (site.root / "etc-slurm-ipu" / "snapshot.json").exists(), "make uninstall left the snapshot"

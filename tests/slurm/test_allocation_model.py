@@ -354,9 +354,9 @@ def ours_drained(lab) -> list[str]:
     return drained_by_us(nodes)
 
 
-@pytest.mark.parametrize("killed", ["hook service", "slurmctld"])
+@pytest.mark.parametrize("killed", ["slurm-ipu service", "slurmctld"])
 def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machines_are_back(clean, killed):
-    """Three hosts' IPU-Machines go down; the hook service's pass (the first of a started service)
+    """Three hosts' IPU-Machines go down; the slurm-ipu service's pass (the first of a started service)
     drains node2, node3 and node4, one scontrol each, and is SIGKILLed, or slurmctld is, right
     after it says its first drain. Once the machines are Up, the next pass lifts every drain of
     its own whether it had recorded it or not, and no node stays drained: before, the record was
@@ -371,30 +371,30 @@ def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machin
     lab = clean
     emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent"]
     log = lab.spec.path("state", "hooks.log")
-    labmod.stop_reaper(lab.spec)
+    labmod.stop_service(lab.spec)
     for agent in ("ag5", "ag9", "ag13"):   # node2, node3, node4
         lab.run(*emu, agent, "down", check=True)
     try:
         seen = len(log.read_text(errors="replace")) if log.exists() else 0
-        labmod.restart_reaper(lab.spec)   # its first health pass is at its start
+        labmod.restart_service(lab.spec)   # its first health pass is at its start
         wait_for("the pass's first drain", lambda: "health: drain node" in log.read_text(errors="replace")[seen:],
                  30, interval=0.01)
-        if killed == "hook service":
-            labmod.stop_reaper(lab.spec, signal.SIGKILL)
+        if killed == "slurm-ipu service":
+            labmod.stop_service(lab.spec, signal.SIGKILL)
         else:
             pids = labmod.load_pids(lab.spec)
             os.kill(pids["slurmctld"]["pid"], signal.SIGKILL)
             wait_for("slurmctld gone", lambda: not labmod._running(pids["slurmctld"]), 15)
             # the pass's next scontrol fails; the service is stopped so that no pass of the old
             # view of the machines is still under way when slurmctld is back
-            labmod.stop_reaper(lab.spec)
+            labmod.stop_service(lab.spec)
             pids = labmod.load_pids(lab.spec)
             start_slurm(lab.spec, pids)   # the lab's own restart, keeping its saved state
             labmod.save_pids(lab.spec, pids)
             wait_for("slurmctld answering", lambda: lab.run("scontrol", "ping").returncode == 0, 30)
         for agent in ("ag5", "ag9", "ag13"):
             lab.run(*emu, agent, "up", check=True)
-        labmod.restart_reaper(lab.spec)   # as systemd would: its first pass sees the machines Up
+        labmod.restart_service(lab.spec)   # as systemd would: its first pass sees the machines Up
         # (a slurmctld killed before its state save may have forgotten the drain itself: the
         # record is then emptied by the restarted service's pass a moment later; and a drain the
         # killed pass's scontrol still had in flight lands when slurmctld is back, after that
@@ -415,7 +415,7 @@ def test_a_health_pass_killed_between_its_drains_leaves_no_drain_once_the_machin
     finally:
         for agent in ("ag5", "ag9", "ag13"):
             lab.run(*emu, agent, "up")
-        labmod.restart_reaper(lab.spec)
+        labmod.restart_service(lab.spec)
         lab.run("scontrol", "update", "NodeName=node[1-4]", "State=RESUME")
 
 

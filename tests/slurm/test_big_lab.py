@@ -85,7 +85,7 @@ def test_a_storm_with_cancels_time_limits_and_an_outage_leaves_nothing(big):
     print(f"64-host storm: plain {plain:.0f} jobs/min, IPU {ipu:.0f} jobs/min (with cancels, a {OUTAGE:g} s V-IPU "
           f"outage, and the time-limited jobs' minute): ratio {ipu / plain:.2f}")
 
-    # Epilogs that met the outage were journaled: the hook service works them off (its removal
+    # Epilogs that met the outage were journaled: the slurm-ipu service works them off (its removal
     # thread, or its periodic reap at the latest).
     state = lab.spec.path("state")
     wait_for("no partition, journal entry or creation record left",

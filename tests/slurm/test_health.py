@@ -21,12 +21,12 @@ def metrics(lab) -> dict[tuple, float]:
 
 
 def hooks_counted(lab, before: dict) -> None:
-    """The job's prolog, epilog and removal are in the hook service's histograms: written after
+    """The job's prolog, epilog and removal are in the slurm-ipu service's histograms: written after
     the removal, so polled (the removal's V-IPU call precedes the write)."""
     def count(seen, name):
         return seen.get((f"slurm_ipu_{name}_duration_seconds_count", ()), 0)
 
-    after = wait_for("the hook service's counters", lambda: metrics(lab), 30,
+    after = wait_for("the slurm-ipu service's counters", lambda: metrics(lab), 30,
                      until=lambda seen: count(seen, "removal") >= count(before, "removal") + 1)
     for name in ("prolog", "epilog"):
         assert count(after, name) >= count(before, name) + 1, (name, before, after)
@@ -34,7 +34,7 @@ def hooks_counted(lab, before: dict) -> None:
 
 
 def health_pass(lab) -> list[str]:
-    """What a health pass says, run now: this command's lines, and those of the hook service's
+    """What a health pass says, run now: this command's lines, and those of the slurm-ipu service's
     own pass (every health.interval) if it ran meanwhile and got there first. Both passes act on
     the same state, so whichever acts first says it, in the same words; the other says nothing."""
     log = lab.spec.path("state", "hooks.log")
@@ -105,7 +105,7 @@ def test_a_batch_job_on_a_machine_that_fails_is_requeued_and_waits_until_it_is_b
     emu = ["vipu-emu", "fault", "--state-dir", str(lab.spec.path("vipu-emu")), "agent", "ag0"]
     job = lab.sbatch("-N4", "--gres=ipu:16", "-o", "/dev/null", script="#!/bin/bash\nsleep 300\n")
     wait_for(f"job {job} running", lambda: lab.state(job) == "RUNNING", 60)
-    # the hook service names its partition within a second; the reason the pass writes after it stays
+    # the slurm-ipu service names its partition within a second; the reason the pass writes after it stays
     wait_for(f"job {job}'s partition note", lambda: lab.job(job).get("AdminComment"), 30,
              until=lambda note: note == f"slurm-ipu:partition=slurm_{job},ipus=64")
     lab.run(*emu, "down", check=True)

@@ -2,7 +2,7 @@
 `srun A : --gres=ipu:N B`, an `#SBATCH hetjob` script running `srun --het-group=...` and ipurun.
 Each component that asks for IPUs gets its own partition, named after its own job id (Slurm gives
 a later component no licence: its GRES sizes it); every one of its tasks names it and attaches,
-whichever components a step spans; the hook service's pass leaves it alone while the job runs;
+whichever components a step spans; the slurm-ipu service's pass leaves it alone while the job runs;
 nothing is left after the job.
 
 Why the component's whole partition in the allocation model too (docs/slurm.md): srun tells the
@@ -165,7 +165,7 @@ for i in $(seq 600); do [ -e {go} ] && break; sleep 0.2; done
 
 def test_a_hetjob_script_s_steps_and_ipurun_reach_the_first_component_s_ipus(clean, users):
     """Every step with the first component's tasks attaches to its partition (`srun --het-group=1`
-    names the second's, which has none); ipurun runs there too; the hook service's reap, run while
+    names the second's, which has none); ipurun runs there too; the slurm-ipu service's reap, run while
     the job runs, leaves the partition alone; the job's end removes it."""
     lab = clean
     ready, go = lab.spec.path("users", "het-ready"), lab.spec.path("users", "het-go")

@@ -1,4 +1,4 @@
-"""No lost handoff: the hook service SIGKILLed and restarted over and over
+"""No lost handoff: the slurm-ipu service SIGKILLed and restarted over and over
 while a storm of IPU jobs starts and ends. A hook whose request the dead service took, or that
 finds no service, runs in Python at once (slurm_ipu/hooks/transport.py): no job is requeued, no
 wrapper waits out its bound, nothing is left behind."""
@@ -24,13 +24,13 @@ def test_a_service_killed_and_restarted_under_a_storm_loses_no_hook(clean_lab):
     kills, deadline = 0, time.monotonic() + 600
     try:
         while time.monotonic() < deadline and queue(lab):
-            labmod.stop_reaper(lab.spec, signal.SIGKILL)
+            labmod.stop_service(lab.spec, signal.SIGKILL)
             kills += 1
             time.sleep(rng.uniform(0, 0.3))  # the storm runs on without a service for a moment
-            labmod.restart_reaper(lab.spec)
+            labmod.restart_service(lab.spec)
             time.sleep(rng.uniform(0.2, 1.0))  # pacing, not synchronisation: the loop ends on the queue
     finally:
-        labmod.restart_reaper(lab.spec)
+        labmod.restart_service(lab.spec)
     wait_queue_empty(lab, 120, "every job out of the queue")
     assert kills >= 5, kills
     # one accounting record per job: none was requeued (sacct -D lists each requeued run). slurmdbd

@@ -1,6 +1,6 @@
 """Any user's bytes stop no clean-up: a job whose name, comment, work directory and output path
 are not UTF-8 (no IPUs asked for), queued, held and running, while IPU jobs start and end around
-it and the hook service is restarted. Before, squeue's strict decode killed the service's removal
+it and the slurm-ipu service is restarted. Before, squeue's strict decode killed the service's removal
 thread: the process stayed up holding its lock, nothing was removed again, and `status`,
 `doctor` and the metrics ended in a traceback (a restarted service died again the same way)."""
 
@@ -27,7 +27,7 @@ def submit(lab, *args: str) -> int:
 
 
 def service_pid(lab) -> int:
-    return labmod.load_pids(lab.spec)["reaper"]["pid"]
+    return labmod.load_pids(lab.spec)["service"]["pid"]
 
 
 def test_a_job_name_of_any_bytes_stops_no_clean_up(clean_lab, users):
@@ -41,9 +41,9 @@ def test_a_job_name_of_any_bytes_stops_no_clean_up(clean_lab, users):
     try:
         wait_for("the hostile job running", lambda: lab.state(running) == "RUNNING", 60)
         # A service started while they are queued reads them in its first full reap and health pass.
-        labmod.stop_reaper(lab.spec)
+        labmod.stop_service(lab.spec)
         started = time.time()
-        labmod.restart_reaper(lab.spec)
+        labmod.restart_service(lab.spec)
         pid = service_pid(lab)
         # IPU jobs end around them: each one's partition is removed a moment after its end.
         ipu_jobs = [lab.sbatch("--gres=ipu:4", "-o", "/dev/null", "--wrap", "true") for _ in range(3)]
@@ -71,8 +71,8 @@ def test_a_job_name_of_any_bytes_stops_no_clean_up(clean_lab, users):
         assert any(ln.split()[:2] == ["ok", "service"] for ln in doctor.stdout.splitlines()), doctor.stdout
         log = lab.spec.path("state", "hooks.log").read_text(errors="replace")
         assert "thread died" not in log and "Traceback" not in log
-        reaper_log = lab.spec.path("log", "reaper.log").read_text(errors="replace")
-        assert "Exception in thread" not in reaper_log and "UnicodeDecodeError" not in reaper_log
+        service_log = lab.spec.path("log", "service.log").read_text(errors="replace")
+        assert "Exception in thread" not in service_log and "UnicodeDecodeError" not in service_log
     finally:
         lab.run("scancel", str(held), str(running))
 

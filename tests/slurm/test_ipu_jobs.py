@@ -93,7 +93,7 @@ def test_bad_requests_are_refused_at_submit(clean_lab, args, words, tool):
 def test_job_without_ipus_gets_no_partition_and_no_vipu_call(clean_lab, tmp_path):
     lab = clean_lab
     admin = lab.admin()
-    # What a job could cause; the hook service's periodic reads (its reap's `list`, the health
+    # What a job could cause; the slurm-ipu service's periodic reads (its reap's `list`, the health
     # pass's `agents`) run on their own clocks and may fall inside the job's life.
     per_job = ("create", "remove", "get", "reset", "ipuof", "attach", "create_allocation", "remove_allocation")
 
@@ -130,7 +130,7 @@ def test_gcds_option_shapes_the_partition_and_the_job_names_it(clean_lab, users,
     assert (part["spec"]["size"], part["spec"]["num_gcds"], part["status"]["state"]) == (8, 2, "PS_ACTIVE")
     assert part["spec"]["hosts"] == [lab.job(job)["NodeList"]]
     # Which partition is the job's: in `scontrol show job`, for any user, within
-    # the hook service's next pass (its notes go to Slurm in one scontrol a second at most)
+    # the slurm-ipu service's next pass (its notes go to Slurm in one scontrol a second at most)
     note = f"AdminComment=slurm-ipu:partition=slurm_{job},ipus=8"
     wait_for("the job's partition named in scontrol show job",
              lambda: lab.run_as("slurmipu-b", "scontrol", "show", "job", str(job)).stdout, 30,
@@ -212,13 +212,13 @@ def test_srun_and_salloc_users_see_why_their_ipu_job_ended(clean_lab, tool):
 
 @pytest.fixture
 def without_service(clean_lab):
-    """The lab with its hook service stopped (by pid), as on a site that has not enabled it:
+    """The lab with its slurm-ipu service stopped (by pid), as on a site that has not enabled it:
     the hooks must do all the work themselves. Restarted afterwards."""
-    labmod.stop_reaper(clean_lab.spec)
+    labmod.stop_service(clean_lab.spec)
     try:
         yield clean_lab
     finally:
-        labmod.restart_reaper(clean_lab.spec)
+        labmod.restart_service(clean_lab.spec)
 
 
 def _queued(lab) -> list[str]:
@@ -240,21 +240,21 @@ def _cancel_while_vipu_is_down(lab):
 
 
 def test_vipu_down_at_job_end_keeps_nodes_idle_and_the_service_removes_it_later(clean_lab):
-    """V-IPU is down when the job ends and the hook service crashes (SIGKILL) meanwhile:
+    """V-IPU is down when the job ends and the slurm-ipu service crashes (SIGKILL) meanwhile:
     the nodes stay idle, the removal waits in the journal, and the restarted service removes
     the partition once V-IPU is back, with nobody running reap by hand."""
     lab = clean_lab
     _, admin = _cancel_while_vipu_is_down(lab)
-    labmod.stop_reaper(lab.spec, signal.SIGKILL)
-    labmod.restart_reaper(lab.spec)
+    labmod.stop_service(lab.spec, signal.SIGKILL)
+    labmod.restart_service(lab.spec)
     admin.up()
     wait_for("the service removed it", lambda: lab.partitions() == {} and not _queued(lab), 90)
 
 
 def _served(lab, job: int) -> bool:
-    """The hook service ran this job's prolog: its log (the service's stderr) has the line
+    """The slurm-ipu service ran this job's prolog: its log (the service's stderr) has the line
     the Python prolog would have written to slurmctld's."""
-    return f"job {job}: partition slurm_{job} ACTIVE" in lab.spec.path("log", "reaper.log").read_text()
+    return f"job {job}: partition slurm_{job} ACTIVE" in lab.spec.path("log", "service.log").read_text()
 
 
 def test_the_running_service_creates_the_partition_without_a_python_prolog(clean_lab):
@@ -272,8 +272,8 @@ def test_restarting_the_service_while_a_prolog_waits_on_it_fails_no_job(clean_la
     job = lab.sbatch("--gres=ipu:4", "--wrap", "sleep 300")
     wait_for("partition PENDING while the service runs the prolog",
              lambda: lab.partitions().get(f"slurm_{job}", {}).get("status", {}).get("state") == "PS_PENDING", 30)
-    labmod.stop_reaper(lab.spec)
-    labmod.restart_reaper(lab.spec)
+    labmod.stop_service(lab.spec)
+    labmod.restart_service(lab.spec)
     wait_for("job running", lambda: lab.state(job) == "RUNNING", 60)
     assert lab.job(job).get("Restarts", "0") == "0" and _served(lab, job)
     cancel_and_expect_clean(lab, job)

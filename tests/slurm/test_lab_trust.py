@@ -201,7 +201,7 @@ def test_a_user_on_the_emulators_socket_is_not_believed_and_the_emulator_starts_
         assert len(said.splitlines()) == 1, said
         cli = lab.run("vipu-emu", "cli", "--api-port", str(port), "list", "agents")
         assert cli.returncode == 1 and f"uid {uid}" in cli.stderr, cli.stderr
-        # root's health pass, as the hook service runs it: nothing drained
+        # root's health pass, as the slurm-ipu service runs it: nothing drained
         lab.run("slurm-ipu", "health", "--site", lab.site, timeout=120)
         states = lab.node_states()
         assert not [n for n, s in states.items() if "drain" in s], states

@@ -46,7 +46,7 @@ def lab2(pods_lab):
     lab = pods_lab
     wait_queue_empty(lab, 90, "no jobs left")
     wait_idle(lab, 60, "all nodes idle")
-    # the hook service removes a cancelled job's partition a moment after its epilog answers: a
+    # the slurm-ipu service removes a cancelled job's partition a moment after its epilog answers: a
     # test that counts the Pods' IPUs (doctor, status) must not see the last test's
     wait_no_partitions(lab, 60, "no partition left by the last test")
     yield lab

@@ -155,7 +155,7 @@ def running(lab, jobs: list[int]) -> bool:
 
 def test_a_storm_with_every_fault_and_a_full_disk_holds_or_ends_every_job_and_loses_nothing(small_state_lab):
     """A storm of hostile timing: while 80 jobs start and end, a running IPU job is suspended and resumed,
-    another requeued, a pending one held and released, the hook service SIGKILLed and restarted
+    another requeued, a pending one held and released, the slurm-ipu service SIGKILLed and restarted
     while V-IPU is slow, a slurmd SIGKILLed under its running job and started again, and at last
     the hooks' state directory fills to the last block. A prolog that cannot write its creation
     record holds its job at once, with the reason (never a requeue loop past
@@ -174,11 +174,11 @@ def test_a_storm_with_every_fault_and_a_full_disk_holds_or_ends_every_job_and_lo
     lab.run("scontrol", "suspend", str(suspended), check=True)
     assert f"slurm_{suspended}" in lab.partitions()  # a suspended job keeps its IPUs
     lab.run("scontrol", "requeue", str(requeued), check=True)
-    # the hook service killed under the storm while V-IPU is slow, then started again
-    labmod.stop_reaper(lab.spec, signal.SIGKILL)
+    # the slurm-ipu service killed under the storm while V-IPU is slow, then started again
+    labmod.stop_service(lab.spec, signal.SIGKILL)
     admin.faults(create_delay=1)
     jobs += [submit(lab, rng) for _ in range(10)]
-    labmod.restart_reaper(lab.spec)
+    labmod.restart_service(lab.spec)
     admin.clear_faults()
     # node4's slurmd killed under its running job, then started again (its slurmstepd goes on)
     pids = labmod.load_pids(lab.spec)

@@ -85,7 +85,7 @@ def test_timeouts_are_transient_then_unavailable(client, fake):
 
 
 def test_every_failed_call_is_told_by_kind_to_the_observer(client, fake):
-    """The hook service's V-IPU error counter (hooks/stats.py): each attempt, retried or not, by
+    """The slurm-ipu service's V-IPU error counter (hooks/stats.py): each attempt, retried or not, by
     its kind; a twin made for a prolog reports to the same observer."""
     seen = []
     client.observer = lambda exc: seen.append(exc.kind)

@@ -114,7 +114,7 @@ def test_allocation_model_nodes_without_their_runs_features_are_a_problem(here):
 
 @pytest.mark.parametrize("moment", ["its epilog runs", "the service removes it", "its job started after"])
 def test_a_partition_on_its_way_in_or_out_is_no_orphan(here, moment):
-    """A job's partition between its epilog and the hook service's removal is no orphan;
+    """A job's partition between its epilog and the slurm-ipu service's removal is no orphan;
     a partition whose job is gone in both looks, with no removal queued, still is."""
     desc, facts = here
     facts.partitions.append(Partition("slurm_9", 4))
@@ -134,7 +134,7 @@ def test_a_partition_on_its_way_in_or_out_is_no_orphan(here, moment):
 
 def test_gather_reads_the_journal_before_v_ipu_and_the_jobs_after_it(here, mocker):
     """The race the install-check could meet: job 9 ended (its epilog handed the removal to
-    the hook service) before doctor looked; the service removes slurm_9 and drops its journal entry
+    the slurm-ipu service) before doctor looked; the service removes slurm_9 and drops its journal entry
     while doctor lists V-IPU. The partition in the listing is no orphan."""
     from slurm_ipu.hooks.journal import Journal
 
@@ -291,7 +291,7 @@ def test_the_service_item_says_whether_prologs_are_handed_over(here):
     try:
         older = items(doctor.diagnose(desc, facts))["service"]
         assert not older.ok and "without its hook socket" in older.line()
-        assert "systemctl restart slurm-ipu-reaper" in older.line()
+        assert "systemctl restart slurm-ipu" in older.line()
         sock = transport.listen(state)
         now = items(doctor.diagnose(desc, facts))["service"]
         assert now.ok and "takes IPU jobs' prologs and epilogs" in now.line()

@@ -1,6 +1,6 @@
 """Whatever bytes a user puts in a job's name, comment, account, work directory or script path,
 every reader of Slurm's output reads the queue: squeue prints them raw, and one undecodable job
-name used to end the hook service's removals (a strict UTF-8 decode) and every `status`, `doctor`
+name used to end the slurm-ipu service's removals (a strict UTF-8 decode) and every `status`, `doctor`
 and metrics run with it.
 
 The fake Slurm here is at the subprocess boundary: small executables in a bin directory of the

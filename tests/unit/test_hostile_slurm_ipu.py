@@ -59,6 +59,11 @@ def here(tmp_path):
      "start from etc/site-pod128.yaml"),
     (["reap", "--site", "{d}/none.yaml"], "slurm-ipu: site description {d}/none.yaml: No such file or directory; "
      "start from etc/site-pod128.yaml"),
+    (["service", "--site", "{d}/broken.yaml"], "slurm-ipu: {d}/broken.yaml:3: not valid YAML: mapping values are not "
+     "allowed here"),
+    # the service's spelling in earlier releases' units and admins' scripts: the same service
+    (["reap", "--watch", "--site", "{d}/broken.yaml"], "slurm-ipu: {d}/broken.yaml:3: not valid YAML: mapping values "
+     "are not allowed here"),
     (["lab", "up", "--dir", "{d}/lab", "--nodes", "3"], "slurm-ipu lab: 3 nodes x 16 IPUs = 48 IPUs is not a Pod: "
      "use 4, 8, 16, 32, 64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)"),
     (["lab", "up", "--dir", "{d}/lab", "--ctld-port", "99999"], "slurm-ipu lab: --ctld-port 99999 is not a port the "

@@ -53,7 +53,7 @@ def test_install_places_every_file_and_uninstall_leaves_nothing(stage, capsys):
     assert sorted(p.name for p in (dest / "etc/slurm-ipu").iterdir()) == ["site.yaml"]  # the one configuration file
     assert os.readlink(dest / "usr/local/bin/ipurun") == f"{PREFIX}/venv/bin/ipurun"
     assert (dest / "usr/lib/x86_64-linux-gnu/slurm-wlm/spank_ipu.so").read_bytes() == plugin.read_bytes()
-    assert (dest / "etc/systemd/system/slurm-ipu-reaper.service").is_file()
+    assert (dest / "etc/systemd/system/slurm-ipu.service").is_file()
     assert (dest / "var/lib/slurm-ipu").stat().st_mode & 0o777 == 0o700
     for page in ("slurm-ipu.1", "ipurun.1"):  # where man finds them for /usr/local/bin's commands
         assert (dest / "usr/local/share/man/man1" / page).read_text().startswith(".TH ")
@@ -240,3 +240,35 @@ def test_the_man_pages_say_what_help_says():
             out = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z"], input=text, capture_output=True,
                                  text=True, timeout=30)
             assert (out.returncode, out.stderr) == (0, ""), out.stderr
+
+
+@pytest.mark.parametrize("edited", [False, True])
+def test_upgrading_from_the_reaper_unit_makes_its_name_an_alias(stage, capsys, edited):
+    """An earlier release installed the service as slurm-ipu-reaper.service (enabled under that
+    name at sites): as that install wrote it, it becomes a link to slurm-ipu.service, systemd's
+    alias, which uninstall removes; an edited one is left and named (it would run a second service)."""
+    import hashlib
+
+    dest, plugin = stage
+    old = dest / "etc/systemd/system/slurm-ipu-reaper.service"
+    old.parent.mkdir(parents=True)
+    old.write_text("[Service]\nExecStart=/opt/slurm-ipu/venv/bin/python -m slurm_ipu.cli reap --watch\n")
+    manifest = dest / "opt/slurm-ipu/share/slurm-ipu/manifest.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"prefix": PREFIX, "entries": [
+        {"path": "/etc/systemd/system/slurm-ipu-reaper.service", "kind": "file",
+         "sha256": hashlib.sha256(old.read_bytes()).hexdigest()}]}))
+    if edited:
+        old.write_text(old.read_text() + "Nice=5\n")
+    assert run_install(dest, plugin, "--site", str(GOLDEN / "site-pod64.yaml")) == 0
+    out = capsys.readouterr().out
+    if edited:
+        assert not old.is_symlink() and "Nice=5" in old.read_text()
+        assert "install: left /etc/systemd/system/slurm-ipu-reaper.service: an earlier release's unit, changed " \
+               "since install; it runs the service a second time beside slurm-ipu.service: disable and delete it" in out
+    else:
+        assert os.readlink(old) == "slurm-ipu.service"
+        assert "ExecStart=/opt/slurm-ipu/venv/bin/python -m slurm_ipu.cli service" in old.read_text()
+    assert run_uninstall(dest) == 0
+    ours = {"opt", "etc", "etc/systemd", "etc/systemd/system"}  # the directories were there before
+    assert files_under(dest) == (ours | {"etc/systemd/system/slurm-ipu-reaper.service"} if edited else ours)

@@ -1,8 +1,8 @@
-"""The lab's supervisor of the hook service (slurm_ipu/lab/supervise.py) does what systemd's
+"""The lab's supervisor of the slurm-ipu service (slurm_ipu/lab/supervise.py) does what systemd's
 Restart=always and StartLimitBurst do on a site: a service that fails is started again after a
 delay, at most --burst times within --interval, then it gives up and says so; a stop (SIGTERM)
 reaches the service and restarts nothing; a let-go (SIGUSR1) leaves a killed service dead.
-Real processes: a small Python child stands for `slurm-ipu reap --watch`."""
+Real processes: a small Python child stands for `slurm-ipu service`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from slurm_ipu.fsutil import pid_alive
 from ..waiting import wait_for
 
 SUPERVISE = [sys.executable, "-m", "slurm_ipu.lab.supervise"]
-# A service that runs until a signal: SIGTERM is its clean stop (exit 0), as the hook service's.
+# A service that runs until a signal: SIGTERM is its clean stop (exit 0), as the slurm-ipu service's.
 SERVICE = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(120)"
 
 

@@ -1,4 +1,4 @@
-"""A started job's AdminComment names its partition (slurm_ipu/hooks/notes.py): the hook service
+"""A started job's AdminComment names its partition (slurm_ipu/hooks/notes.py): the slurm-ipu service
 writes a pass's notes with one scontrol reading its commands on stdin; Slurm is faked at the
 subprocess boundary, as scontrol would take them."""
 

@@ -48,7 +48,7 @@ def test_the_packaged_site_names_debian_s_python_and_the_packages_paths(tmp_path
     assert site.path("hook_conf") == "/etc/slurm-ipu/slurm-ipu-hook.conf"
     texts = fragments.texts(site)
     assert "python=/usr/bin/python3\n" in texts["slurm-ipu-hook.conf"]
-    assert "ExecStart=/usr/bin/python3 -m slurm_ipu.cli reap --watch" in texts["slurm-ipu-reaper.service"]
+    assert "ExecStart=/usr/bin/python3 -m slurm_ipu.cli service" in texts["slurm-ipu.service"]
     assert "/venv/" not in "".join(texts.values())
 
 
@@ -79,6 +79,20 @@ def test_setup_writes_what_the_site_decides_and_only_when_it_changes(tmp_path, e
     assert state.is_dir() and (state.stat().st_mode & 0o777) == 0o700
     assert set(changed) == {etc["hook_conf"], etc["plugstack"], etc["unit_dropin"], str(state)}
     assert setup.setup(site) == []  # run again: nothing to write
+
+
+def test_setup_retires_the_drop_in_of_the_unit_s_earlier_name(tmp_path, etc, capsys):
+    """A node upgraded from a release whose unit was slurm-ipu-reaper.service: its drop-in (and the
+    directory, when empty) goes; the site's lines are in slurm-ipu.service's drop-in."""
+    old = Path(etc["earlier_unit_dropin"])
+    old.parent.mkdir(parents=True)
+    old.write_text("[Service]\nUser=slurm\n")
+    site = packaged_site(tmp_path, user="root")
+    assert setup.main(site) == 0
+    assert not old.parent.exists()
+    assert "User=root\n" in Path(etc["unit_dropin"]).read_text()
+    assert f"setup: removed {old}" in capsys.readouterr().out
+    assert setup.setup(site) == []  # and once only
 
 
 def test_setup_follows_an_edit_of_the_site_description(tmp_path, etc):
@@ -116,7 +130,7 @@ def test_the_packages_files_come_from_the_table_and_templates(tmp_path):
     site = config.parse((tmp_path / "site.yaml").read_text(), "/etc/slurm-ipu/site.yaml", None, None)
     assert site.packaged and site.vipu.host == config.parse(
         (ROOT / "etc" / "site-pod128.yaml").read_text(), "x", None, None).vipu.host
-    assert (tmp_path / "slurm-ipu-reaper.service").read_text() == fragments.texts(site)["slurm-ipu-reaper.service"]
+    assert (tmp_path / "slurm-ipu.service").read_text() == fragments.texts(site)["slurm-ipu.service"]
     assert os.access(tmp_path / "slurm-ipu-hook", os.X_OK)
 
 

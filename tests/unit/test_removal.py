@@ -1,4 +1,4 @@
-"""The hook service (`slurm-ipu reap --watch`) and the hook wrapper's fast epilog path: an
+"""The slurm-ipu service (`slurm-ipu service`) and the hook wrapper's fast epilog path: an
 ended job's partition goes, only ours goes, a requeued job keeps the partition it adopted, and
 V-IPU trouble loses nothing. The wrapper is the real rendered shell script."""
 
@@ -23,7 +23,7 @@ from .test_hooks import env, hooks_log
 
 
 def queue(cfg, job: int) -> None:
-    """What the hook service's epilog writes: the job's end, now."""
+    """What the slurm-ipu service's epilog writes: the job's end, now."""
     Journal(cfg.state_dir).add(f"slurm_{job}", job, "queued by the epilog")
 
 
@@ -106,7 +106,7 @@ def test_v_ipu_refusing_one_removal_backs_off_that_entry_alone(fake, cfg):
     fake.failures = [("error: partition slurm_42 is busy [FAILED_PRECONDITION]", 1)]
     assert service.step() == pytest.approx(1.0, abs=0.05)  # slurm_42's own backoff
     assert Journal(cfg.state_dir).names() == ["slurm_42"] and sorted(fake.partitions) == ["slurm_42"]
-    assert "hook service: slurm_42 not removed (partition slurm_42 is busy); retrying in 1s" in hooks_log(cfg)
+    assert "slurm-ipu service: slurm_42 not removed (partition slurm_42 is busy); retrying in 1s" in hooks_log(cfg)
     calls = len(fake.calls)
     clock.now += 0.5
     assert service.step() == pytest.approx(0.5, abs=0.05) and len(fake.calls) == calls  # not yet
@@ -197,7 +197,7 @@ def test_the_prolog_waits_for_a_removal_of_its_name_under_way(fake, tmp_path):
 
 
 def test_an_epilog_leaves_its_entry_to_the_service_and_the_service_works_it_off_as_it_stops(fake, cfg):
-    """A Python epilog never waits on the hook service (which holds the remover's role while it
+    """A Python epilog never waits on the slurm-ipu service (which holds the remover's role while it
     stops, its socket closed already): it queues and returns, and the service's last pass removes
     what was queued so."""
     from slurm_ipu.hooks import epilog, remover
@@ -210,7 +210,7 @@ def test_an_epilog_leaves_its_entry_to_the_service_and_the_service_works_it_off_
         started = time.monotonic()
         assert epilog.run(env(), cfg, client) == 0
         assert time.monotonic() - started < 1.0 and "slurm_42" in fake.partitions
-        assert f"left queued: the hook service (pid {os.getpid()}) removes it" in hooks_log(cfg)
+        assert f"left queued: the slurm-ipu service (pid {os.getpid()}) removes it" in hooks_log(cfg)
         service._last_pass(time.monotonic() + 10)
     finally:
         remover.give_up(fd)
@@ -218,7 +218,7 @@ def test_an_epilog_leaves_its_entry_to_the_service_and_the_service_works_it_off_
 
 
 def test_reap_by_hand_while_the_service_runs_is_the_service_s_reap(fake, cfg):
-    """One remover: `slurm-ipu reap` asks the running hook service, whose removal thread reaps at
+    """One remover: `slurm-ipu reap` asks the running slurm-ipu service, whose removal thread reaps at
     once; the admin sees its lines and its exit status."""
     import threading
 
@@ -309,7 +309,7 @@ def test_a_dead_service_s_words_in_the_lock_file_never_turn_an_epilog_away(fake,
 
 
 def test_a_second_service_is_refused_and_a_service_waits_for_an_epilog_removing(fake, cfg):
-    """One remover: a hook service started beside a running one says so at once; one started while
+    """One remover: a slurm-ipu service started beside a running one says so at once; one started while
     a Python epilog removes takes the role when that epilog is done."""
     import threading
 
@@ -318,7 +318,7 @@ def test_a_second_service_is_refused_and_a_service_waits_for_an_epilog_removing(
 
     running = remover.take(cfg.state_dir, remover.SERVICE, 0)
     try:
-        with pytest.raises(ConfigError, match=rf"hook service: one already runs for .* \(pid {os.getpid()}\)"):
+        with pytest.raises(ConfigError, match=rf"slurm-ipu service: one already runs for .* \(pid {os.getpid()}\)"):
             Service(cfg, cfg.vipu_client(), FakeSlurm())._become_remover()
     finally:
         remover.give_up(running)

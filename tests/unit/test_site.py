@@ -50,16 +50,15 @@ def test_the_site_s_values_reach_every_fragment():
     assert "topology.conf" not in fragments.texts(config.load(SITES["pod64"]))
     assert "vipu_host=vipu.ipupod128.example.org vipu_port=8090 prefix=slurm_" in text["plugstack-ipu.conf"]
     assert "local POD_IPUS = 128" in text["job_submit.lua"]
-    assert "ExecStart=/opt/slurm-ipu/venv/bin/python -m slurm_ipu.cli reap --watch" in text[
-        "slurm-ipu-reaper.service"]
+    assert "ExecStart=/opt/slurm-ipu/venv/bin/python -m slurm_ipu.cli service" in text["slurm-ipu.service"]
 
 
 def test_the_hooks_read_the_installed_site_description_itself():
-    """One file: the controller hooks and the hook service name install.site; nothing else is rendered."""
+    """One file: the controller hooks and the slurm-ipu service name install.site; nothing else is rendered."""
     desc = config.load(SITES["pod128"], environ={})
     text = fragments.texts(desc)
     assert "\npython=/opt/slurm-ipu/venv/bin/python\nsite=/etc/slurm-ipu/site.yaml\n" in text["slurm-ipu-hook.conf"]
-    assert "Environment=SLURM_IPU_SITE=/etc/slurm-ipu/site.yaml\n" in text["slurm-ipu-reaper.service"]
+    assert "Environment=SLURM_IPU_SITE=/etc/slurm-ipu/site.yaml\n" in text["slurm-ipu.service"]
     assert not [name for name in text if name.endswith(".yaml")]
     assert (desc.slurm_conf, desc.vipu_command, desc.ipuof_port) == (
         "/etc/slurm/slurm.conf", ["/usr/bin/vipu", "--config", "/etc/slurm-ipu/vipu-cli.hcl"], 8090)

@@ -141,7 +141,7 @@ def test_a_service_that_never_answers_costs_a_bounded_wait_and_a_requeue(fake, c
     code, err = run_hook(hook)
     server.close()
     assert code == 1 and time.monotonic() - started < 10 and python_ran(hook) == []
-    assert "the hook service did not answer the prolog within 2 s" in err
+    assert "the slurm-ipu service did not answer the prolog within 2 s" in err
 
 
 def request(verb: str, **over) -> tuple[socket.socket, socket.socket]:

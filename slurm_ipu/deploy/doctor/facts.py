@@ -69,7 +69,7 @@ def gather(site: Site, runner=None, account: str | None = None) -> Facts:
         from ...hooks.reap import job_objects
 
         # The journal before the listing and the jobs after it: a partition on its way out (its job
-        # ended, the hook service removing it) is never taken for an orphan (check_orphans).
+        # ended, the slurm-ipu service removing it) is never taken for an orphan (check_orphans).
         facts.queued = _queued_names(site)
         facts.partitions = job_objects(site, site.vipu_client(), time.monotonic() + 20)
         facts.jobs_after = _jobs_again(cli)

@@ -1,5 +1,5 @@
 """The checks of V-IPU's side and the hooks' state: V-IPU itself, the canaries, the queue and
-grants, the state directory and journal, orphans, the hook service and its passes, drains, metrics,
+grants, the state directory and journal, orphans, the slurm-ipu service and its passes, drains, metrics,
 the step canaries."""
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def check_journal(site: Site, facts: Facts, now: float | None = None) -> Finding
     if stale:
         names = ", ".join(q.get("partition", "?") for q in stale[:5])
         return Finding("journal", False, f"{len(stale)} removal(s) queued for over {limit:g} s: {names}",
-                       "check V-IPU and the hook service's log (journalctl -u slurm-ipu-reaper)")
+                       "check V-IPU and the slurm-ipu service's log (journalctl -u slurm-ipu)")
     return Finding("journal", True, f"{len(queued)} removal(s) queued, none older than {limit:g} s")
 
 
@@ -164,7 +164,7 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
         return Finding("orphans", False, f"cannot tell ({why})", "fix the vipu and Slurm items first")
     found = orphans([p.name for p in facts.partitions], facts.jobs, site.job_prefixes)
     # On its way out, not an orphan: its job's epilog has not ended, or its removal was journaled
-    # when V-IPU was listed (the hook service drops the entry just after the removal, which may be
+    # when V-IPU was listed (the slurm-ipu service drops the entry just after the removal, which may be
     # before this check), or is now; or its job shows up in the look after the listing
     # (started after the first one). The jobs are read before the journal and the journal before
     # the listing, so a job seen ended had its epilog hand the removal over before the listing.
@@ -175,7 +175,7 @@ def check_orphans(site: Site, facts: Facts) -> Finding:
         names = ", ".join(name for name, _ in found[:5])
         kinds = "/".join(sorted({site.kind_of(name) for name, _ in found}))
         return Finding("orphans", False, f"{len(found)} {kinds}(s) whose job is gone: {names}",
-                       "slurm-ipu reap (the hook service does it every reap.interval)")
+                       "slurm-ipu reap (the slurm-ipu service does it every reap.interval)")
     what = " and ".join(f"{m}" for m in sorted(site.models))
     return Finding("orphans", True, f"every {what} under the prefix belongs to a live job")
 
@@ -191,19 +191,19 @@ def check_service(site: Site, facts: Facts) -> Finding:
     from ...hooks.endpoint import socket_path
 
     if not remover.is_service(remover.holder(site.state_dir)):
-        return Finding("service", False, "the hook service is not running: every IPU job's prolog and epilog "
+        return Finding("service", False, "the slurm-ipu service is not running: every IPU job's prolog and epilog "
                        "start Python (slower job turnover) and orphans wait for a manual reap",
-                       "systemctl enable --now slurm-ipu-reaper")
+                       "systemctl enable --now slurm-ipu")
     if not stat.S_ISSOCK(_lstat_mode(socket_path(site.state_dir))):
-        return Finding("service", False, "the hook service runs, but without its hook socket (a slurm-ipu "
+        return Finding("service", False, "the slurm-ipu service runs, but without its hook socket (a slurm-ipu "
                        "older than slurm-ipu-hook?): every IPU job's hooks start Python",
-                       "systemctl restart slurm-ipu-reaper")
+                       "systemctl restart slurm-ipu")
     stalled = _stalled_pass(site)
     if stalled:
-        return Finding("service", False, f"the hook service runs, but {stalled}: a thread is stuck (nothing "
-                       "reaped, drained or counted)", "systemctl restart slurm-ipu-reaper, and report the last "
+        return Finding("service", False, f"the slurm-ipu service runs, but {stalled}: a thread is stuck (nothing "
+                       "reaped, drained or counted)", "systemctl restart slurm-ipu, and report the last "
                        f"lines of {site.state_dir}/hooks.log")
-    return Finding("service", True, "the hook service runs (slurm-ipu reap --watch) and takes IPU jobs' "
+    return Finding("service", True, "the slurm-ipu service runs and takes IPU jobs' "
                    "prologs and epilogs on its socket")
 
 
@@ -244,14 +244,14 @@ def check_drains(site: Site, facts: Facts) -> Finding:
         (f" and {len(ours) - 4} more" if len(ours) > 4 else "")
     if site.health.interval <= 0 or not remover.is_service(remover.holder(site.state_dir)):
         return Finding("drains", False, f"{len(ours)} node(s) drained by the health pass and no pass to lift them: "
-                       f"{shown}", "start the hook service (systemctl enable --now slurm-ipu-reaper), or run "
+                       f"{shown}", "start the slurm-ipu service (systemctl enable --now slurm-ipu), or run "
                        "slurm-ipu health once their IPU-Machines are Up")
     return Finding("drains", True, f"{len(ours)} node(s) drained for failed IPU-Machines, lifted when they are Up: "
                    f"{shown}")
 
 
 def check_metrics(site: Site, facts: Facts, now: float | None = None) -> Finding:
-    """metrics.textfile: in a directory the hook service (slurm.user) can write and no one else
+    """metrics.textfile: in a directory the slurm-ipu service (slurm.user) can write and no one else
     can (node_exporter serves every *.prom there: another user could plant or replace one), and
     current while the service runs."""
     import grp
@@ -276,11 +276,11 @@ def check_metrics(site: Site, facts: Facts, now: float | None = None) -> Finding
                        f"chmod 755 {folder}")
     writable = (st.st_uid == user.pw_uid and mode & 0o200) or (st.st_gid == user.pw_gid and mode & 0o020)
     if not writable:
-        return Finding("metrics", False, f"{folder} is not writable by {site.slurm.user}: the hook service "
+        return Finding("metrics", False, f"{folder} is not writable by {site.slurm.user}: the slurm-ipu service "
                        "cannot write the textfile", f"chown {site.slurm.user} {folder}")
     stale = _stale_textfile(site, path, now)
     if stale:
-        return Finding("metrics", False, stale, "check the hook service (journalctl -u slurm-ipu-reaper)")
+        return Finding("metrics", False, stale, "check the slurm-ipu service (journalctl -u slurm-ipu)")
     return Finding("metrics", True, f"{path} in a directory only {site.slurm.user} and root can write")
 
 
