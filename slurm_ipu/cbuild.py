@@ -36,6 +36,7 @@ def make(target: str, dest: Path, what: str, defs: Sequence[str] = (), **variabl
     defs: -D flags (each passed to the compiler as one word); variables: more make variables."""
     if shutil.which("make") is None:
         raise ConfigError(f"make not found: it builds {what} (apt-get install make gcc musl-tools)")
+    dest = Path(os.path.abspath(dest))  # make runs in the C tree: a relative O would land there
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as out:
         argv = ["make", "-s", "-C", str(c_tree()), target, f"O={out}",

@@ -121,3 +121,11 @@ def test_the_hook_is_built_static_with_musl(tmp_path):
     check = subprocess.run([str(hook), "--check"], capture_output=True, text=True, timeout=10)
     assert "slurm-ipu-hook.conf" in check.stderr  # it runs: no settings beside it, one line and exit 2
     assert check.returncode == 2
+
+
+def test_a_relative_destination_is_the_caller_s_not_the_c_tree_s(compilers, tmp_path, monkeypatch):
+    """The packages' build names debian/generated/slurm-ipu-hook, relative to the tree's root."""
+    compilers({"gcc": None, "musl-gcc": "no"})
+    monkeypatch.chdir(tmp_path)
+    out = cbuild.make("hook", Path("generated") / "slurm-ipu-hook", "slurm-ipu-hook")
+    assert out == tmp_path / "generated" / "slurm-ipu-hook" and out.read_text() == "gcc -static\n"
