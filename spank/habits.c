@@ -92,7 +92,7 @@ static const char *gres_gpu(const char *value, char *item, size_t size)
 
 /* A near miss of the IPU GRES's name in a `--gres` value (ipus:4, IPU:4; a site's own GRES whose
  * name only starts with ipu, such as ipu2, is none), written into `item` whole, or NULL.
- * templates/job_submit.lua.j2 (MISSPELT) knows the same spellings; tests/unit/test_spank_args.py
+ * templates/job_submit/job_submit.lua.j2 (MISSPELT) knows the same spellings; tests/unit/test_spank_args.py
  * holds the two to the same cases. */
 static const char *gres_misspelt(const char *value, char *item, size_t size)
 {

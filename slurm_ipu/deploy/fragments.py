@@ -19,10 +19,10 @@ from . import merge, render
 FILES = {
     "slurm-ipu.conf": "site/slurm-ipu.conf",
     "gres-ipu.conf": "site/gres-ipu.conf",
-    "plugstack-ipu.conf": "site/plugstack-ipu.conf",
-    "job_submit.lua": "job_submit.lua",
-    "slurm-ipu-hook.conf": "slurm-ipu-hook.conf",
-    "slurm-ipu.service": "site/slurm-ipu.service",
+    "plugstack-ipu.conf": "spank/plugstack-ipu.conf",
+    "job_submit.lua": "job_submit/job_submit.lua",
+    "slurm-ipu-hook.conf": "hooks/slurm-ipu-hook.conf",
+    "slurm-ipu.service": "hooks/slurm-ipu.service",
     "topology.conf": "site/topology.conf",  # multi-Pod sites only
 }
 DIFF = "slurm.conf.diff"  # with --slurm-conf: the edit of the site's own files (merge.py)
@@ -66,7 +66,7 @@ def top_switches(site: Site) -> list[str]:
 
 
 def hook_paths(state_dir: str) -> dict:
-    """What slurm-ipu-hook's fast path touches (templates/slurm-ipu-hook.conf.j2)."""
+    """What slurm-ipu-hook's fast path touches (templates/hooks/slurm-ipu-hook.conf.j2)."""
     return {"socket": str(socket_path(state_dir))}
 
 
@@ -147,7 +147,7 @@ def loaded_id(text: str) -> str | None:
 def emulator_cluster(site: Site) -> str:
     """vipu-emu's cluster file for this site (the lab, admin drills): its ILDs, each Pod's
     allocation inside the cluster's, and each Pod's hosts cabled to its own ILDs."""
-    return render.render("vipu-emu.yaml", context(site))
+    return render.render("lab/vipu-emu.yaml", context(site))
 
 
 def write(site: Site, out_dir: Path, slurm_conf: str | None = None) -> list[Path]:

@@ -31,7 +31,7 @@ from ..fsutil import atomic_write, private_dir
 COMMANDS = ("slurm-ipu", "ipurun")  # vipu-emu stays in the venv: a lab tool, not a site's
 
 
-UNIT = "slurm-ipu.service"  # the service's unit (templates/site/slurm-ipu.service.j2)
+UNIT = "slurm-ipu.service"  # the service's unit (templates/hooks/slurm-ipu.service.j2)
 EARLIER_UNIT = "slurm-ipu-reaper.service"  # its name in earlier releases, kept as its alias
 
 

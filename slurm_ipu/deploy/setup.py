@@ -28,7 +28,7 @@ from ..config import PACKAGED, Site
 from ..errors import ConfigError
 from ..fsutil import atomic_write, private_dir
 
-# The unit's lines a site's description decides (templates/site/slurm-ipu.service.j2).
+# The unit's lines a site's description decides (templates/hooks/slurm-ipu.service.j2).
 SITE_KEYS = ("User=", "Environment=", "TimeoutStopSec=")
 
 

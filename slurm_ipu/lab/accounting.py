@@ -47,7 +47,7 @@ def password(spec) -> str:
 
 
 def context(spec) -> dict:
-    """What slurm.conf and slurmdbd.conf need (templates/slurm.conf.j2, templates/slurmdbd.conf.j2)."""
+    """What slurm.conf and slurmdbd.conf need (templates/lab/slurm.conf.j2, templates/lab/slurmdbd.conf.j2)."""
     return {"dbd_port": spec.dbd_port, "db_port": spec.db_port, "database": DATABASE, "db_user": DB_USER,
             "db_password": password(spec), "pid_file": str(spec.path("run", "slurmdbd.pid")),
             "log_file": str(spec.path("log", "slurmdbd.log"))}

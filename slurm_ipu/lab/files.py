@@ -259,9 +259,9 @@ def _write_slurm(spec: LabSpec) -> None:
     """Slurm's configuration and the site's fragments, merged (the lab as a site built from its
     description); the emulator's cluster from the same description."""
     ctx = context(spec)
-    atomic_write(spec.path("etc", "slurm.conf"), render.render("slurm.conf", ctx))
+    atomic_write(spec.path("etc", "slurm.conf"), render.render("lab/slurm.conf", ctx))
     if spec.accounting:
-        atomic_write(spec.path("etc", "slurmdbd.conf"), render.render("slurmdbd.conf", ctx), 0o600)
+        atomic_write(spec.path("etc", "slurmdbd.conf"), render.render("lab/slurmdbd.conf", ctx), 0o600)
     cgroup = releases.cgroup_conf(releases.installed(SBIN) or "0.0")
     if cgroup:
         atomic_write(spec.path("etc", "cgroup.conf"), cgroup)

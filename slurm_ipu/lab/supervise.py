@@ -1,7 +1,7 @@
 """The lab's supervision of the slurm-ipu service, as systemd supervises it on a site.
 
 On a site, systemd runs `slurm-ipu service` with Restart=always, RestartSec=5
-(templates/site/slurm-ipu.service.j2): a service that dies (a thread that died of an
+(templates/hooks/slurm-ipu.service.j2): a service that dies (a thread that died of an
 exception ends it with exit 1, slurm_ipu/hooks/service.py) is started again. In the lab this small
 process is the service's parent and does the same:
 

@@ -1,7 +1,7 @@
 """A job's IPUs per node in a TRES list as Slurm writes it (squeue's tres-per-node, job_submit.lua's
 tres_per_node): `gres:ipu:4`, `gres/ipu:4` (23.11's spelling), `gres:ipu` (one), `gres:ipu:mk2:4`
 (a type), beside other items. Slurm keeps the last of a repeated GRES. job_submit.lua reads the
-same grammar (gres_item in templates/job_submit.lua.j2; tests/unit/test_gres.py holds the two
+same grammar (gres_item in templates/job_submit/job_submit.lua.j2; tests/unit/test_gres.py holds the two
 together)."""
 
 from __future__ import annotations

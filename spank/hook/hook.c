@@ -3,7 +3,7 @@
  *
  * slurmctld forks it for every job, IPU or not, so it costs what it must and no more: one exec, no
  * shell, no Python. It reads its configuration from the file beside it (this program's path plus
- * ".conf", rendered from the site description: templates/slurm-ipu-hook.conf.j2), then:
+ * ".conf", rendered from the site description: templates/hooks/slurm-ipu-hook.conf.j2), then:
  *
  * - runs the site's own controller hook, if the site names one: its prolog first (a failure fails
  *   the job start, with its status, before any partition is made), its epilog after ours (its

@@ -77,7 +77,7 @@ def test_every_hostlist_reads_as_slurm_reads_it(lab, tmp_path):
     exprs = list(dict.fromkeys(written + hand_written(rng)))
     truth = scontrol_names(lab, exprs)
     lua = tmp_path / "job_submit.lua"
-    lua.write_text(render.render("job_submit.lua", render.pod_values(64) | {
+    lua.write_text(render.render("job_submit/job_submit.lua", render.pod_values(64) | {
         "licences": licences.lua_values(SLURM_VERSION), "limits": limits.lua_values(), "ipus_per_host": 16,
         "gres_prefix": releases.tres_prefix(SLURM_VERSION), "whole_hosts": False, "mixed": False,
         "host_models": {}}))

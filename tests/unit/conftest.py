@@ -72,7 +72,7 @@ def place_hook(binary, dest, hook: dict):
     from slurm_ipu.deploy import render
 
     shutil.copy2(binary, dest)
-    dest.with_name(dest.name + ".conf").write_text(render.render("slurm-ipu-hook.conf", {"hook": hook}))
+    dest.with_name(dest.name + ".conf").write_text(render.render("hooks/slurm-ipu-hook.conf", {"hook": hook}))
     return dest
 
 

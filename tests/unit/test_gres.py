@@ -35,7 +35,7 @@ def test_python_reads_ipus_per_node(tres, per):
 @pytest.fixture(scope="module")
 def script(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("lua") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(64)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(64)))
     return str(path)
 
 

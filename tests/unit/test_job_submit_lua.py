@@ -47,7 +47,7 @@ def values(pod_ipus: int, version: str = "22.05", per_host: int | None = None) -
 @pytest.fixture(scope="module")
 def lua_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("lua") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(64)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(64)))
     return str(path)
 
 
@@ -62,7 +62,7 @@ def lua_table(d: dict) -> str:
 @pytest.fixture(scope="module")
 def lua_256(tmp_path_factory):
     path = tmp_path_factory.mktemp("lua256") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(256)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(256)))
     return str(path)
 
 
@@ -332,7 +332,7 @@ def test_no_licence_string_gets_an_ipu_count_its_gres_does_not_ask_for(tmp_path,
     from tests.licence_corpus import corpus
 
     path = tmp_path / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(64, version)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(64, version)))
     cases = corpus(2000)
     rows = ", ".join(f"{{{lua_str(s)}, {lua_str(f'gres:ipu:{g[0]}') if g else 'nil'}, {g[1] if g else 1}}}"
                      for s, g in cases)
@@ -361,7 +361,7 @@ def test_no_licence_string_gets_an_ipu_count_its_gres_does_not_ask_for(tmp_path,
 def lua_16(tmp_path_factory):
     """The lab's Pod: 64 IPUs on hosts of 16, Slurm 24.11 (gres/ipu in TRES strings)."""
     path = tmp_path_factory.mktemp("lua16") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(64, "24.11", per_host=16)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(64, "24.11", per_host=16)))
     return str(path)
 
 
@@ -430,7 +430,7 @@ def lua_whole_hosts(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("luawhole")
     site = config.load(str(write_conf(tmp, vipu={"model": "allocation"}, slurm={"version": "24.11"})))
     path = tmp / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", fragments.context(site)))
+    path.write_text(render.render("job_submit/job_submit.lua", fragments.context(site)))
     return str(path)
 
 
@@ -544,6 +544,6 @@ def test_a_192_ipu_partition_takes_the_shapes_the_rule_table_gives_it(tmp_path, 
     """rules.valid_ilds(192) is [3], rules.valid_gcds(192, 3) is 3, 12, 24, 48, 96, 192: the SPANK
     plugin passes any count on, and this file, rendered from the table, decides."""
     path = tmp_path / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(256, per_host=64)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(256, per_host=64)))
     rc, lic, _, msg = run(str(path), {"tres_per_node": "gres:ipu:64", "min_nodes": 3, "spank_job_env": shape})
     assert (rc == 0 and lic == "ipu:192") if ok else (rc == -1 and "IPUs" in msg), (rc, lic, msg)

@@ -25,7 +25,7 @@ print(tostring(job.req_switch) .. "\\t" .. tostring(job.wait4switch))
 def _pods_lua(tmp_path_factory, hosts: int) -> str:
     path = tmp_path_factory.mktemp("luapods") / "job_submit.lua"
     pods = [{"name": n, "hosts": [f"h{k}" for k in range(1, hosts + 1)], "ilds": 1} for n in ("poda", "podb")]
-    path.write_text(render.render("job_submit.lua", values(128) | {"pods": pods}))
+    path.write_text(render.render("job_submit/job_submit.lua", values(128) | {"pods": pods}))
     return str(path)
 
 
@@ -72,7 +72,7 @@ def test_a_job_that_cannot_sit_in_whole_pods_is_refused(lua_pods, job, words):
 
 def test_one_pod_sites_leave_switches_alone(tmp_path):
     path = tmp_path / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(64)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(64)))
     rc, req, wait, _ = run_switches(str(path), {"tres_per_node": "gres:ipu:16", "min_nodes": 4})
     assert (rc, req, wait) == (0, "nil", "nil")
 
@@ -102,7 +102,7 @@ def lua_mixed(tmp_path_factory):
         "vipu: {host: 127.0.0.1}", "vipu: {host: 127.0.0.1, allocation: all}\nslurm: {version: '24.11'}")
     site = config.parse(text, "mixed.yaml")
     path = tmp_path_factory.mktemp("luamixed") / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", fragments.context(site)))
+    path.write_text(render.render("job_submit/job_submit.lua", fragments.context(site)))
     return str(path)
 
 

@@ -40,15 +40,15 @@ def test_the_lab_disables_the_cgroup_plugin_only_where_slurm_knows_the_value():
 def test_accounting_points_slurm_and_slurmdbd_at_the_labs_own_database(tmp_path):
     from slurm_ipu.deploy import render
 
-    plain = render.render("slurm.conf", lab.context(lab.LabSpec(dir=tmp_path / "plain")))
+    plain = render.render("lab/slurm.conf", lab.context(lab.LabSpec(dir=tmp_path / "plain")))
     assert "AccountingStorageType=accounting_storage/none" in plain and "slurmdbd" not in plain
     spec = lab.LabSpec(dir=tmp_path / "acct", accounting=True, dbd_port=20008, db_port=20009)
     spec.path("etc").mkdir(parents=True)
     ctx = lab.context(spec)
-    conf = render.render("slurm.conf", ctx)
+    conf = render.render("lab/slurm.conf", ctx)
     assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
     assert "AccountingStoragePort=20008" in conf and f"AccountingStoragePass={spec.path('run', 'munge.socket')}" in conf
-    dbd = render.render("slurmdbd.conf", ctx)
+    dbd = render.render("lab/slurmdbd.conf", ctx)
     word = spec.path("etc", "db-password").read_text().strip()
     assert len(word) == 32 and spec.path("etc", "db-password").stat().st_mode & 0o777 == 0o600
     assert f"StoragePass={word}\n" in dbd and "StoragePort=20009\n" in dbd and "DbdPort=20008\n" in dbd
@@ -75,7 +75,7 @@ def test_the_mixed_lab_gives_pod_a_the_allocation_model_and_slurm_a_partition_pe
     check_spec(spec)
     site = config.parse(files.site_description(spec), "site.yaml")
     assert {p.name: site.model_for(p.hosts) for p in site.pods} == {"poda": "allocation", "podb": "partition"}
-    conf = render.render("slurm.conf", files.context(spec))
+    conf = render.render("lab/slurm.conf", files.context(spec))
     assert "PartitionName=ipu-alloc Nodes=node[1-4] " in conf and "PartitionName=ipu-part Nodes=node[5-8] " in conf
     with pytest.raises(LabError, match="use --pods 2 or more"):
         check_spec(LabSpec(dir=tmp_path / "lab", nodes=4, model="mixed"))

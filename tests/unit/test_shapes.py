@@ -56,7 +56,7 @@ def expected(size: int, gcds: int, ilds: int) -> bool:
 @pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
 def test_job_submit_lua_accepts_exactly_the_shapes_the_rule_table_accepts(tmp_path):
     path = tmp_path / "job_submit.lua"
-    path.write_text(render.render("job_submit.lua", values(POD, per_host=PER_HOST)))
+    path.write_text(render.render("job_submit/job_submit.lua", values(POD, per_host=PER_HOST)))
     asked = cases()
     table = "{" + ",".join("{" + ",".join(map(str, c)) + "}" for c in asked) + "}"
     proc = subprocess.run([LUA, "-"], input=LOOP % {"path": str(path), "cases": table}, capture_output=True,

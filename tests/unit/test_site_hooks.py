@@ -78,7 +78,7 @@ def test_the_site_s_epilog_runs_after_ours_for_every_job(wrapper, licences, ours
 
 def test_without_site_hooks_the_settings_name_none(tmp_path):
     hook = fragments.hook_paths(str(tmp_path)) | {"site": "c", "python": "p", "prolog_wait": 2}
-    text = render.render("slurm-ipu-hook.conf", {"hook": hook})
+    text = render.render("hooks/slurm-ipu-hook.conf", {"hook": hook})
     assert "site_prolog=\n" in text and "site_epilog=\n" in text
 
 

@@ -157,6 +157,6 @@ def test_a_misspelt_ipu_gres_gets_the_same_word_from_the_plugin_and_job_submit(d
     else:
         assert out.startswith(said) and out.endswith(f"[unless GresTypes has {gres.split(':')[0]}]"), out
     lua = tmp_path / "job_submit.lua"
-    lua.write_text(render.render("job_submit.lua", values(64)))
+    lua.write_text(render.render("job_submit/job_submit.lua", values(64)))
     rc, _lic, _nodes, msg = run_lua(str(lua), {"tres_per_node": ",".join(f"gres/{g}" for g in gres.split(","))})
     assert (rc == -1 and said in msg) if said else "names no GRES" not in msg, msg
