@@ -94,11 +94,11 @@ say "apt install build 1 (${BUILD1[*]##*/})"
 apt_install "${BUILD1[@]}"
 [ -e "$UNITS/multi-user.target.wants/slurm-ipu.service" ] || fail "the unit enabled under its earlier name is" \
   "not enabled as slurm-ipu.service"
-[ "$(readlink "$UNITS/slurm-ipu-reaper.service")" = /lib/systemd/system/slurm-ipu.service ] \
+[[ "$(readlink "$UNITS/slurm-ipu-reaper.service")" == */systemd/system/slurm-ipu.service ]] \
   || fail "slurm-ipu-reaper.service is not an alias of slurm-ipu.service: $(ls -l "$UNITS" | tr '\n' ' ')"
 [ ! -L "$UNITS/multi-user.target.wants/slurm-ipu-reaper.service" ] || fail "the earlier name's dangling link stayed"
 [ ! -e "$UNITS/slurm-ipu-reaper.service.d" ] || fail "setup left the earlier unit's drop-in"
-grep -q "^ExecStart=/usr/bin/python3 -m slurm_ipu.cli service$" /lib/systemd/system/slurm-ipu.service \
+grep -q "^ExecStart=/usr/bin/python3 -m slurm_ipu.cli service$" "$UNITS/slurm-ipu-reaper.service" \
   || fail "the packaged unit does not run slurm-ipu service"
 [ "$(command -v slurm-ipu)" = /usr/bin/slurm-ipu ] || fail "slurm-ipu is not /usr/bin/slurm-ipu"
 [ -f /etc/slurm-ipu/slurm-ipu-hook.conf ] || fail "postinst did not run slurm-ipu setup (no hook settings)"
