@@ -81,8 +81,12 @@ def build_parser():
 
     d = sub.add_parser("doctor", help="check the live cluster against the site description (exit 1 on a problem)")
     d.add_argument("--site", help=site_help)
-    d.add_argument("--account", help="the Slurm account doctor's test jobs are charged to, on a site that requires "
-                   "one (default: $SBATCH_ACCOUNT, else $SLURM_ACCOUNT, else none)")
+    d.add_argument("--account", help="the Slurm account doctor's test jobs are charged to, on a site whose policy "
+                   "requires one (default: $SBATCH_ACCOUNT, else $SLURM_ACCOUNT, else with accounting your "
+                   "association's default account)")
+    d.add_argument("--qos", help="the QOS of doctor's test jobs (default: $SBATCH_QOS, else $SLURM_QOS, else none)")
+    d.add_argument("--partition", help="the Slurm partition of doctor's test jobs (default: $SBATCH_PARTITION, else "
+                   "$SLURM_PARTITION, else the cluster's default)")
     d.add_argument("--jobs", action="store_true", help="also run a 1-IPU step on a host of each Pod, as root, through "
                    "Slurm: its task must see its partition (the SPANK plugin loaded where jobs run)")
     sn = sub.add_parser("snapshot", help="record the site's own Slurm as it runs (nodes' GRES, features and "
@@ -267,7 +271,8 @@ def _site_path(args) -> str:
 def cmd_doctor(args) -> int:
     from .deploy import doctor
 
-    return doctor.main(_site_path(args), jobs=args.jobs, account=args.account)
+    return doctor.main(_site_path(args), jobs=args.jobs, account=args.account, qos=args.qos,
+                       partition=args.partition)
 
 
 def cmd_snapshot(args) -> int:

@@ -90,9 +90,15 @@ class AttachError(SlurmIpuError):
 
 
 class SlurmError(SlurmIpuError):
-    """A Slurm command failed or printed something we cannot read."""
+    """A Slurm command failed or printed something we cannot read. `said`: the command's own
+    lines (bounded), where the message keeps the first: a refusal's second line says whose rule it
+    was (sbatch: a job_submit's message, then `Batch job submission failed`)."""
 
     component = "slurm"
+
+    def __init__(self, message: str, said: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.said = said
 
 
 class LabError(SlurmIpuError):

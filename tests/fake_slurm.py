@@ -40,7 +40,7 @@ def _job(value) -> Job:
 class FakeSlurm(SlurmCli):
     def __init__(self, jobs=None, broken: bool = False, gres: dict[int, int] | None = None, nodes=(),
                  ends=(), gone=(), shown: dict[str, str | None] | None = None, refuse=(),
-                 requires_account: bool = False):
+                 requires_account: bool = False, default_account: str | None = None):
         super().__init__(None, "/usr/bin", timeout=10.0, runner=self._answer)
         self.queue: dict[int, Job] = {j: _job(v) for j, v in (jobs or {}).items()}
         for job, per in (gres or {}).items():  # a job only the hooks' query knows: its GRES
@@ -63,6 +63,7 @@ class FakeSlurm(SlurmCli):
         self.refuse = tuple(refuse)
         self.requires_account = requires_account  # a site's job_submit refusing jobs without -A
         self.submitted: list[list[str]] = []  # every sbatch's arguments
+        self.default_account = default_account  # with accounting: the association's default (sacctmgr)
 
     # --- what a test reads: Slurm's view ------------------------------------------------------
 
@@ -125,12 +126,20 @@ class FakeSlurm(SlurmCli):
     def _sbatch(self, args, _input) -> str:
         self.submitted.append(args)
         if self.requires_account and not any(a.startswith(("--account=", "-A")) for a in args):
-            raise SlurmSays("sbatch: error: lua-site: please name your project account")
+            raise SlurmSays("sbatch: error: lua-site: please name your project account\n"
+                            "sbatch: error: Batch job submission failed: Unspecified error")
         if "--test-only" not in args:
             raise SlurmSays("sbatch: error: the fake runs no jobs; use the lab (tests/slurm)")
         if any(word in " ".join(args) for word in self.refuse):
             raise SlurmSays("sbatch: error: Requested node configuration is not available")
         return ""
+
+    def _sacctmgr(self, args, _input) -> str:
+        if "cluster" in args:
+            return "t\n"
+        if args[2:4] == ["show", "user"] and args[-1] == "format=defaultaccount":
+            return f"{self.default_account}\n" if self.default_account else ""
+        raise SlurmSays(f"sacctmgr: the fake knows no {args}")
 
     def _sinfo(self, _args, _input) -> str:
         return "".join(f"{n}|{s}|{r}\n" for n, (s, r) in self.nodes.items())

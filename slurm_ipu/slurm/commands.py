@@ -172,7 +172,8 @@ class SlurmCli:
             raise SlurmError(f"`{tool} {' '.join(args[:2])}` timed out after {self.timeout:g}s") from None
         if proc.returncode != 0:
             said = (proc.stderr or proc.stdout).strip().splitlines() or ["no message"]
-            raise SlurmError(f"`{tool} {' '.join(args[:3])}` failed: {said[0][:200]}")
+            raise SlurmError(f"`{tool} {' '.join(args[:3])}` failed: {said[0][:200]}",
+                             tuple(line[:300] for line in said[:8]))
         return proc.stdout
 
     def show_config(self) -> dict[str, str]:

@@ -215,6 +215,51 @@ def test_doctor_names_what_is_broken(clean_lab, tmp_path, item):
     assert after.returncode == 0 and not problems, after.stdout
 
 
+# A site's own job_submit.lua calling ours as docs/admin.md says, then its own policy: every job
+# names a QOS.
+SITE_POLICY = """dofile("{ours}")
+function slurm_job_submit(job_desc, part_list, submit_uid)
+    local rc = slurm_ipu.job_submit(job_desc, part_list, submit_uid) if rc ~= slurm.SUCCESS then return rc end
+    if job_desc.qos == nil then
+        slurm.log_user("lua-site: please name a QOS")
+        return slurm.ERROR
+    end
+    return slurm.SUCCESS
+end
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+    return slurm_ipu.job_modify(job_desc, job_rec, part_list, modify_uid)
+end
+"""
+
+
+def test_doctor_on_a_site_whose_policy_refuses_its_jobs_names_the_rule_and_takes_what_it_asks(clean_lab):
+    """Doctor's test jobs refused by the site's own rule were two PROBLEMs (slurm-ipu broken) with
+    no way to give them what the rule asked. Now: the rule named, the checks skipped, exit 0; given
+    the QOS, all ok. They carry the account of root's association (the lab has accounting)."""
+    lab = clean_lab
+    lua, ours = lab.spec.path("etc", "job_submit.lua"), lab.spec.path("etc", "job_submit_ipu.lua")
+    ours.write_bytes(lua.read_bytes())
+    account = lab.run("sacctmgr", "-n", "-P", "show", "user", "root", "format=defaultaccount", check=True).stdout
+    try:
+        with _edited(lua, lambda _: SITE_POLICY.format(ours=ours)):
+            refused = lab.run_as("slurmipu-a", "sbatch", "--gres=ipu:1", "-o", "/dev/null", "--wrap", "true")
+            assert "lua-site: please name a QOS" in refused.stderr, refused.stderr  # the rule is in force
+            proc, problems = doctor(lab)
+            assert proc.returncode == 0 and not problems, proc.stdout
+            carried = f"--account={account.strip()} (root's default account)"
+            for item in ("canary", "job_submit"):
+                line = next(ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == [item])
+                assert line.startswith("skipped") and "the site's own policy refused doctor's test job ('lua-site: " \
+                    f"please name a QOS'; it carried {carried}): give doctor what the rule asks with --account, " \
+                    "--qos, --partition" in line, line
+            given = lab.run("slurm-ipu", "doctor", "--qos", "normal", timeout=120)
+            assert given.returncode == 0 and given.stdout.strip().splitlines()[-1] == \
+                f"all {len(doctor_checks())} checks ok", given.stdout
+    finally:
+        ours.unlink()
+        lua.touch()  # slurmctld reloads job_submit.lua at a submit after the file's time
+
+
 def test_emulator_crash_then_lab_up_restarts_only_it_and_the_running_job_is_unharmed(clean_lab):
     lab = clean_lab
     job = lab.sbatch("--gres=ipu:4", "--wrap", "sleep 300")

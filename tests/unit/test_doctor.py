@@ -531,31 +531,3 @@ def test_spank_ipu_loaded_twice_is_a_problem_naming_both_files(here):
     conf.write_text(conf.read_text() + "include plugstack.conf.d/*\n")
     found = items(doctor.diagnose(desc, facts))["plugstack"]
     assert not found.ok and "loads spank_ipu.so 2 times" in found.detail and "keep one" in found.fix
-
-
-def test_on_a_site_that_requires_an_account_doctor_says_how_to_give_it_one_and_uses_it(here):
-    """A site whose own job_submit refuses jobs without -A: doctor's test jobs were refused, its fix
-    left only weakening the site's policy, and SBATCH_ACCOUNT was ignored."""
-    desc, _ = here
-    slurm = FakeSlurm({7: "RUNNING"}, requires_account=True)
-    facts = doctor.gather(desc, runner=slurm.runner)
-    found = items(doctor.diagnose(desc, facts))["canary"]
-    assert not found.ok and "please name your project account" in found.detail
-    assert "run doctor with --account NAME" in found.fix
-    facts = doctor.gather(desc, runner=slurm.runner, account="proj")
-    assert facts.test_submit == "ok" and ["--account=proj"] == [a for a in slurm.submitted[-1] if "account" in a]
-
-
-@pytest.mark.parametrize("env,given,want", [({"SBATCH_ACCOUNT": "a1"}, None, "a1"),
-                                            ({"SLURM_ACCOUNT": "a2"}, None, "a2"),
-                                            ({"SBATCH_ACCOUNT": "a1"}, "mine", "mine"), ({}, None, None)])
-def test_doctor_takes_its_account_from_the_option_else_sbatch_s_own_variables(here, mocker, monkeypatch, env, given,
-                                                                             want):
-    desc, facts = here
-    for key in ("SBATCH_ACCOUNT", "SLURM_ACCOUNT"):
-        monkeypatch.delenv(key, raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    gather = mocker.patch.object(doctor, "gather", return_value=facts)
-    doctor.main(desc.source, out=lambda _: None, account=given)
-    assert gather.call_args.kwargs["account"] == want

@@ -15,7 +15,7 @@ from ...config import Site
 from ...slurm.conf import parse_show_config, plugstack_lines  # noqa: F401 - doctor's, read by tests
 from .canaries import CANARY_NAME, ENDING, canary, step_canaries, try_as_job_user  # noqa: F401 - the package's
 from .facts import gather, job_states, parse_show_nodes, probe_submit  # noqa: F401 - the package's
-from .findings import Facts, Finding
+from .findings import Charge, Facts, Finding
 from .slurmchecks import (
     check_accounting,
     check_hooks,
@@ -64,16 +64,25 @@ def _checked(check, site: Site, facts: Facts) -> Finding:
                        f"{os.getuid()} (run doctor as root for this item)", skipped=True)
 
 
-def main(site_path: str, out=print, jobs: bool = False, account: str | None = None) -> int:
+def charge(account: str | None, qos: str | None, partition: str | None) -> Charge:
+    """What doctor's test jobs carry: the options, else sbatch's own input variables (an admin's
+    SBATCH_ACCOUNT works for doctor as for sbatch), else nothing."""
+    def given(value: str | None, name: str) -> str | None:
+        return value or os.environ.get(f"SBATCH_{name}") or os.environ.get(f"SLURM_{name}") or None
+
+    return Charge(given(account, "ACCOUNT"), given(qos, "QOS"), given(partition, "PARTITION"))
+
+
+def main(site_path: str, out=print, jobs: bool = False, account: str | None = None, qos: str | None = None,
+         partition: str | None = None) -> int:
     from ...config import load, refuse_repeated_keys
 
     site = load(site_path)
     refuse_repeated_keys(site)
-    account = account or os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT") or None
-    facts = gather(site, account=account)
+    facts = gather(site, charge=charge(account, qos, partition))
     findings = diagnose(site, facts)
     if jobs:  # last: its partitions come and go after every other item has read V-IPU
-        findings.append(check_steps(site, step_canaries(site, facts)))
+        findings.append(check_steps(site, step_canaries(site, facts), facts.charge))
     for f in findings:
         out(f.line())
     bad, skipped = sum(not f.ok for f in findings), sum(f.skipped for f in findings)

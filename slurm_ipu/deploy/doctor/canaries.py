@@ -11,7 +11,7 @@ from ... import rules
 from ...config import Site
 from ...errors import SlurmIpuError
 from ..render import PROBE_NAME
-from .findings import Facts, charged
+from .findings import POLICY_REFUSED, Charge, Facts, site_rule
 
 ENDING = "COMPLETING"
 
@@ -153,14 +153,16 @@ def step_canaries(site: Site, facts: Facts) -> dict[str, str] | None:
         return None
     cli = SlurmCli.of_site(site, timeout=90)
     hosts = [pod.hosts[0] for pod in site.pods] or site.hosts[:1]
-    return {host: _step(cli, site, host, facts.account) for host in hosts}
+    return {host: _step(cli, site, host, facts.charge) for host in hosts}
 
 
-def _step(cli, site: Site, host: str, account: str | None = None) -> str:
+def _step(cli, site: Site, host: str, charge: Charge) -> str:
     try:
-        text = cli.output("srun", *charged(account), "-N1", "-w", host, "--gres=ipu:1", "--immediate=30", "--time=1",
+        text = cli.output("srun", *charge.options(), "-N1", "-w", host, "--gres=ipu:1", "--immediate=30", "--time=1",
                           f"--job-name={STEP_NAME}", "/usr/bin/env")
     except SlurmIpuError as exc:
+        if rule := site_rule(getattr(exc, "said", ())):
+            return f"{POLICY_REFUSED}{rule}"
         busy = "Unable to allocate resources" in str(exc) or "busy" in str(exc)
         return f"busy: {exc}" if busy else str(exc)
     env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)

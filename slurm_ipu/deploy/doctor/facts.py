@@ -8,12 +8,12 @@ import os
 import time
 
 from ...config import Site
-from ...errors import SlurmIpuError
+from ...errors import SlurmError, SlurmIpuError
 from ...slurm import slurmconf
 from ...slurm.conf import parse_show_config
 from ..render import PROBE_NAME
 from .canaries import ENDING, NotTried, canary, try_as_job_user
-from .findings import Facts, charged
+from .findings import Charge, Facts
 
 
 def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
@@ -29,10 +29,10 @@ def parse_show_nodes(text: str) -> dict[str, dict[str, str]]:
     return nodes
 
 
-def gather(site: Site, runner=None, account: str | None = None) -> Facts:
+def gather(site: Site, runner=None, charge: Charge | None = None) -> Facts:
     from ...slurm.commands import SlurmCli
 
-    facts = Facts(account=account)
+    facts = Facts(charge=charge or Charge())
     cli = SlurmCli.of_site(site, runner=runner)
 
     def slurm(name: str, tool: str, *args: str) -> str | None:
@@ -56,15 +56,20 @@ def gather(site: Site, runner=None, account: str | None = None) -> Facts:
     if site.accounting.slurmdbd_host:
         text = slurm("slurmdbd", "sacctmgr", "-n", "-P", "list", "cluster", "format=cluster")
         facts.clusters = text.split() if text is not None else None
+        if facts.charge.account is None and text is not None:
+            facts.charge = _default_account(cli, facts.charge)
     conf = facts.config.get("SLURM_CONF") or site.slurm_conf
     try:
         facts.declared = slurmconf.read(conf).settings
     except SlurmIpuError as exc:
         facts.errors["declared"] = str(exc)
     _gather_kept(site, cli, facts)
-    said = slurm("test_submit", "sbatch", "--test-only", *charged(account), "-N1", "--gres=ipu:1", "--time=1",
-                 "--job-name", PROBE_NAME, "--wrap", "true")
-    facts.test_submit = "ok" if said is not None else facts.errors.get("test_submit")
+    try:
+        cli.output("sbatch", "--test-only", *facts.charge.options(), "-N1", "--gres=ipu:1", "--time=1",
+                   "--job-name", PROBE_NAME, "--wrap", "true")
+        facts.test_submit = "ok"
+    except SlurmError as exc:
+        facts.test_submit, facts.refusals["test_submit"] = str(exc), exc.said
     try:
         from ...hooks.reap import job_objects
 
@@ -87,13 +92,26 @@ def gather(site: Site, runner=None, account: str | None = None) -> Facts:
         facts.errors["vipu"] = f"{type(exc).__name__}: {exc}"
     if os.getuid() == 0:
         try:
-            facts.probe = probe_submit(cli, facts.slurm_version or site.slurm.version, account)
+            facts.probe = probe_submit(cli, facts.slurm_version or site.slurm.version, facts.charge)
         except SlurmIpuError as exc:
             facts.errors["probe"] = str(exc)
+            facts.refusals["probe"] = getattr(exc, "said", ())
     return facts
 
 
-def probe_submit(cli, version: str, account: str | None = None) -> dict:
+def _default_account(cli, charge: Charge) -> Charge:
+    """The default account of the user running doctor, from its association: what sbatch charges
+    a job without -A to, named, since a site's job_submit may refuse a job that names none."""
+    import pwd
+    from dataclasses import replace
+
+    user = pwd.getpwuid(os.getuid()).pw_name
+    text = cli.output_or_none(None, "", "sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount")
+    account = (text or "").strip().splitlines()[0].strip() if (text or "").strip() else ""
+    return replace(charge, account=account, found=f"{user}'s default account") if account else charge
+
+
+def probe_submit(cli, version: str, charge: Charge) -> dict:
     """job_submit.lua as slurmctld runs it, not as its file reads: a held 1-IPU job named
     PROBE_NAME (never started, cancelled at once) must get the ipu licence (our job_submit ran) and
     the code id of the loaded job_submit.lua in its AdminComment, and a GRES update of it must be
@@ -103,7 +121,7 @@ def probe_submit(cli, version: str, account: str | None = None) -> dict:
     from ...slurm.releases import tres_prefix
 
     cli.output_or_none(None, "", "scancel", f"--name={PROBE_NAME}", "--state=PENDING")  # a killed doctor's
-    job = cli.output("sbatch", "--parsable", "--hold", *charged(account), f"--job-name={PROBE_NAME}",
+    job = cli.output("sbatch", "--parsable", "--hold", *charge.options(), f"--job-name={PROBE_NAME}",
                      "--gres=ipu:1", "-N1", "--time=1", "-o", "/dev/null", "--wrap", "true").strip().split(";")[0]
     try:
         got = _probe_fields(cli, job)

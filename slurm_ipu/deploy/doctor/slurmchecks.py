@@ -13,7 +13,7 @@ from ...slurm import slurmconf
 from ...slurm.conf import plugstack_entries
 from ..install import built_for
 from ..render import PROBE_COMMENT
-from .findings import Facts, Finding, refused_fix
+from .findings import Facts, Finding, policy_skip, site_rule
 
 
 def check_slurm(site: Site, facts: Facts) -> Finding:
@@ -160,8 +160,10 @@ def _job_submit_runs(facts: Facts, path: Path, ours: str) -> Finding:
     probe, want = facts.probe, loaded_id(ours)
     snippet = "docs/admin.md, job_submit.lua"
     if probe is None:
+        if rule := site_rule(facts.refusals.get("probe")):
+            return policy_skip("job_submit", rule, facts.charge)
         return Finding("job_submit", False, f"the held probe job could not be tried: {facts.errors['probe']}",
-                       refused_fix(facts, "check that root may submit a held --gres=ipu:1 job (sbatch --hold)"))
+                       "check that root may submit a held --gres=ipu:1 job (sbatch --hold)")
     if "ipu" not in probe["licenses"]:
         return Finding("job_submit", False, f"a held --gres=ipu:1 job got Licenses={probe['licenses']}: slurmctld's "
                        f"job_submit.lua does not run slurm_ipu.job_submit", f"the dofile and the slurm_ipu.job_submit "

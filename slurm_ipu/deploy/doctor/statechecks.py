@@ -12,7 +12,7 @@ from pathlib import Path
 from ...config import Site
 from .canaries import ENDING, PROBE_UID
 from .facts import _queued
-from .findings import Facts, Finding, refused_fix
+from .findings import POLICY_REFUSED, Charge, Facts, Finding, policy_skip, site_rule
 from .slurmchecks import _apply
 
 
@@ -42,9 +42,10 @@ def check_canary(site: Site, facts: Facts) -> Finding:
     """A job start's two steps, tried: job_submit.lua accepting an IPU job, and the hooks' create
     of its partition as the hooks' user."""
     if facts.test_submit != "ok":
+        if rule := site_rule(facts.refusals.get("test_submit")):
+            return policy_skip("canary", rule, facts.charge)
         return Finding("canary", False, f"sbatch --test-only --gres=ipu:1 was refused: {facts.test_submit}",
-                       refused_fix(facts, "every IPU job is refused so: see job_submit.lua and the slurm.conf "
-                                          "fragment"))
+                       "every IPU job is refused so: see job_submit.lua and the slurm.conf fragment")
     if facts.canary is None and "canary" in facts.errors:
         return Finding("canary", True, f"the hooks' create: {facts.errors['canary']}", skipped=True)
     if facts.canary is None:
@@ -315,9 +316,11 @@ def _lstat_mode(path) -> int:
         return 0
 
 
-def check_steps(site: Site, steps: dict[str, str] | None) -> Finding:
+def check_steps(site: Site, steps: dict[str, str] | None, charge: Charge | None = None) -> Finding:
     if steps is None:
         return Finding("steps", True, "a 1-IPU step on each Pod: needs root (it runs a job)", skipped=True)
+    if rule := next((why for why in steps.values() if why.startswith(POLICY_REFUSED)), None):
+        return policy_skip("steps", rule.removeprefix(POLICY_REFUSED), charge or Charge())
     bad = {h: why for h, why in steps.items() if why != "ok" and not why.startswith("busy: ")}
     if not bad and any(why != "ok" for why in steps.values()):
         return Finding("steps", True, f"a 1-IPU step on {', '.join(steps)}: not tried where no IPUs were free "
