@@ -124,10 +124,23 @@ def texts(site: Site, slurm_conf: str | None = None) -> dict[str, str]:
     out = {name: render.render(FILES[name], ctx) for name in names(site, merged)}
     lua = out["job_submit.lua"]
     out["job_submit.lua"] = lua.replace(CODE_ID, code_id(lua))
+    merged.plugstack_line = plugin_line(out["plugstack-ipu.conf"])
     patch = merge.diff(merged, slurm_conf)
     if patch:
         out[DIFF] = patch
     return out
+
+
+def plugin_line(plugstack_fragment: str) -> str:
+    """The plugin's one line of the rendered plugstack-ipu.conf (its header is comments)."""
+    return next(line for line in plugstack_fragment.splitlines() if line.strip() and not line.startswith("#"))
+
+
+def edits(site: Site, slurm_conf: str) -> dict[str, tuple[str, str]]:
+    """What slurm.conf.diff changes, file by file: (the text, the text merged)."""
+    merged = merge.merge(site, slurm_conf)
+    merged.plugstack_line = plugin_line(render.render(FILES["plugstack-ipu.conf"], context(site, merged, slurm_conf)))
+    return merge.edits(merged, slurm_conf)
 
 
 def code_id(text: str) -> str:

@@ -42,6 +42,11 @@ class Merged:
     features: list[tuple[Node, list[tuple[str | None, str]]]] = field(default_factory=list)
     topology: topomerge.TopologyMerge | None = None  # the Pods merged into the site's own topology.conf
     others: list[str] = field(default_factory=list)  # NodeName hostlists of nodes in no Pod (the site's)
+    # Configless sites: the plugstack.conf slurmctld sends its nodes, which must hold the plugin's
+    # line itself (an include of an absolute path or a glob is never sent), and that line
+    # (fragments.texts puts the rendered one here).
+    plugstack: str | None = None
+    plugstack_line: str = ""
 
 
 def ours(site: Site) -> dict[str, str]:
@@ -95,7 +100,30 @@ def merge(site: Site, slurm_conf: str | None) -> Merged:
     merged.moved = [s for s in conf.settings if not s.merged and s.key.lower() in keys]
     if not conf.skipped:
         merged.include = include_line()
+    merged.plugstack = _configless_plugstack(theirs, slurm_conf)
     return merged
+
+
+def _configless_plugstack(theirs: dict[str, Setting], slurm_conf: str) -> str | None:
+    """plugstack.conf beside slurm.conf on a configless site (None elsewhere): the merge puts the
+    plugin's line in it, whatever the site includes there (docs/admin.md, Configless sites)."""
+    from ..slurm.conf import plugstack_entries
+
+    params = theirs.get("slurmctldparameters")
+    if params is None or "enable_configless" not in items(params.value):
+        return None
+    own = theirs.get("plugstackconfig")
+    if own is not None:
+        raise ConfigError(f"render: {own.where}: PlugStackConfig={own.value} on a configless site: its nodes read "
+                          "their own copy of that file, never what slurmctld sends; remove the line (plugstack.conf "
+                          "beside slurm.conf is sent) or put the plugin's line there on every node yourself")
+    path = str(Path(slurm_conf).resolve().parent / "plugstack.conf")
+    for where, line in plugstack_entries(path):
+        if "spank_ipu" in line and where != path:
+            raise ConfigError(f"render: {where}, included by {path}, loads spank_ipu.so, which configless nodes "
+                              f"never get (slurmctld sends {path} alone): remove that line, then render again (the "
+                              "merge puts it in plugstack.conf itself; both would load the plugin twice)")
+    return path
 
 
 # --- how each key merges: (site, key, the site's setting, ours) -> the fragment's value -------
@@ -318,7 +346,28 @@ def edits(merged: Merged, slurm_conf: str | None) -> dict[str, tuple[str, str]]:
     topo = merged.topology
     if topo is not None and (topo.lines or topo.added):
         out[topo.path] = apply(topo.path, topo.lines, [topomerge.added_line(a) for a in topo.added])
+    if merged.plugstack and merged.plugstack_line:
+        change = _plugstack_edit(merged.plugstack, merged.plugstack_line)
+        if change[0] != change[1]:
+            out[merged.plugstack] = change
     return out
+
+
+def _plugstack_edit(path: str, line: str) -> tuple[str, str]:
+    """plugstack.conf with the plugin's line: appended (marked as added, for unmerge), or the line
+    an earlier merge added brought up to date; a line of the site's own loading it stays as it is
+    (doctor checks its values). A missing plugstack.conf is made."""
+    ours = topomerge.added_line(line)
+    if not Path(path).exists():
+        return "", ours + "\n"
+    text = Path(path).read_text()
+    lines = text.splitlines(keepends=True)
+    for n, old in enumerate(lines):
+        if "spank_ipu" in old.split("#", 1)[0]:
+            if old.rstrip().endswith(slurmconf.ADDED):  # ours: replaced as it is (unmerge drops it)
+                lines[n] = ours + "\n"
+            return text, "".join(lines)
+    return apply(path, {}, [ours])
 
 
 def diff(merged: Merged, slurm_conf: str | None) -> str:
@@ -386,9 +435,9 @@ def unmerge(site: Site, slurm_conf: str) -> dict[str, tuple[str, str]]:
     re-renders it went through: (its text, its text un-merged), for the files that change."""
     conf = slurmconf.read(slurm_conf, skip={fragment_path(site)})
     includes = {include_line(), f"Include {fragment_path(site)}"}  # the absolute one: earlier releases'
-    topology = Path(site.slurm.conf_dir) / topomerge.FILE
+    beside = [Path(site.slurm.conf_dir) / name for name in (topomerge.FILE, "plugstack.conf")]
     out = {}
-    for path in [*conf.files, *([str(topology)] if topology.is_file() else [])]:
+    for path in [*conf.files, *(str(p) for p in beside if p.is_file())]:
         text = Path(path).read_text()
         lines, back, skip = text.splitlines(keepends=True), [], False
         for line in lines:

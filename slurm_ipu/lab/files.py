@@ -160,23 +160,27 @@ def _link(path: Path, to: str) -> None:
 def install_site(spec: LabSpec):
     """Render the lab's site description and put each fragment where its header says, as an admin
     merges them; the lab's 'install' is PREFIX/venv (_install_venv)."""
-    from ..deploy import fragments, merge
+    from ..deploy import fragments
 
     etc = spec.path("etc")
     atomic_write(etc / "site.yaml", site_description(spec))
     desc = config.load(str(etc / "site.yaml"), twins=False)
     conf = str(etc / "slurm.conf")  # merged as a site's is (deploy/merge.py): its own keys, the diff applied
+    # The site's own plugstack.conf, including its own directory by absolute path as sites do. On a
+    # configless site slurmctld never sends what that names: the merge puts the plugin's line in
+    # plugstack.conf itself (deploy/merge.py), elsewhere it is linked into the directory.
+    (etc / "plugstack.conf.d").mkdir(exist_ok=True)
+    if not (etc / "plugstack.conf").exists() or spec.configless:
+        atomic_write(etc / "plugstack.conf", f"include {etc}/plugstack.conf.d/*.conf\n")
+    (etc / "plugstack.conf.d" / "slurm-ipu.conf").unlink(missing_ok=True)
     texts = fragments.write(desc, etc / "site", conf)
-    for path, (_, merged) in merge.edits(merge.merge(desc, conf), conf).items():
+    for path, (_, merged) in fragments.edits(desc, conf).items():
         atomic_write(path, merged)
     texts = {p.name: p.read_text() for p in texts}
     atomic_write(etc / "slurm-ipu.conf", texts["slurm-ipu.conf"])
     atomic_write(etc / "gres.conf", texts["gres-ipu.conf"] + _twin_gres(spec))
-    (etc / "plugstack.conf.d").mkdir(exist_ok=True)
-    atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
-    # Configless: slurmctld sends plugstack.conf, never what an absolute include names (docs/admin.md)
-    atomic_write(etc / "plugstack.conf", texts["plugstack-ipu.conf"] if spec.configless else
-                 f"include {etc}/plugstack.conf.d/*.conf\n")
+    if not spec.configless:
+        atomic_write(etc / "plugstack.conf.d" / "slurm-ipu.conf", texts["plugstack-ipu.conf"])
     atomic_write(etc / "job_submit.lua", texts["job_submit.lua"])
     if "topology.conf" in texts:
         atomic_write(etc / "topology.conf", texts["topology.conf"])

@@ -28,7 +28,9 @@ def test_a_node_without_a_slurm_conf_runs_ipu_jobs_from_what_slurmctld_sends(con
     assert seen == "", f"slurmd sees its own configuration in {etc}: {seen}"
     cache = lab.spec.path("spool", "node1", "conf-cache")
     assert (cache / "slurm-ipu.conf").is_file(), sorted(p.name for p in cache.iterdir())
-    assert "spank_ipu.so" in (cache / "plugstack.conf").read_text()
+    # the site's own plugstack.conf.d include (never sent) stays; the merge put the line beside it
+    sent = (cache / "plugstack.conf").read_text()
+    assert f"include {etc}/plugstack.conf.d/*.conf\n" in sent and "spank_ipu.so" in sent, sent
     gres = lab.run("scontrol", "-o", "show", "node", "node1", check=True).stdout
     assert f"Gres=ipu:{lab.spec.ipus_per_node}" in gres, gres
     proc = lab.run("srun", "-N2", "--gres=ipu:4", "bash", "-c", "echo $SLURM_JOB_ID $IPUOF_VIPU_API_PARTITION_ID",

@@ -344,3 +344,84 @@ def test_unmerge_gives_the_site_s_files_back_after_any_number_of_re_renders(site
     proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "unmerge", "--site", str(tmp_path / "site.yaml"),
                            "--out", str(tmp_path / "again")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "nothing of slurm-ipu's in" in proc.stderr
+
+
+def _configless(etc: Path, plugstack: str | None) -> None:
+    (etc / "slurm.conf").write_text(SITE_CONF.replace("SlurmctldHost=ctl\n",
+                                                      "SlurmctldHost=ctl\nSlurmctldParameters=enable_configless\n"))
+    (etc / "plugstack.conf.d").mkdir()
+    (etc / "plugstack.conf.d" / "pyxis.conf").write_text("required /usr/lib/slurm/spank_pyxis.so\n")
+    if plugstack is not None:
+        (etc / "plugstack.conf").write_text(plugstack)
+
+
+def _patched(desc, etc: Path, out: Path) -> None:
+    fragments.write(desc, out, str(etc / "slurm.conf"))
+    subprocess.run([PATCH, "-s", "-d", "/", "-p1", "-i", str(out / fragments.DIFF)], check=True, timeout=30)
+    shutil.copy(out / "slurm-ipu.conf", etc / "slurm-ipu.conf")
+
+
+@pytest.mark.skipif(PATCH is None, reason="GNU patch missing: `make test` installs it")
+@pytest.mark.parametrize("plugstack", [None, "include {etc}/plugstack.conf.d/*.conf\n",
+                                       "include plugstack.conf.d/*  # relative, as Slurm resolves it\n"])
+def test_a_configless_site_gets_the_plugin_s_line_in_plugstack_conf_itself(site, tmp_path, plugstack):
+    """A configless site with its own plugstack.conf.d include: slurmctld sends plugstack.conf and
+    never what an absolute path or a glob names, so an IPU job ran without its partition. The diff
+    puts the line in plugstack.conf itself, keeps the site's include, renders again to nothing new,
+    and unmerges byte for byte."""
+    from slurm_ipu.slurm.conf import plugstack_entries, sent_plugstack_lines
+
+    desc, etc = site
+    _configless(etc, plugstack and plugstack.format(etc=etc))
+    before = {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()}
+    _patched(desc, etc, tmp_path / "out")
+    sent = sent_plugstack_lines(str(etc / "plugstack.conf"), "22.05")
+    assert [ln for ln in sent if "spank_ipu" in ln] == [fragments.plugin_line(
+        fragments.texts(desc)["plugstack-ipu.conf"]).split("#")[0].strip()]
+    loaded = [ln for _, ln in plugstack_entries(str(etc / "plugstack.conf"))]
+    assert sum("spank_ipu" in ln for ln in loaded) == 1
+    assert any("spank_pyxis" in ln for ln in loaded) == (plugstack is not None)  # the site's own stays
+    again = fragments.texts(desc, str(etc / "slurm.conf"))
+    assert "plugstack.conf" not in again.get(fragments.DIFF, "")
+    back = merge.unmerge(desc, str(etc / "slurm.conf"))
+    for path, (_, text) in back.items():
+        Path(path).write_text(text)
+    (etc / "slurm-ipu.conf").unlink()
+    if plugstack is None:
+        assert (etc / "plugstack.conf").read_text() == ""  # made by the merge: empty again, for the admin to remove
+        (etc / "plugstack.conf").unlink()
+    assert {p.name: p.read_bytes() for p in etc.iterdir() if p.is_file()} == before
+
+
+def test_a_configless_site_s_changed_description_updates_the_line_the_merge_added(site, tmp_path):
+    desc, etc = site
+    _configless(etc, f"include {etc}/plugstack.conf.d/*.conf\n")
+    _patched(desc, etc, tmp_path / "one")
+    moved = config.reread(desc, partition__prefix="ipu_")
+    _patched(moved, etc, tmp_path / "two")
+    lines = [ln for ln in (etc / "plugstack.conf").read_text().splitlines() if "spank_ipu" in ln]
+    assert len(lines) == 1 and "prefix=ipu_ " in lines[0] and lines[0].endswith(slurmconf.ADDED), lines
+
+
+@pytest.mark.parametrize("where,words", [
+    ("included", "plugstack.conf.d/slurm-ipu.conf, included by {etc}/plugstack.conf, loads spank_ipu.so, which "
+                 "configless nodes never get"),
+    ("PlugStackConfig", "PlugStackConfig=/etc/slurm/spank.conf on a configless site: its nodes read their own copy"),
+])
+def test_a_configless_site_whose_plugin_line_nodes_never_get_is_one_line(site, where, words):
+    desc, etc = site
+    _configless(etc, f"include {etc}/plugstack.conf.d/*.conf\n")
+    if where == "included":  # the non-configless advice, followed on a configless site
+        (etc / "plugstack.conf.d" / "slurm-ipu.conf").write_text(fragments.texts(desc)["plugstack-ipu.conf"])
+    else:
+        with open(etc / "slurm.conf", "a") as f:
+            f.write("PlugStackConfig=/etc/slurm/spank.conf\n")
+    with pytest.raises(ConfigError, match="render: ") as refused:
+        fragments.texts(desc, str(etc / "slurm.conf"))
+    assert words.format(etc=etc) in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_site_that_is_not_configless_keeps_its_plugstack_conf(site):
+    desc, etc = site
+    (etc / "plugstack.conf").write_text(f"include {etc}/plugstack.conf.d/*.conf\n")
+    assert "plugstack.conf" not in fragments.texts(desc, str(etc / "slurm.conf")).get(fragments.DIFF, "")
