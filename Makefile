@@ -4,11 +4,13 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # Debian 12's Slurm 22.05 and munge for the lab, its headers and gcc for the SPANK plugin,
-# lua5.1 (the Lua Slurm embeds) to unit-test the rendered job_submit.lua, and the system Python
+# lua5.1 (the Lua Slurm embeds) to unit-test the rendered job_submit.lua, slurmrestd (REST
+# submissions are tested on 24.11 and later), and the system Python
 # with venv: `make install` puts the package in a venv on /usr/bin/python3 for every user; GNU patch
 # applies render's slurm.conf.diff (docs/admin.md); musl-tools builds slurm-ipu-hook (and the lab's
 # vipu) static with musl, whose start costs a third of glibc's (spank/Makefile).
-SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lua5.1 python3 python3-venv patch
+SYSTEM_PKGS := slurm-wlm munge libslurm-dev gcc musl-tools make numactl hwloc lua5.1 python3 python3-venv patch \
+  slurmrestd
 # What `make install` itself installs on a node: the tools it builds with, never Slurm, munge or
 # libslurm (the node's own Slurm is the one it builds against).
 INSTALL_PKGS := gcc musl-tools make python3 python3-venv patch

@@ -47,7 +47,7 @@ RELEASE = {"test_accounting", "test_admin", "test_adoption", "test_allocation_mo
            "test_configless", "test_dialects", "test_heterogeneous", "test_hook_service", "test_hostlist_fuzz",
            "test_ipu_jobs",
            "test_hostile_jobs", "test_ipurun", "test_job_input", "test_licence_fuzz", "test_placement",
-           "test_readme_examples",
+           "test_readme_examples", "test_rest",
            "test_submit_paths", "test_three_ilds", "test_trust",
            "test_health::test_a_failed_machine_shrinks_the_pool_until_it_is_back",
            "test_pods::test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_error"}
@@ -146,11 +146,12 @@ class Lab:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "--", *argv]
         return cmd, dict(self.env, HOME=str(self.spec.path("users")), USER=user, LOGNAME=user)
 
-    def run_as(self, user: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    def run_as(self, user: str, *argv: str, timeout: float = 60,
+               stdin: str | None = None) -> subprocess.CompletedProcess:
         """argv as a non-root user, in the lab's shared submit directory."""
         cmd, env = self._as(user, argv)
         return subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace", timeout=timeout,
-                              cwd=self.spec.path("users"))
+                              cwd=self.spec.path("users"), input=stdin)
 
     def popen_as(self, user: str, *argv: str, **kwargs) -> subprocess.Popen:
         """run_as, started and left running (the caller stops it)."""

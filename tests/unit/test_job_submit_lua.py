@@ -19,10 +19,11 @@ LUA = shutil.which("lua5.1")
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
 NO_VAL = 4294967294
 REFUSED = 2040  # ESLURM_INVALID_LICENSES, as the harness defines it
+GRES_REFUSED = 2072  # ESLURM_INVALID_GRES, the same
 
 HARNESS = """
 local msgs = {}
-slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_LICENSES = 2040,
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_LICENSES = 2040, ESLURM_INVALID_GRES = 2072,
           log_user = function(fmt, ...) table.insert(msgs, string.format(fmt, ...)) end,
           log_info = function(fmt, ...) table.insert(msgs, string.format(fmt, ...)) end }
 dofile(%(path)r)
@@ -132,15 +133,18 @@ def test_submit_accepts_and_sets_the_licence(lua_file, job, licence, nodes):
     ({"tres_per_job": "gres/ipu:64"}, "--tres-per-job=gres/ipu:64"),
     ({"tres_per_socket": "gres:ipu:1"}, "--tres-per-socket=gres:ipu:1"),
     ({"licenses": "ipu:64|matlab:1"}, "licence ipu:64|matlab:1: the ipu licence cannot be one of several choices"),
-    ({"licenses": "matlab:1|ipu:64", "tres_per_node": "gres:ipu:4"}, "cannot be one of several choices"),
+    ({"licenses": "matlab:1|ipu:64", "tres_per_node": "gres:ipu:4"}, "the ipu licence cannot be one of several"),
     # a later component's request is held to the same sizes as any job's
     ({"tres_per_node": "gres:ipu:3", "het_job_offset": 1}, "asks for 3 IPUs, not a valid partition size"),
     ({"tres_per_node": "gres:ipu:16", "het_job_offset": 1, "min_nodes": 1, "max_nodes": 2},
      "IPU jobs need a fixed node count"),
 ])
 def test_submit_refuses_with_one_line(lua_file, job, words):
+    """One line for sbatch's user, and the closest code Slurm can name for a client that shows no
+    user message (slurmrestd's JSON errors): the licence's, or the GRES's, never "Unspecified"."""
     rc, _lic, _nodes, msg = run(lua_file, job)
-    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg  # one message
+    assert msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg  # one message
+    assert rc == (REFUSED if "licence" in words else GRES_REFUSED), (rc, words)
 
 
 @pytest.mark.parametrize("job,words", [
@@ -156,7 +160,7 @@ def test_gpus_of_type_ipu_are_told_how_to_ask_for_ipus(lua_file, job, words):
     """On a site with GPUs the client passes them, and Slurm's own answer is a
     bare 'Invalid generic resource (gres) specification'."""
     rc, _lic, _nodes, msg = run(lua_file, job)
-    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg, msg
+    assert rc == GRES_REFUSED and msg.startswith("slurm-ipu: ") and words in msg and "\x1e" not in msg, msg
 
 
 @pytest.mark.parametrize("tres,words", [
@@ -168,7 +172,7 @@ def test_a_misspelt_ipu_gres_is_told_the_spelling(lua_file, tres, words):
     """Slurm alone says only 'Invalid generic resource (gres) specification'; the advice followed
     (the same count as --gres=ipu:N) is accepted."""
     rc, _lic, _nodes, msg = run(lua_file, {"tres_per_node": tres})
-    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg, msg
+    assert rc == GRES_REFUSED and msg.startswith("slurm-ipu: ") and words in msg, msg
     fixed = words.split("IPUs are --gres=")[1].split()[0]
     assert run(lua_file, {"tres_per_node": f"gres/{fixed}"})[0] == 0
 
@@ -232,7 +236,7 @@ SPANK = "_SLURM_SPANK_OPTION_spank_ipu_ipu_gcds=8"  # the other entry Slurm puts
 ])
 def test_impossible_shapes_are_refused_at_submit(lua_file, job, words):
     rc, _lic, _nodes, msg = run(lua_file, job)
-    assert rc == -1 and words in msg, msg
+    assert rc == GRES_REFUSED and words in msg, msg
 
 
 @pytest.mark.parametrize("job,licence", [
@@ -258,7 +262,7 @@ BIG = "x" * (limits.FIELD_BYTES + 1)
 ])
 def test_oversized_job_input_is_refused_at_submit(lua_file, job, words):
     rc, _lic, _nodes, msg = run(lua_file, job)
-    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg, msg
+    assert rc == -1 and msg.startswith("slurm-ipu: ") and words in msg, msg  # no Slurm code says "too big"
 
 
 @pytest.mark.parametrize("value", ["two", "0", "1234567890", "x" * 60_000, "1e3", "-2"])
@@ -270,13 +274,13 @@ def test_a_count_the_prolog_would_refuse_is_refused_at_submit_in_the_same_words(
     with pytest.raises(ConfigError) as prolog_said:
         jobenv.from_env({"SLURM_JOB_ID": "1", "SLURM_JOB_UID": "0", "SLURM_JOB_NODELIST": "n1",
                          "SLURM_JOB_LICENSES": "ipu:4", f"SPANK_{key}": value})
-    assert rc == -1 and msg == f"slurm-ipu: {prolog_said.value}", msg
+    assert rc == GRES_REFUSED and msg == f"slurm-ipu: {prolog_said.value}", msg
     assert len(msg) < 200
 
 
 def test_an_ipus_count_that_is_no_number_is_refused(lua_file):
     rc, _lic, _nodes, msg = run(lua_file, {"spank_job_env": ["IPU_IPUS=4x"]})
-    assert rc == -1 and msg == "slurm-ipu: --ipus='4x' is not a positive number; use e.g. --ipus=2", msg
+    assert rc == GRES_REFUSED and msg == "slurm-ipu: --ipus='4x' is not a positive number; use e.g. --ipus=2", msg
 
 
 def test_job_input_at_the_bounds_passes(lua_file):
@@ -293,16 +297,16 @@ def test_an_oversized_comment_is_refused_on_modify(lua_file):
 def test_a_256_pod_takes_multiples_of_64_and_keeps_gcds_inside_ilds(lua_256):
     assert run(lua_256, {"tres_per_node": "gres:ipu:64", "min_nodes": 3})[:2] == (0, "ipu:192")
     rc, _lic, _nodes, msg = run(lua_256, {"tres_per_node": "gres:ipu:48", "min_nodes": 2})
-    assert rc == -1 and "valid totals: 1, 2, 4, 8, 16, 32, 64, 128, 192, 256" in msg
+    assert rc == GRES_REFUSED and "valid totals: 1, 2, 4, 8, 16, 32, 64, 128, 192, 256" in msg
     rc, _lic, _nodes, msg = run(lua_256, {"tres_per_node": "gres:ipu:64", "min_nodes": 2,
                                           "spank_job_env": ["IPU_GCDS=1"]})
-    assert rc == -1 and "--ipu-gcds=1: a partition of 128 IPUs over 2 ILD(s) has 2, 8, 16, 32, 64, 128" in msg
+    assert rc == GRES_REFUSED and "--ipu-gcds=1: a partition of 128 IPUs over 2 ILD(s) has 2, 8, 16, 32, 64, 128" in msg
 
 
 # --- licence grammar: job_submit.lua against Slurm's (slurm_ipu/slurm/licences.py) ----------
 
 FUZZ = """
-slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_LICENSES = 2040,
+slurm = { SUCCESS = 0, ERROR = -1, ESLURM_INVALID_LICENSES = 2040, ESLURM_INVALID_GRES = 2072,
           log_user = function() end, log_info = function() end }
 dofile(%(path)r)
 local function hex(s)
@@ -417,7 +421,7 @@ def test_ipus_is_the_job_s_total_spread_over_its_nodes(lua_16, job, licence, tre
 ])
 def test_bad_ipus_requests_are_refused_with_one_line(lua_16, job, line):
     rc, _lic, _tres, msg = run_tres(lua_16, job)
-    assert rc == -1 and msg.startswith(line), msg
+    assert rc == GRES_REFUSED and msg.startswith(line), msg
 
 
 @pytest.fixture(scope="module")
@@ -483,7 +487,8 @@ def test_a_multi_host_allocation_model_job_is_kept_to_runs_of_hosts_v_ipu_can_pa
 def test_a_constraint_that_cannot_be_combined_with_the_runs_is_refused_in_one_line(lua_whole_hosts):
     rc, _, msg = run_features(lua_whole_hosts, {"tres_per_node": "gres/ipu:16", "min_nodes": 2,
                                                 "features": "[rack1|rack2]"})
-    assert rc == -1 and msg.count("\n") == 0 and "--constraint=[rack1|rack2]: brackets or counts cannot" in msg
+    assert rc == GRES_REFUSED and msg.count("\n") == 0
+    assert "--constraint=[rack1|rack2]: brackets or counts cannot" in msg
 
 
 @pytest.mark.parametrize("change,rec,features", [
@@ -509,7 +514,7 @@ def test_too_many_ipus_per_node_gets_advice_that_is_accepted_when_followed(lua_1
     import re
 
     rc, _lic, _tres, msg = run_tres(lua_16, job)
-    assert rc == -1, msg
+    assert rc == GRES_REFUSED, msg
     followed = []
     for nodes, per in re.findall(r"use -N (\d+) --gres=ipu:(\d+)", msg):
         followed.append({"tres_per_node": f"gres/ipu:{per}", "min_nodes": int(nodes), "max_nodes": int(nodes)})
@@ -546,4 +551,4 @@ def test_a_192_ipu_partition_takes_the_shapes_the_rule_table_gives_it(tmp_path, 
     path = tmp_path / "job_submit.lua"
     path.write_text(render.render("job_submit/job_submit.lua", values(256, per_host=64)))
     rc, lic, _, msg = run(str(path), {"tres_per_node": "gres:ipu:64", "min_nodes": 3, "spank_job_env": shape})
-    assert (rc == 0 and lic == "ipu:192") if ok else (rc == -1 and "IPUs" in msg), (rc, lic, msg)
+    assert (rc == 0 and lic == "ipu:192") if ok else (rc == GRES_REFUSED and "IPUs" in msg), (rc, lic, msg)

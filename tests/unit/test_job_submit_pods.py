@@ -10,7 +10,7 @@ import pytest
 
 from slurm_ipu.deploy import render
 
-from .test_job_submit_lua import HARNESS, LUA, lua_table, run_tres, values
+from .test_job_submit_lua import GRES_REFUSED, HARNESS, LUA, lua_table, run_tres, values
 
 pytestmark = pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
 
@@ -129,9 +129,9 @@ def test_with_pods_of_both_models_a_job_takes_whole_hosts_where_it_may_meet_an_a
 def test_a_job_over_several_pods_of_both_models_is_refused_and_of_one_model_is_not(lua_mixed):
     job = {"tres_per_node": "gres/ipu:16", "min_nodes": 8}
     rc, _, _, msg = run_tres(lua_mixed, job, PARTS)  # the default partition: Pods of both models
-    assert rc == -1 and msg == ("slurm-ipu: --gres=ipu:16 on 8 node(s) takes 2 Pods, but its Slurm partition(s) "
-                                "(the default) hold Pods of both V-IPU models (a job gets one); ask for a partition of "
-                                "one model with -p"), msg
+    assert rc == GRES_REFUSED
+    assert msg == ("slurm-ipu: --gres=ipu:16 on 8 node(s) takes 2 Pods, but its Slurm partition(s) (the default) hold "
+                   "Pods of both V-IPU models (a job gets one); ask for a partition of one model with -p"), msg
     for one in ("alloc", "part"):
         assert run_tres(lua_mixed, {**job, "partition": one}, PARTS)[:3] == (0, "ipu:128", "gres/ipu:16")
 

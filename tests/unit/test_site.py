@@ -156,7 +156,7 @@ print(rc .. "\\t" .. tostring(job.licenses) .. "\\t" .. table.concat(msgs, "|"))
 @pytest.mark.skipif(LUA is None, reason="lua5.1 missing: `make test` installs it")
 @pytest.mark.parametrize("job,expected", [
     ('{tres_per_node = "gres:ipu:4", min_nodes = 2}', "0\tipu:8\t"),
-    ('{licenses = "ipu:4", min_nodes = 1}', "-1\tipu:4\tslurm-ipu: ask for IPUs with --gres=ipu:N"),
+    ('{licenses = "ipu:4", min_nodes = 1}', "2040\tipu:4\tslurm-ipu: ask for IPUs with --gres=ipu:N"),
     ('{partition = "closed", min_nodes = 1}', "-1\tnil\tsite: partition closed"),
 ])
 def test_job_submit_lua_as_a_module_of_the_site_s_own_script(tmp_path, job, expected):

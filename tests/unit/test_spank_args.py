@@ -148,8 +148,8 @@ def test_a_misspelt_ipu_gres_gets_the_same_word_from_the_plugin_and_job_submit(d
     the cluster's GresTypes lacks that very name (a site's own GRES named ipus is left alone)."""
     from slurm_ipu.deploy import render
 
+    from .test_job_submit_lua import GRES_REFUSED, values
     from .test_job_submit_lua import run as run_lua
-    from .test_job_submit_lua import values
 
     out = run(driver, "habit", "sbatch", f"--gres={gres}", "job.sh").strip()
     if not said:
@@ -159,4 +159,4 @@ def test_a_misspelt_ipu_gres_gets_the_same_word_from_the_plugin_and_job_submit(d
     lua = tmp_path / "job_submit.lua"
     lua.write_text(render.render("job_submit/job_submit.lua", values(64)))
     rc, _lic, _nodes, msg = run_lua(str(lua), {"tres_per_node": ",".join(f"gres/{g}" for g in gres.split(","))})
-    assert (rc == -1 and said in msg) if said else "names no GRES" not in msg, msg
+    assert (rc == GRES_REFUSED and said in msg) if said else "names no GRES" not in msg, msg

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "7411c72c1cff50ff"
+local CODE_ID = "76332b95b977a847"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -60,10 +60,17 @@ local RUN_PREFIX = "ipugroup"  -- every run's feature starts so
 local RUN_COUNTS = "1, 4"  -- the host counts a job inside a Pod may have
 local HOSTS_PER_POD = 4
 
-local function reject(fmt, ...)
-  slurm.log_user("slurm-ipu: " .. string.format(fmt, ...))
-  return slurm.ERROR
+-- A client that shows no user message (slurmrestd's JSON errors, a libslurm caller) sees only the
+-- code a refusal returns: the closest Slurm can name to what was wrong, not "Unspecified error".
+local function refusal(code)
+  return function(fmt, ...)
+    slurm.log_user("slurm-ipu: " .. string.format(fmt, ...))
+    return code or slurm.ERROR
+  end
 end
+local reject = refusal(slurm.ESLURM_INVALID_GRES)  -- an IPU request no partition can hold
+local reject_licence = refusal(slurm.ESLURM_INVALID_LICENSES)  -- the ipu licence named by the user
+local reject_input = refusal(nil)  -- a field over slurm-ipu's bounds: no Slurm code says so
 
 -- Slurm 22.05 drops a user message from job_modify ("log.user() in job_modify is not
 -- supported") and scontrol then says "Unspecified error": log ours for the admin and return
@@ -575,22 +582,23 @@ local function job_submit(job_desc, part_list, submit_uid)
   if job_desc.name == PROBE_NAME and submit_uid == 0 then
     job_desc.admin_comment = "slurm-ipu-job_submit.lua:" .. CODE_ID
   end
-  local refused = oversized(job_desc, reject) or bad_count(job_desc, reject) or other_paths(job_desc) or
+  local refused = oversized(job_desc, reject_input) or bad_count(job_desc, reject) or other_paths(job_desc) or
                   gpu_habit(job_desc) or ipu_misspelt(job_desc)
   if refused then return refused end
   local per, err = requested(job_desc.tres_per_node)
   if err then return err end
   local others, lic_ipu, bad = split_licenses(job_desc.licenses)
-  if bad then return reject("%s; ask for IPUs with --gres=ipu:N", bad) end
+  if bad then return reject_licence("%s; ask for IPUs with --gres=ipu:N", bad) end
   local total = spank_count(job_desc, "IPU_IPUS")
   if per == nil and total == nil then
     if lic_ipu ~= nil then
-      return reject("ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu licence (-L %s)", lic_ipu)
+      return reject_licence("ask for IPUs with --gres=ipu:N (IPUs per node), not with the ipu licence (-L %s)",
+                            lic_ipu)
     end
     return slurm.SUCCESS
   end
   if lic_ipu ~= nil then  -- beside a GRES too: never dropped in silence
-    return reject("-L %s: the ipu licence is slurm-ipu's, set from --gres=ipu:N; leave it out of -L", lic_ipu)
+    return reject_licence("-L %s: the ipu licence is slurm-ipu's, set from --gres=ipu:N; leave it out of -L", lic_ipu)
   end
   local min, max = job_desc.min_nodes, job_desc.max_nodes
   if set_count(min) and set_count(max) and min ~= max then
