@@ -126,8 +126,9 @@ class FakeSlurm(SlurmCli):
     def _sbatch(self, args, _input) -> str:
         self.submitted.append(args)
         if self.requires_account and not any(a.startswith(("--account=", "-A")) for a in args):
-            raise SlurmSays("sbatch: error: lua-site: please name your project account\n"
-                            "sbatch: error: Batch job submission failed: Unspecified error")
+            failed = "allocation failure" if "--test-only" in args else "Batch job submission failed"
+            raise SlurmSays(f"sbatch: error: lua-site: please name your project account\nsbatch: error: {failed}: "
+                            "Unspecified error")
         if "--test-only" not in args:
             raise SlurmSays("sbatch: error: the fake runs no jobs; use the lab (tests/slurm)")
         if any(word in " ".join(args) for word in self.refuse):

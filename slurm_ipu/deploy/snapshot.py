@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ConfigError, SlurmError
 from ..fsutil import atomic_write
 from ..slurm.hostlist import expand
+from ..slurm.refusals import POLICY_REFUSED, site_rule
 
 OURS = "ipu"
 SHAPE_NAME = "slurm-ipu-snapshot"  # sbatch --test-only starts nothing; the name says whose it was
@@ -76,16 +78,19 @@ def default_shapes(taken: dict) -> list[list[str]]:
     return shapes
 
 
-def try_shape(cli, shape: list[str]) -> str:
-    """'ok', or Slurm's first words refusing it."""
+def try_shape(cli, shape: list[str], charge: Sequence[str] = ()) -> str:
+    """'ok', or Slurm's first words refusing it (POLICY_REFUSED and the rule when the site's own
+    rule refused it: slurm-ipu took nothing away). charge: what doctor's test jobs carry."""
     try:
-        cli.output("sbatch", "--test-only", "--time=1", f"--job-name={SHAPE_NAME}", *shape, "--wrap", "true")
+        cli.output("sbatch", "--test-only", "--time=1", f"--job-name={SHAPE_NAME}", *charge, *shape, "--wrap", "true")
     except SlurmError as exc:
+        if rule := site_rule(exc.said):
+            return POLICY_REFUSED + rule
         return str(exc).split("failed: ", 1)[-1].removeprefix("sbatch: error: ")
     return "ok"
 
 
-def record(cli, shapes: list[list[str]] | None = None) -> dict:
+def record(cli, shapes: list[list[str]] | None = None, charge: Sequence[str] = ()) -> dict:
     """The site's Slurm as it runs now; shapes: the job shapes to try (None: the defaults, plus none)."""
     taken = {"nodes": nodes(cli.output("scontrol", "-o", "show", "nodes")),
              "licences": licences(cli.output("scontrol", "-o", "show", "licenses")),
@@ -96,8 +101,8 @@ def record(cli, shapes: list[list[str]] | None = None) -> dict:
         taken["switches"] = leaf_switches(cli.output("scontrol", "show", "topology"))
     except SlurmError:
         taken["switches"] = {}  # no topology plugin: nothing to keep
-    taken["shapes"] = {" ".join(s): try_shape(cli, s) for s in (shapes if shapes is not None else
-                                                               default_shapes(taken))}
+    taken["shapes"] = {" ".join(s): try_shape(cli, s, charge) for s in (shapes if shapes is not None else
+                                                                       default_shapes(taken))}
     return taken
 
 
@@ -129,9 +134,15 @@ def lost(before: dict, now: dict) -> list[str]:
         if live is None or live["state"] != part["state"]:
             out.append(f"partition {name} {part['state']} -> {live['state'] if live else 'gone'}")
     for shape, said in sorted(before["shapes"].items()):
-        if said == "ok" and now["shapes"].get(shape) != "ok":
+        if said == "ok" and now["shapes"].get(shape) != "ok" and not policy_refused(now, shape):
             out.append(f"`sbatch {shape}` was accepted, now: {now['shapes'].get(shape, 'not tried')}")
     return out
+
+
+def policy_refused(now: dict, shape: str) -> str | None:
+    """The site's own rule that refused a shape now (not something slurm-ipu took away)."""
+    said = now["shapes"].get(shape, "")
+    return said.removeprefix(POLICY_REFUSED) if said.startswith(POLICY_REFUSED) else None
 
 
 def save(taken: dict, path: str) -> None:

@@ -50,7 +50,10 @@ def test_doctor_jobs_says_when_a_node_s_plugstack_does_not_load_the_plugin(confi
     ours = plugstack.read_text()
     doctor = lab.run("slurm-ipu", "doctor", "--jobs", timeout=300)
     assert "ok       steps        a 1-IPU step on node1: each task saw its partition" in doctor.stdout, doctor.stdout
+    linked = lab.spec.path("etc", "plugstack.conf.d", "slurm-ipu.conf")
     try:
+        # the non-configless advice followed here: the fragment in the site's included directory
+        linked.write_text(lab.spec.path("etc", "site", "plugstack-ipu.conf").read_text())
         plugstack.write_text(f"include {lab.spec.path('etc', 'plugstack.conf.d')}/*.conf\n")
         lab.run("scontrol", "reconfigure", check=True)
         cache = lab.spec.path("spool", "node1", "conf-cache", "plugstack.conf")
@@ -61,6 +64,7 @@ def test_doctor_jobs_says_when_a_node_s_plugstack_does_not_load_the_plugin(confi
         # and without running a job: the include is one slurmctld does not send
         assert "PROBLEM  plugstack    " in doctor.stdout and "does not send to configless nodes" in doctor.stdout
     finally:
+        linked.unlink(missing_ok=True)
         plugstack.write_text(ours)
         lab.run("scontrol", "reconfigure")
         wait_for("slurmd has ours again", lambda: cache.read_text(), 30, until=lambda t: "spank_ipu.so" in t)

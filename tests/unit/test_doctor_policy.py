@@ -32,6 +32,9 @@ def test_a_site_policy_refusing_doctor_s_jobs_is_named_and_skipped_not_a_problem
 @pytest.mark.parametrize("refusal,rule", [
     ("sbatch: error: lua-site: please name your project account\nsbatch: error: Batch job submission failed: "
      "Unspecified error", "lua-site: please name your project account"),
+    # sbatch --test-only's words for the same (slurm_perror("allocation failure"))
+    ("sbatch: error: lua-site: please name a QOS\nsbatch: error: allocation failure: Unspecified error",
+     "lua-site: please name a QOS"),
     ("sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
      "Batch job submission failed: Invalid account or account/partition combination specified"),
     ("sbatch: error: Batch job submission failed: Invalid qos specification",
@@ -47,7 +50,7 @@ def test_a_site_policy_refusing_doctor_s_jobs_is_named_and_skipped_not_a_problem
     ("", None), (None, None),
 ])
 def test_which_refusals_are_the_site_s_own_rule(refusal, rule):
-    from slurm_ipu.deploy.doctor.findings import site_rule
+    from slurm_ipu.slurm.refusals import site_rule
 
     assert site_rule(refusal) == rule
 

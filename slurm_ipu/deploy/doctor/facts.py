@@ -150,7 +150,8 @@ def _gather_kept(site: Site, cli, facts: Facts) -> None:
     try:
         facts.snapshot = snapshot.load(site.path("snapshot"))
         if facts.snapshot is not None:
-            facts.kept = snapshot.record(cli, [shape.split() for shape in facts.snapshot["shapes"]])
+            facts.kept = snapshot.record(cli, [shape.split() for shape in facts.snapshot["shapes"]],
+                                         facts.charge.options())
     except SlurmIpuError as exc:
         facts.errors["kept"] = str(exc)
 

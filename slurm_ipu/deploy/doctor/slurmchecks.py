@@ -310,7 +310,7 @@ def check_merged(site: Site, facts: Facts) -> Finding:
 def check_kept(site: Site, facts: Facts) -> Finding:
     """The site's own Slurm, as it runs, against its snapshot: a node's GRES, features, CPUs,
     memory, partitions and switch, the licences and partitions, and the job shapes it accepted."""
-    from ..snapshot import lost
+    from ..snapshot import lost, policy_refused
 
     path = site.path("snapshot")
     if facts.snapshot is None and "kept" not in facts.errors:
@@ -326,6 +326,9 @@ def check_kept(site: Site, facts: Facts) -> Finding:
                        "give it back in the site's own files (a NodeName line's Gres= replaces its DEFAULT line's; "
                        "slurm-ipu render keeps both), restart slurmctld, and run doctor again")
     snap = facts.snapshot
+    ruled = [rule for shape in snap["shapes"] if (rule := policy_refused(facts.kept, shape))]
+    if ruled:
+        return policy_skip("kept", ruled[0], facts.charge)
     shapes = sum(v == "ok" for v in snap["shapes"].values())
     return Finding("kept", True, f"the site's own as in {path}: {len(snap['nodes'])} nodes, "
                    f"{len(snap['licences'])} licences, {shapes} job shapes")
