@@ -96,9 +96,8 @@ def _supervised(spec: LabSpec, pids: dict) -> dict:
 
 def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
     """From 23.11 `scontrol reconfigure` restarts slurmctld and slurmd as new processes: a
-    recorded daemon that is gone is followed to the pid in its pid file when that process runs
-    this lab's slurm.conf (its command line says so), so `down` still stops exactly the lab's."""
-    conf = str(spec.path("etc", "slurm.conf"))
+    recorded daemon that is gone is followed to the pid in its pid file when that process is this
+    lab's (its command line says so), so `down` still stops exactly the lab's."""
     daemons = {"slurmctld": spec.path("run", "slurmctld.pid")}
     daemons.update({f"slurmd-{n}": spec.path("run", f"slurmd-{n}.pid") for n in spec.node_names})
     for key, pidfile in daemons.items():
@@ -109,9 +108,20 @@ def _follow_restarts(spec: LabSpec, pids: dict) -> dict:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if pid else []
         except OSError:
             argv = []
-        if conf.encode() in argv:
+        if _lab_daemon(spec, key, argv):
             pids[key] = _record(pid)
     return pids
+
+
+def _lab_daemon(spec: LabSpec, key: str, argv: list[bytes]) -> bool:
+    """Whether a daemon's command line is this lab's `key`: it names the lab's slurm.conf, or, a
+    configless slurmd (which names none: _slurmd_argv), the lab's controller and its node."""
+    if str(spec.path("etc", "slurm.conf")).encode() in argv:
+        return True
+    node = key.removeprefix("slurmd-").encode()
+    server = f"127.0.0.1:{spec.ctld_port}".encode()
+    return key.startswith("slurmd-") and any(argv[i:i + 2] == [b"--conf-server", server] for i in range(len(argv))) \
+        and any(argv[i:i + 2] == [b"-N", node] for i in range(len(argv)))
 
 
 def save_pids(spec: LabSpec, pids: dict) -> None:

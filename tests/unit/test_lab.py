@@ -79,3 +79,32 @@ def test_the_mixed_lab_gives_pod_a_the_allocation_model_and_slurm_a_partition_pe
     assert "PartitionName=ipu-alloc Nodes=node[1-4] " in conf and "PartitionName=ipu-part Nodes=node[5-8] " in conf
     with pytest.raises(LabError, match="use --pods 2 or more"):
         check_spec(LabSpec(dir=tmp_path / "lab", nodes=4, model="mixed"))
+
+
+@pytest.mark.parametrize("words,followed", [
+    (["--conf-server", "127.0.0.1:{port}", "-N", "node1"], True),  # configless: no slurm.conf named
+    (["-f", "{conf}", "-N", "node1"], True),
+    (["--conf-server", "127.0.0.1:1", "-N", "node1"], False),  # another lab's controller
+    (["--conf-server", "127.0.0.1:{port}", "-N", "node2"], False),  # another node's daemon
+])
+def test_a_restarted_daemon_is_followed_only_when_it_is_this_lab_s(tmp_path, words, followed):
+    """From 23.11 `scontrol reconfigure` starts slurmd again as a new process; a configless slurmd
+    names no slurm.conf, so `lab down` lost track of it and left it running (seen with a
+    site-built 25.11 on a host: the chroot tiers' pid namespaces hid it)."""
+    import subprocess
+    import sys
+
+    from slurm_ipu.lab import daemons
+
+    spec = lab.LabSpec(dir=tmp_path, ctld_port=23456)
+    spec.path("run").mkdir(parents=True)
+    argv = [w.format(port=spec.ctld_port, conf=spec.path("etc", "slurm.conf")) for w in words]
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    try:
+        spec.path("run", "slurmd-node1.pid").write_text(f"{proc.pid}\n")
+        gone = {"pid": 2 ** 22 + 7, "token": "gone"}
+        pids = daemons._follow_restarts(spec, {"slurmd-node1": dict(gone)})
+        assert (pids["slurmd-node1"]["pid"] == proc.pid) == followed, pids
+    finally:
+        proc.kill()
+        proc.wait(10)
