@@ -38,18 +38,19 @@ def make(target: str, dest: Path, what: str, defs: Sequence[str] = (), **variabl
         raise ConfigError(f"make not found: it builds {what} (apt-get install make gcc musl-tools)")
     dest = Path(os.path.abspath(dest))  # make runs in the C tree: a relative O would land there
     dest.parent.mkdir(parents=True, exist_ok=True)
+    tree = c_tree()
     with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as out:
-        argv = ["make", "-s", "-C", str(c_tree()), target, f"O={out}",
+        argv = ["make", "-s", "-C", str(tree), target, f"O={out}",
                 "DEFS=" + " ".join(shlex.quote(d) for d in defs), *(f"{k}={v}" for k, v in variables.items())]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=MAKE_TIMEOUT)
-        built = Path(out) / dest.name if target == "driver" else Path(out) / _PRODUCTS[target]
+        built = Path(out) / (variables.get("NAME") or _PRODUCTS[target])
         if proc.returncode != 0 or not built.is_file():
             lines = [line for line in proc.stderr.splitlines() if line.strip() and not line.startswith("make")]
-            raise SlurmIpuError(f"building {what} (make {target} in {c_tree()}) failed: "
+            raise SlurmIpuError(f"building {what} (make {target} in {tree}) failed: "
                                 f"{' / '.join(lines[-3:])[:300] or proc.returncode}")
         os.replace(built, dest)
     return dest
 
 
-# What each target writes into O (spank/Makefile); `driver` writes NAME.
+# What each target writes into O (spank/Makefile); `driver` writes its NAME.
 _PRODUCTS = {"hook": "slurm-ipu-hook", "vipu-fast": "vipu-fast", "rawsubmit": "rawsubmit"}

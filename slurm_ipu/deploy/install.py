@@ -122,10 +122,7 @@ class Installer:
         if not path or entry is None or any(e["path"] == path for e in self.entries):
             return
         target = self.staged(path)
-        try:
-            same = hashlib.sha256(target.read_bytes()).hexdigest() == entry.get("sha256")
-        except OSError:
-            same = None
+        same = _as_written(target, entry, gone=None)
         if same and not self.dry_run:
             target.unlink()
         edited = " (changed since install: compare it with the site description, then delete it)"
@@ -143,10 +140,7 @@ class Installer:
             if not path.startswith(old) or entry.get("kind") != "file":
                 continue
             target = self.staged(path)
-            try:
-                same = hashlib.sha256(target.read_bytes()).hexdigest() == entry.get("sha256")
-            except OSError:
-                same = True  # gone already
+            same = _as_written(target, entry, gone=True)
             if same and not self.dry_run:
                 target.unlink(missing_ok=True)
             self.dropped.add(path)
@@ -162,11 +156,7 @@ class Installer:
         entry = next((e for e in self.earlier().get("entries", []) if e.get("path") == old), None)
         if entry is None or entry.get("kind") != "file":
             return
-        try:
-            same = hashlib.sha256(self.staged(old).read_bytes()).hexdigest() == entry.get("sha256")
-        except OSError:
-            same = True  # gone already
-        if not same:
+        if not _as_written(self.staged(old), entry, gone=True):
             print(f"install: left {old}: an earlier release's unit, changed since install; it runs the service a "
                   f"second time beside {Path(unit).name}: disable and delete it")
             self.dropped.add(old)
@@ -187,6 +177,15 @@ class Installer:
         if not self.dry_run:
             target.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(target, (json.dumps(doc, indent=1) + "\n").encode(), 0o644)
+
+
+def _as_written(target: Path, entry: dict, gone: bool | None) -> bool | None:
+    """Whether an earlier install's file is as that install wrote it (its manifest's digest);
+    `gone` when it cannot be read (already removed)."""
+    try:
+        return hashlib.sha256(target.read_bytes()).hexdigest() == entry.get("sha256")
+    except OSError:
+        return gone
 
 
 def relocate_venv(prefix: str, destdir: str) -> None:

@@ -99,7 +99,7 @@ def test_a_restarted_daemon_is_followed_only_when_it_is_this_lab_s(tmp_path, wor
     spec = lab.LabSpec(dir=tmp_path, ctld_port=23456)
     spec.path("run").mkdir(parents=True)
     argv = [w.format(port=spec.ctld_port, conf=spec.path("etc", "slurm.conf")) for w in words]
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv])
+    proc = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()", *argv])
     try:
         spec.path("run", "slurmd-node1.pid").write_text(f"{proc.pid}\n")
         gone = {"pid": 2 ** 22 + 7, "token": "gone"}

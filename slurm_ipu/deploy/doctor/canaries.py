@@ -10,8 +10,9 @@ import time
 from ... import rules
 from ...config import Site
 from ...errors import SlurmIpuError
+from ...slurm.refusals import POLICY_REFUSED, site_rule
 from ..render import PROBE_NAME
-from .findings import POLICY_REFUSED, Charge, Facts, site_rule
+from .findings import Charge, Facts
 
 ENDING = "COMPLETING"
 

@@ -107,7 +107,7 @@ def _default_account(cli, charge: Charge) -> Charge:
 
     user = pwd.getpwuid(os.getuid()).pw_name
     text = cli.output_or_none(None, "", "sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount")
-    account = (text or "").strip().splitlines()[0].strip() if (text or "").strip() else ""
+    account = next(iter((text or "").split()), "")  # one line, one word: an account name has no blank
     return replace(charge, account=account, found=f"{user}'s default account") if account else charge
 
 

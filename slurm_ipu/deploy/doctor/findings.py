@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...slurm.refusals import POLICY_REFUSED, site_rule  # noqa: F401 - the checks' words, read from here
-
 
 @dataclass
 class Finding:
@@ -42,6 +40,8 @@ class Charge:
 
 
 GIVE = "--account, --qos, --partition (or SBATCH_ACCOUNT, SBATCH_QOS, SBATCH_PARTITION)"
+
+
 def policy_skip(item: str, rule: str, charge: Charge) -> Finding:
     """A test job the site's own rule refused: not slurm-ipu's fault, and not checked."""
     return Finding(item, True, f"not tried: the site's own policy refused doctor's test job ({rule!r}; it carried "

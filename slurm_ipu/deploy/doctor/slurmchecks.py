@@ -11,9 +11,10 @@ from pathlib import Path
 from ...config import SUPPORTED_SLURM, Site
 from ...slurm import slurmconf
 from ...slurm.conf import plugstack_entries
+from ...slurm.refusals import site_rule
 from ..install import built_for
 from ..render import PROBE_COMMENT
-from .findings import Facts, Finding, policy_skip, site_rule
+from .findings import Facts, Finding, policy_skip
 
 
 def check_slurm(site: Site, facts: Facts) -> Finding:

@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 from ...config import Site
+from ...slurm.refusals import POLICY_REFUSED, site_rule
 from .canaries import ENDING, PROBE_UID
 from .facts import _queued
-from .findings import POLICY_REFUSED, Charge, Facts, Finding, policy_skip, site_rule
+from .findings import Charge, Facts, Finding, policy_skip
 from .slurmchecks import _apply
 
 
