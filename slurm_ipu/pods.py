@@ -16,11 +16,12 @@ from .slurm.hostlist import expand
 
 
 class Pod:
-    __slots__ = ("name", "ilds", "hostlist", "hosts")
+    __slots__ = ("name", "ilds", "hostlist", "hosts", "ipus_per_host")
 
-    def __init__(self, name: str, ilds: int, hostlist: str):
+    def __init__(self, name: str, ilds: int, hostlist: str, ipus_per_host: int = 0):
         self.name, self.ilds, self.hostlist = name, ilds, hostlist
         self.hosts = tuple(expand(hostlist))
+        self.ipus_per_host = ipus_per_host  # its own, else the site's pod.ipus_per_host (Site.pods)
 
     @property
     def ipus(self) -> int:
@@ -105,13 +106,14 @@ def _usable(first: int, count: int) -> bool:
     return first // AGENTS_PER_ILD == (first + count - 1) // AGENTS_PER_ILD and first % AGENTS_PER_ILD % count == 0
 
 
-def host_runs(pod_hosts: list[list[str]], agents_per_host: int) -> dict[int, list[tuple[str, ...]]]:
+def host_runs(pods: list[tuple[list[str], int]]) -> dict[int, list[tuple[str, ...]]]:
     """For each host count n from 2 to a Pod's hosts less one: the runs of n consecutive hosts
     (a Pod's hosts in hostlist order take its IPU-Machines in order, Site.agents_of) whose
-    IPU-Machines one partition can fill, Pod after Pod. A job on all of a Pod's hosts takes the
-    Pod and needs no run (topology keeps it in one Pod)."""
+    IPU-Machines one partition can fill, Pod after Pod; each Pod given as its hosts and the
+    IPU-Machines per host. A job on all of a Pod's hosts takes the Pod and needs no run (topology
+    keeps it in one Pod)."""
     out: dict[int, list[tuple[str, ...]]] = {}
-    for hosts in pod_hosts:
+    for hosts, agents_per_host in pods:
         for n in range(2, len(hosts)):
             out.setdefault(n, []).extend(tuple(hosts[i:i + n]) for i in range(len(hosts) - n + 1)
                                          if _usable(i * agents_per_host, n * agents_per_host))

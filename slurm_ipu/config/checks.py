@@ -142,15 +142,24 @@ def cross_checks(site: Site) -> None:
         raise ConfigError(f"{site.at('pod.ipus_per_host')}: pod.ipus_per_host={per} is more than the Pod's "
                           f"{pod} IPUs; use 1 to {pod}")
     for one in site.pods:  # Slurm's view of a Pod's free IPUs is its hosts' GRES: never more than it has
-        if per * len(one.hosts) > one.ipus:
-            raise ConfigError(f"{site.at('pod.ipus_per_host')}: pod.ipus_per_host={per} on Pod {one.name}'s "
-                              f"{len(one.hosts)} hosts is {per * len(one.hosts)} IPUs, more than its {one.ipus}; use "
-                              f"at most {one.ipus // len(one.hosts)}")
+        own = one.ipus_per_host
+        key = f"Pod {one.name}'s ipus_per_host" if own != per else "pod.ipus_per_host"
+        if own * len(one.hosts) > one.ipus:
+            raise ConfigError(f"{site.at('pod.ipus_per_host')}: {key}={own} on Pod {one.name}'s {len(one.hosts)} hosts "
+                              f"is {own * len(one.hosts)} IPUs, more than its {one.ipus}; use at most "
+                              f"{one.ipus // len(one.hosts)}")
+    sizes = sorted({one.ipus_per_host for one in site.pods})
+    if len(sizes) > 1:  # job_submit.lua, gres.conf and the merge know one size (docs/pods.md)
+        raise ConfigError(f"{site.at('pods')}: Pods with hosts of {', '.join(map(str, sizes))} IPUs: hosts of "
+                          "different IPU counts in one site are not supported yet; give every Pod the same "
+                          "ipus_per_host")
     _model_checks(site)
-    if "allocation" in site.models and per % IPUS_PER_AGENT:
-        raise ConfigError(f"{site.at('pod.ipus_per_host')}: pod.ipus_per_host={per} with vipu.model allocation: a "
-                          f"host's jobs get its whole IPU-Machines of {IPUS_PER_AGENT} IPUs each; use a multiple of "
-                          f"{IPUS_PER_AGENT}")
+    for own in site.pod_host_ipus():
+        if "allocation" in site.models and own % IPUS_PER_AGENT:
+            key = "pod.ipus_per_host" if own == per else "a Pod's ipus_per_host"
+            raise ConfigError(f"{site.at('pod.ipus_per_host')}: {key}={own} with vipu.model allocation: a "
+                              f"host's jobs get its whole IPU-Machines of {IPUS_PER_AGENT} IPUs each; use a multiple "
+                              f"of {IPUS_PER_AGENT}")
     try:
         site.placement()
     except ConfigError as exc:

@@ -7,15 +7,15 @@ from ..errors import ConfigError, shown
 from ..rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_POD_ILDS
 from .options import _model, name_check
 
-POD_KEYS = ("name", "hosts", "ilds", "model", "agents")
+POD_KEYS = ("name", "hosts", "ilds", "ipus_per_host", "model", "agents")
 
 
 def pod_entry(where, k: int, item: object) -> dict:
     from ..slurm.hostlist import expand
 
     if not isinstance(item, dict) or set(item) - set(POD_KEYS) or "name" not in item or "hosts" not in item:
-        raise ConfigError(f"{where}: Pod {k + 1} must be a mapping of name, hosts and (optionally) ilds, model and "
-                          "agents, e.g. {name: poda, hosts: ipu-host[1-4], ilds: 1}")
+        raise ConfigError(f"{where}: Pod {k + 1} must be a mapping of name, hosts and (optionally) ilds, "
+                          "ipus_per_host, model and agents, e.g. {name: poda, hosts: ipu-host[1-4], ilds: 1}")
     name, hosts, ilds = item["name"], item["hosts"], item.get("ilds", 1)
     why = name_check(name) if isinstance(name, str) else "a name"
     if why:
@@ -31,7 +31,11 @@ def pod_entry(where, k: int, item: object) -> dict:
     model = item.get("model")
     if model is not None and (not isinstance(model, str) or _model(model)):
         raise ConfigError(f"{where}: Pod {name}: model={shown(model)} is out of range; use partition or allocation")
-    entry = {"name": name, "hosts": hosts, "ilds": ilds, "model": model}
+    per = item.get("ipus_per_host")
+    if per is not None and (isinstance(per, bool) or not isinstance(per, int) or not 1 <= per <= ilds * IPUS_PER_ILD):
+        raise ConfigError(f"{where}: Pod {name}: ipus_per_host={shown(per)} is out of range; use 1 to "
+                          f"{ilds * IPUS_PER_ILD} (the IPUs each of its hosts' jobs may ask for, its Gres count)")
+    entry = {"name": name, "hosts": hosts, "ilds": ilds, "model": model, "ipus_per_host": per}
     if item.get("agents") is not None:
         entry["agents"] = agents(f"{where}: Pod {name}", item["agents"], ilds * IPUS_PER_ILD)
     return entry

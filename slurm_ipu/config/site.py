@@ -84,7 +84,9 @@ class Site(Sections):
         hostlist), again only if that list is replaced."""
         entries = self.values["pods"] or []
         if self._pods is None or self._pods[0] is not entries:
-            self._pods = (entries, [Pod(p["name"], p["ilds"], p["hosts"]) for p in entries])
+            default = self.values["pod.ipus_per_host"]
+            self._pods = (entries, [Pod(p["name"], p["ilds"], p["hosts"], p.get("ipus_per_host") or default)
+                                    for p in entries])
         return list(self._pods[1])
 
     @property
@@ -210,10 +212,19 @@ class Site(Sections):
 
     def host_agents(self) -> dict[str, list[str]]:
         """Every host of the site with its IPU-Machines (agents_of's mapping, built once per call:
-        the health pass asks for every host at once)."""
-        per = self.values["pod.ipus_per_host"] // IPUS_PER_AGENT
-        return {host: agents[k * per:(k + 1) * per]
-                for hosts_of, agents in self.pod_agents() for k, host in enumerate(hosts_of)}
+        the health pass asks for every host at once): its Pod's IPUs per host, 4 to a machine."""
+        return {host: agents[k * per // IPUS_PER_AGENT:(k + 1) * per // IPUS_PER_AGENT]
+                for (hosts_of, agents), per in zip(self.pod_agents(), self.pod_host_ipus(), strict=True)
+                for k, host in enumerate(hosts_of)}
+
+    def pod_host_ipus(self) -> list[int]:
+        """Each Pod's IPUs per host, in the order of pod_agents (one entry on a one-Pod site)."""
+        return [p.ipus_per_host for p in self.pods] or [self.values["pod.ipus_per_host"]]
+
+    def host_ipus(self) -> dict[str, int]:
+        """Every host of the site with its IPUs (its Gres count): its Pod's ipus_per_host."""
+        return {host: per for (hosts, _), per in zip(self.pod_agents(), self.pod_host_ipus(), strict=True)
+                for host in hosts}
 
     def placement(self) -> tuple[dict[str, list[str]], dict[int, list[str]]]:
         """Where a multi-host job of the allocation model may land (pods.host_runs): each host's
@@ -225,8 +236,8 @@ class Site(Sections):
     def host_runs(self) -> dict[int, list[tuple[str, ...]]]:
         """Per host count, the runs of a Pod's hosts whose IPU-Machines one partition fills
         (pods.host_runs): where Slurm places an allocation-model job, and where its steps may run."""
-        per = self.values["pod.ipus_per_host"] // IPUS_PER_AGENT
-        return host_runs([hosts for hosts, _ in self.pod_agents()], per)
+        return host_runs([(hosts, per // IPUS_PER_AGENT)
+                          for (hosts, _), per in zip(self.pod_agents(), self.pod_host_ipus(), strict=True)])
 
     def pod_agents(self) -> list[tuple[list[str], list[str]]]:
         """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's

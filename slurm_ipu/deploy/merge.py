@@ -260,7 +260,7 @@ def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
     Gres= on the line replaces the default's), ours added or corrected. Lines already right are
     left."""
     pod = _pod_hosts(site)
-    want = f"ipu:{site.pod.ipus_per_host}"
+    sizes = site.host_ipus()
     out = []
     for node in nodes:
         if node.names.upper() == "DEFAULT":
@@ -272,6 +272,11 @@ def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
             raise ConfigError(f"render: {node.where}: NodeName={node.names} names Pod hosts and others "
                               f"({', '.join(sorted(names - pod)[:3])}); only the Pod's hosts get Gres=ipu: split the "
                               "line and render again")
+        wants = {f"ipu:{sizes[name]}" for name in names}
+        if len(wants) > 1:
+            raise ConfigError(f"render: {node.where}: NodeName={node.names} names hosts of Pods with different IPUs "
+                              "per host; split the line by Pod and render again")
+        want, = wants
         own = items(node.effective_gres or "")  # a line without Gres= has its DEFAULT line's
         if want in own and sum(g.split(":")[0] == "ipu" for g in own) == 1:
             continue

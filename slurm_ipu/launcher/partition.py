@@ -175,6 +175,16 @@ class PartitionPlan:
         self.step = step
 
 
+def _host_ipus(site, env: dict) -> int:
+    """The IPUs of each of the job's hosts (its Pod's ipus_per_host: a job stays in hosts of one
+    size), from SLURM_JOB_NODELIST; the site's pod.ipus_per_host where the list names none of them."""
+    from ..slurm.hostlist import expand
+
+    sizes = site.host_ipus()
+    mine = {sizes[h] for h in expand(env.get("SLURM_JOB_NODELIST", "")) if h in sizes}
+    return mine.pop() if len(mine) == 1 else site.pod.ipus_per_host
+
+
 def decide(opts, env: dict, instances: int, target: Target, client_factory, extra: list[str] = (),
            hosts: int = 1) -> PartitionPlan:
     """The partition's real shape and the V-IPU changes the run needs: one V-IPU read when
@@ -187,7 +197,7 @@ def decide(opts, env: dict, instances: int, target: Target, client_factory, extr
         site = allocation_site(env)  # the allocation model: the site, for the job's own allocation
         own = rules.job_name(site.allocation.prefix, env["SLURM_JOB_ID"]) if site else None
         if own and not opts.vipu_partition and _job_name(target.name, env, site):
-            return _step_plan(opts, instances, hosts * site.pod.ipus_per_host, extra, state)
+            return _step_plan(opts, instances, hosts * _host_ipus(site, env), extra, state)
         if not opts.update_partition:
             raise ConfigError(_missing(target.name, env, opts, own))
         return PartitionPlan(target.name, _new_shape(opts, instances), state, create=True,

@@ -375,3 +375,28 @@ def test_the_sections_hold_every_key_of_the_table_once():
     held = {f"{name}.{f.name}" for name, kind in sections.SECTIONS.items() for f in dataclasses.fields(kind)}
     assert held | set(sections.TOP) | set(INTERNAL) == set(config.BY_KEY)
     assert len(held) + len(sections.TOP) + len(INTERNAL) == len(config.BY_KEY)
+
+
+# --- a Pod's own IPUs per host ------------------------------------------------
+
+def test_a_pod_may_name_its_own_ipus_per_host_and_every_reader_takes_it_per_host(tmp_path):
+    pods = [dict(FOUR_PODS[0], ipus_per_host=16), *FOUR_PODS[1:]]
+    site = _mixed(tmp_path, pods)
+    assert [p.ipus_per_host for p in site.pods] == [16, 16, 16, 16]
+    assert site.host_ipus()["node1"] == site.host_ipus()["node16"] == 16
+    assert site.host_agents()["node5"] == ["ag16", "ag17", "ag18", "ag19"]
+
+
+@pytest.mark.parametrize("pod,words", [
+    ({"ipus_per_host": 0}, "Pod poda: ipus_per_host=0 is out of range; use 1 to 64"),
+    ({"ipus_per_host": "16"}, "Pod poda: ipus_per_host='16' is out of range"),
+    ({"ipus_per_host": 32}, "Pod poda's ipus_per_host=32 on Pod poda's 4 hosts is 128 IPUs, more than its 64"),
+    # smaller hosts beside bigger ones: refused until job_submit.lua, gres.conf and the merge know
+    # sizes per Pod, in one line that says so
+    ({"ipus_per_host": 8}, "Pods with hosts of 8, 16 IPUs: hosts of different IPU counts in one site are not "
+                           "supported yet; give every Pod the same ipus_per_host"),
+])
+def test_a_pod_s_ipus_per_host_that_cannot_stand_is_one_line(tmp_path, pod, words):
+    with pytest.raises(ConfigError) as err:
+        _mixed(tmp_path, [dict(FOUR_PODS[0], **pod), *FOUR_PODS[1:]])
+    assert words in str(err.value) and "\n" not in str(err.value)

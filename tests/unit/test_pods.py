@@ -329,7 +329,7 @@ def test_the_host_runs_are_exactly_where_v_ipu_can_partition_a_job_s_machines(il
     default shape can take all of its IPU-Machines; no other run is."""
     hosts = [f"h{i}" for i in range(ilds * rules.IPUS_PER_ILD // per_host)]
     agents = per_host // rules.IPUS_PER_AGENT
-    runs = pods.host_runs([hosts], agents)
+    runs = pods.host_runs([(hosts, agents)])
     for n in range(2, len(hosts)):
         want = [tuple(hosts[i:i + n]) for i in range(len(hosts) - n + 1)
                 if _partitionable(ilds, i * agents, n * agents)]
@@ -337,7 +337,7 @@ def test_the_host_runs_are_exactly_where_v_ipu_can_partition_a_job_s_machines(il
 
 
 def test_runs_stay_inside_their_pod_and_are_named_per_host():
-    runs = pods.host_runs([["a1", "a2", "a3", "a4"], ["b1", "b2", "b3", "b4"]], 4)
+    runs = pods.host_runs([(["a1", "a2", "a3", "a4"], 4), (["b1", "b2", "b3", "b4"], 4)])
     assert runs == {2: [("a1", "a2"), ("a3", "a4"), ("b1", "b2"), ("b3", "b4")]}
     per_host, per_count = pods.run_features(runs)
     assert per_count == {2: ["ipugroup2_0", "ipugroup2_1", "ipugroup2_2", "ipugroup2_3"]}
@@ -350,3 +350,14 @@ def test_more_runs_than_slurm_s_matching_or_holds_is_refused_at_load():
             f"pods:\n{pods_text}\n")
     with pytest.raises(ConfigError, match=r"66 runs of 2 hosts .* more than the 64 alternatives"):
         config.parse(text, "big.yaml")
+
+
+def test_each_pod_s_runs_are_of_its_own_ipu_machines_per_host():
+    """Pods whose hosts hold different IPU-Machines: each Pod's runs by its own count (a POD64 of
+    four 16-IPU hosts has aligned pairs; one of eight 8-IPU hosts has pairs and fours)."""
+    big = [f"a{i}" for i in range(1, 5)]
+    small = [f"b{i}" for i in range(1, 9)]
+    runs = pods.host_runs([(big, 4), (small, 2)])
+    assert runs[2][:2] == [("a1", "a2"), ("a3", "a4")]
+    assert ("b1", "b2") in runs[2] and ("b2", "b3") not in runs[2]
+    assert runs[4] == [("b1", "b2", "b3", "b4"), ("b5", "b6", "b7", "b8")]  # four 16-IPU hosts: the whole Pod

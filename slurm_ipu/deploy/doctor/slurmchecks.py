@@ -210,10 +210,11 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
     if not facts.nodes:
         return Finding("nodes", False, f"cannot list nodes ({facts.errors.get('nodes', 'none defined')})",
                        "check that slurmctld answers")
-    want = f"ipu:{site.pod.ipus_per_host}"
+    sizes = site.host_ipus()
     runs = site.placement()[0]  # without them job_submit.lua's constraint names features no node has
     bad = []
     for host in site.hosts:
+        want = f"ipu:{sizes[host]}"
         node = facts.nodes.get(host)
         gres = (node or {}).get("Gres", "(null)")
         lacking = [f for f in runs.get(host, []) if f not in (node or {}).get("AvailableFeatures", "").split(",")]
@@ -226,6 +227,8 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
     strays = [n for n, f in facts.nodes.items() if n not in site.hosts and "ipu" in f.get("Gres", "")]
     bad += [f"{n} has IPUs but is not cabled to the Pod (pod.hosts)" for n in strays]
     features = " and the Features slurm-ipu.conf lists for each" if runs else ""
+    one = sorted(set(sizes.values()))
+    want = f"ipu:{one[0]}" if len(one) == 1 else "ipu:<its Pod's ipus_per_host>"
     if bad:
         return Finding("nodes", False, "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else ""),
                        f"Gres={want}{features} on the NodeName lines of {site.pod.hosts} only, and the gres.conf "
