@@ -116,6 +116,9 @@ def build_parser():
     lab.add_argument("--ipus-per-node", type=int, default=16)
     lab.add_argument("--pods", type=int, default=1,
                      help="split the nodes into this many Pods (e.g. --nodes 8 --pods 2: two POD64s)")
+    lab.add_argument("--pod-hosts", type=_counts, default=(),
+                     help="hosts of different IPU counts: POD64s cabled to this many hosts each (4,2,1: hosts of "
+                          "16, 32 and 64 IPUs); sets --nodes and --pods")
     lab.add_argument("--ctld-port", type=int, default=16817)
     lab.add_argument("--node-port", type=int, default=17001, help="first slurmd port (one per node)")
     lab.add_argument("--vipu-port", type=int, default=VIPU_PORT)
@@ -352,17 +355,30 @@ def _lab():
     return lab
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    """--pod-hosts 4,2,1 -> (4, 2, 1)."""
+    import argparse
+
+    try:
+        return tuple(int(k) for k in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of host counts; use e.g. 4,2,1") from None
+
+
 def cmd_lab(args) -> int:
     from pathlib import Path
 
     lab = _lab()
-    spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.trust.default_dir(), nodes=args.nodes,
+    shape = {"nodes": sum(args.pod_hosts), "pods": len(args.pod_hosts), "pod_hosts": args.pod_hosts} \
+        if args.pod_hosts else {"nodes": args.nodes, "pods": args.pods}
+    spec = lab.LabSpec(dir=Path(args.dir) if args.dir else lab.trust.default_dir(), **shape,
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
-                       dbd_port=args.dbd_port, db_port=args.db_port, pods=args.pods, own_conf=args.own_conf,
+                       dbd_port=args.dbd_port, db_port=args.db_port, own_conf=args.own_conf,
                        configless=args.configless, poprun=args.poprun,
                        model=args.model)
     if args.action == "site":
+        lab.check_spec(spec)
         print(lab.site_description(spec), end="")
         return 0
     if args.action == "up":

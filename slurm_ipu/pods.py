@@ -90,10 +90,44 @@ def ilds_given(part) -> list[int] | None:
 
 RUN_PREFIX = "ipugroup"  # job_submit.lua.j2's own_features() reads constraints by it
 GROUP_FEATURE = RUN_PREFIX + "{n}_{k}"
+# Hosts of different IPU counts (Pods of different ipus_per_host): each size is a class of hosts,
+# a node feature on each of its hosts (ipuhost16), and job_submit.lua keeps a job to one class, so
+# its IPUs per node, its Pods and its partition's total are those of one kind of host.
+CLASS_PREFIX = "ipuhost"
+CLASS_FEATURE = CLASS_PREFIX + "{size}"
+OUR_FEATURES = (RUN_PREFIX, CLASS_PREFIX)  # a site's own features never start so (docs/pods.md)
 # Slurm keeps a matching OR's alternatives in a bitmap of MAX_FEATURES (64) bits
 # (src/slurmctld/node_scheduler.c); more would be written past its end.
 MAX_ALTERNATIVES = 64
 
+
+
+class SizeClass:
+    """The hosts of one IPU count (CLASS_PREFIX): their Pods, alike (hosts and ILDs each), and
+    the node feature that keeps a job among them."""
+    __slots__ = ("size", "pods", "hosts", "ilds", "hostlist")
+
+    def __init__(self, size: int, pods: list[Pod]):
+        self.size, self.pods = size, len(pods)
+        self.hosts, self.ilds = len(pods[0].hosts), pods[0].ilds
+        self.hostlist = ",".join(p.hostlist for p in pods)
+
+    @property
+    def feature(self) -> str:
+        return CLASS_FEATURE.format(size=self.size)
+
+    @property
+    def ipus(self) -> int:
+        return self.pods * self.ilds * IPUS_PER_ILD
+
+
+def size_classes(pods: list[Pod]) -> list[SizeClass]:
+    """The Pods by their hosts' IPUs, smallest hosts first (job_submit.lua tries them in this
+    order: a job that must take whole hosts takes the smallest that hold it)."""
+    by_size: dict[int, list[Pod]] = {}
+    for pod in pods:
+        by_size.setdefault(pod.ipus_per_host, []).append(pod)
+    return [SizeClass(size, members) for size, members in sorted(by_size.items())]
 
 def _usable(first: int, count: int) -> bool:
     """Whether `count` IPU-Machines from the Pod's `first` (counted from the Pod's first ILD) are

@@ -46,10 +46,13 @@ def _pods(site: Site) -> None:
                 raise ConfigError(f"{where}: host {host} is in Pod {seen[host]} and Pod {pod.name}; a host is "
                                   "cabled to one Pod")
             seen[host] = pod.name
-    shapes = {(len(p.hosts), p.ilds) for p in pods}
-    if len(shapes) > 1 or len({p.name for p in pods}) < len(pods):
-        raise ConfigError(f"{where}: Pods must have distinct names and alike sizes (the same number of hosts and "
-                          "ILDs each): a job over several Pods takes whole Pods")
+    if len({p.name for p in pods}) < len(pods):
+        raise ConfigError(f"{where}: Pods must have distinct names: each is a V-IPU allocation and a Slurm switch")
+    for size, members in _by_size(pods).items():  # a job over several Pods takes whole Pods of one size
+        if len({(len(p.hosts), p.ilds) for p in members}) > 1:
+            raise ConfigError(f"{where}: Pods {', '.join(p.name for p in members)} have hosts of {size} IPUs but "
+                              "not alike sizes (the same number of hosts and ILDs each): a job over several Pods "
+                              "takes whole Pods of one host size; give them the same hosts count and ilds")
     site.values["pod.ipus"] = sum(p.ipus for p in pods)
     site.values["pod.hosts"] = ",".join(p.hostlist for p in pods)
     if not site.values["vipu.allocation"] or site.values["vipu.allocation"] in seen.values():
@@ -58,6 +61,13 @@ def _pods(site: Site) -> None:
                           "allocation that holds every Pod (jobs over several Pods go there), not one Pod's")
     _groups(site, {p.name for p in pods})
     _pod_models(site, where)
+
+
+def _by_size(pods) -> dict[int, list]:
+    out: dict[int, list] = {}
+    for pod in pods:
+        out.setdefault(pod.ipus_per_host, []).append(pod)
+    return out
 
 
 def _groups(site: Site, pods: set[str]) -> None:
@@ -86,6 +96,10 @@ def _groups(site: Site, pods: set[str]) -> None:
         if unknown or len(members) < 2 or taken & set(members) or set(members) == pods:
             raise ConfigError(f"{where}: group {name}: pods={members} must name two or more Pods of pods:, none in "
                               "another group, not all of them (vipu.allocation is that)")
+        sizes = {p.ipus_per_host for p in site.pods if p.name in members}
+        if len(sizes) > 1:
+            raise ConfigError(f"{where}: group {name}: pods={members} have hosts of {len(sizes)} IPU counts; a job "
+                              "over a group takes its whole Pods, all of one host size: group Pods of one size")
         taken |= set(members)
         names.add(name)
 
@@ -148,11 +162,6 @@ def cross_checks(site: Site) -> None:
             raise ConfigError(f"{site.at('pod.ipus_per_host')}: {key}={own} on Pod {one.name}'s {len(one.hosts)} hosts "
                               f"is {own * len(one.hosts)} IPUs, more than its {one.ipus}; use at most "
                               f"{one.ipus // len(one.hosts)}")
-    sizes = sorted({one.ipus_per_host for one in site.pods})
-    if len(sizes) > 1:  # job_submit.lua, gres.conf and the merge know one size (docs/pods.md)
-        raise ConfigError(f"{site.at('pods')}: Pods with hosts of {', '.join(map(str, sizes))} IPUs: hosts of "
-                          "different IPU counts in one site are not supported yet; give every Pod the same "
-                          "ipus_per_host")
     _model_checks(site)
     for own in site.pod_host_ipus():
         if "allocation" in site.models and own % IPUS_PER_AGENT:

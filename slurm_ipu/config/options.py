@@ -145,8 +145,8 @@ FIELDS = (
           _between(1, 64), required=True, example=16),
     Field("pods", list, None, "a multi-Pod cluster, instead of pod.ipus/pod.hosts: each Pod's name (its V-IPU "
           "allocation and Slurm switch), hosts (a hostlist), ilds (IPU-Link domains of 64 IPUs, default 1), "
-          "ipus_per_host (default pod.ipus_per_host; every Pod's the same, for now) and model (its jobs' V-IPU "
-          "model, default vipu.model)",
+          "ipus_per_host (default pod.ipus_per_host; Pods may differ, and a job stays on hosts of one "
+          "size) and model (its jobs' V-IPU model, default vipu.model)",
           example=POD128),
     Field("pod_groups", list, None, "with pods: groups of Pods used together (a POD256 as two pairs), each a "
           "switch above its Pods and a V-IPU allocation holding theirs: name, pods and model (its Pods' V-IPU "

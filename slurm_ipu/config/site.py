@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..pods import Pod, host_runs, run_features
+from ..pods import Pod, SizeClass, host_runs, run_features, size_classes
 from ..rules import IPUS_PER_AGENT, job_name
+from ..slurm.hostlist import expand
 from .grammar import agents as _agents
 from .sections import SECTIONS, TOP, Sections
 from .yamlkeys import key_lines
@@ -69,8 +70,6 @@ class Site(Sections):
 
     @property
     def hosts(self) -> list[str]:
-        from ..slurm.hostlist import expand
-
         return expand(self.values["pod.hosts"])
 
     @property
@@ -225,6 +224,20 @@ class Site(Sections):
         """Every host of the site with its IPUs (its Gres count): its Pod's ipus_per_host."""
         return {host: per for (hosts, _), per in zip(self.pod_agents(), self.pod_host_ipus(), strict=True)
                 for host in hosts}
+
+    def size_classes(self) -> list[SizeClass]:
+        """The site's hosts by IPU count (pods.size_classes); one class where every host is alike,
+        and none on a one-Pod site (its hosts are alike)."""
+        return size_classes(self.pods)
+
+    def host_features(self) -> dict[str, list[str]]:
+        """The node features slurm-ipu gives each host: its size class where hosts differ, and its
+        runs of the allocation model (placement)."""
+        classes = self.size_classes()
+        out = {h: [c.feature] for c in classes for h in expand(c.hostlist)} if len(classes) > 1 else {}
+        for host, runs in self.placement()[0].items():
+            out.setdefault(host, []).extend(runs)
+        return out
 
     def placement(self) -> tuple[dict[str, list[str]], dict[int, list[str]]]:
         """Where a multi-host job of the allocation model may land (pods.host_runs): each host's

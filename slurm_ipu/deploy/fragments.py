@@ -11,8 +11,9 @@ from .. import rules
 from ..config import Site
 from ..fsutil import atomic_write
 from ..hooks.endpoint import socket_path
-from ..pods import ild_ids
+from ..pods import CLASS_PREFIX, ild_ids
 from ..slurm import licences, limits, releases
+from ..slurm.hostlist import compress
 from . import merge, render
 
 # output file -> template
@@ -89,7 +90,7 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
             "prolog_wait": prolog_wait(site.prolog.deadline, site.prolog_epilog_timeout)},
         **render.pod_values(site.pod.ipus),
         "licences": licences.lua_values(site.slurm.version), "limits": limits.lua_values(),
-        "ipus_per_host": site.pod.ipus_per_host, "gres_prefix": releases.tres_prefix(site.slurm.version),
+        **class_values(site), "gres_prefix": releases.tres_prefix(site.slurm.version),
         "whole_hosts": site.models == {"allocation"}, "mixed": len(site.models) > 1,
         "allocation_model": "allocation" in site.models, "helper": site.path("helper"),  # spank/step.c
         "host_models": site.host_models() if len(site.models) > 1 else {},
@@ -104,16 +105,27 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
     }
 
 
+def class_values(site: Site) -> dict:
+    """Hosts of different IPU counts: each size class for job_submit.lua (none where hosts are
+    alike: a site of one size is as it was), each size's hosts for gres.conf, and IPUS_PER_HOST,
+    the largest (what a request is first held to)."""
+    classes = site.size_classes()
+    gres = [(c.hostlist, c.size) for c in classes] or [(site.pod.hosts, site.pod.ipus_per_host)]
+    return {"ipus_per_host": max(size for _, size in gres), "gres_lines": gres,
+            "classes": classes if len(classes) > 1 else [], "class_prefix": CLASS_PREFIX}
+
+
 def placement_values(site: Site) -> dict:
     """job_submit.lua's host runs (Site.placement): each host count's alternatives, and the counts
     a job inside one Pod may have."""
-    per_host, runs = site.placement()
+    runs = site.placement()[1]
     per_pod = len(site.pod_agents()[0][0])
     alike: dict[str, list[str]] = {}
-    for host, features in per_host.items():
+    for host, features in site.host_features().items():
         alike.setdefault(",".join(features), []).append(host)
-    return {"runs": runs, "hosts_per_pod": per_pod, "run_counts": sorted({1, *runs, per_pod}),
-            "host_features": [(",".join(hosts), features) for features, hosts in alike.items()]}
+    whole = {per_pod, *(c.hosts for c in site.size_classes())}  # a Pod's hosts, of each size
+    return {"runs": runs, "hosts_per_pod": per_pod, "run_counts": sorted({1, *runs, *whole}),
+            "host_features": [(compress(hosts), features) for features, hosts in alike.items()]}
 
 
 def texts(site: Site, slurm_conf: str | None = None) -> dict[str, str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..config import Site
 from ..errors import ConfigError
-from ..pods import RUN_PREFIX
+from ..pods import OUR_FEATURES
 from ..slurm import releases, slurmconf
 from ..slurm.hostlist import compress, expand
 from ..slurm.slurmconf import Node, Setting
@@ -288,14 +288,14 @@ def _node_gres(site: Site, nodes: list[Node]) -> list[tuple[Node, str]]:
 
 
 def _node_features(site: Site, nodes: list[Node]) -> list[tuple[Node, list[tuple[str | None, str]]]]:
-    """The NodeName lines of hosts in runs of the allocation model (Site.placement: the node
-    features job_submit.lua keeps a multi-host job to), with the Features each gets: the site's
-    own kept (those of its DEFAULT line too: a Features= on the line replaces the default's), the
-    runs of its hosts added, stale runs dropped. A line's Features are each of its hosts', so a
+    """The NodeName lines of hosts with node features of ours (Site.host_features: the size class
+    and the runs of the allocation model job_submit.lua keeps a job to), with the Features each
+    gets: the site's own kept (those of its DEFAULT line too: a Features= on the line replaces the
+    default's), ours added, stale ones dropped. A line's Features are each of its hosts', so a
     line naming hosts of different runs is split into one line per run (the first in its place,
     the others added after it), unless it gives each node a value of its own (NodeAddr=...),
     which is refused with the split that works."""
-    per_host = site.placement()[0]
+    per_host = site.host_features()
     if not per_host:
         return []
     pod = _pod_hosts(site)
@@ -307,7 +307,7 @@ def _node_features(site: Site, nodes: list[Node]) -> list[tuple[Node, list[tuple
         kinds: dict[tuple[str, ...], list[str]] = {}
         for host in names:
             kinds.setdefault(tuple(per_host.get(host, ())), []).append(host)
-        own = [f for f in items(node.effective_features or "") if not f.startswith(RUN_PREFIX)]
+        own = [f for f in items(node.effective_features or "") if not f.startswith(OUR_FEATURES)]
         values = [(compress(hosts), ",".join(own + list(runs))) for runs, hosts in kinds.items()]
         if len(values) == 1:
             if values[0][1] == ",".join(items(node.effective_features or "")):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import __version__, rules
 from ..errors import ConfigError
-from ..pods import RUN_PREFIX
+from ..pods import CLASS_PREFIX, RUN_PREFIX
 
 
 def templates_dir() -> Path:
@@ -68,4 +68,6 @@ def pod_values(pod_ipus: int) -> dict:
             "emulator": {"ilds": ilds, "agents_per_ild": agents // ilds}, "pods": [], "switch_wait": SWITCH_WAIT,
             "probe_name": PROBE_NAME, "probe_comment": PROBE_COMMENT,
             # a site without the allocation model: no host runs (fragments.placement_values)
-            "runs": {}, "run_counts": [1], "hosts_per_pod": 1, "run_prefix": RUN_PREFIX, "host_features": []}
+            "runs": {}, "run_counts": [1], "hosts_per_pod": 1, "run_prefix": RUN_PREFIX, "host_features": [],
+            # hosts alike: no size classes (fragments.class_values)
+            "classes": [], "class_prefix": CLASS_PREFIX}

@@ -91,7 +91,9 @@ def up(spec: LabSpec) -> None:
         _stop_all(pids, started)
         save_pids(spec, pids)
         raise
-    nodes = " (the site's own slurm.conf)" if spec.own_conf else f" x ipu:{spec.ipus_per_node}"
+    sizes = ", ".join(f"{h} x ipu:{64 // h}" for h in spec.pod_hosts)  # a POD64's IPUs on each Pod's hosts
+    nodes = " (the site's own slurm.conf)" if spec.own_conf else f" ({sizes})" if sizes else \
+        f" x ipu:{spec.ipus_per_node}"
     say(f"up: {spec.nodes} nodes{nodes}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}"
         + (f", slurmdbd on 127.0.0.1:{spec.dbd_port}" if spec.accounting else ""))
     print_exports(spec)

@@ -27,8 +27,9 @@ def context(spec: LabSpec) -> dict:
     """What the lab's own slurm.conf needs beyond the site's fragments (machine, ports, paths)."""
     host = socket.gethostname()
     mem = max(1024, (os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")) // (1 << 20) // spec.nodes // 2)
-    # the node features a site's NodeName lines carry for the allocation model (Site.placement)
-    features = config.parse(site_description(spec), "site.yaml").placement()[0]
+    # the node features a site's NodeName lines carry (Site.host_features) and their IPUs
+    site = config.parse(site_description(spec), "site.yaml")
+    features, ipus = site.host_features(), site.host_ipus()
     ctx = {
         "cluster_name": CLUSTER,
         "controller": {"hostname": host, "addr": "127.0.0.1", "port": spec.ctld_port},
@@ -36,7 +37,7 @@ def context(spec: LabSpec) -> dict:
         "paths": {k: str(spec.path(v)) for k, v in
                   {"state": "spool/ctld", "spool": "spool", "run": "run", "log": "log", "etc": "etc"}.items()},
         "nodes": [{"name": n, "hostname": host, "addr": "127.0.0.1", "port": spec.node_port + i,
-                   "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": spec.ipus_per_node,
+                   "cpus": os.cpu_count() or 1, "memory_mb": mem, "ipus": ipus[n],
                    "features": features.get(n, [])}
                   for i, n in enumerate(spec.node_names)],
         "partition_name": "ipu",
@@ -121,15 +122,27 @@ def _pod_section(spec: LabSpec) -> dict:
     if spec.pods == 1:
         return {"ipus": spec.pod_ipus, "hosts": f"node[1-{spec.nodes}]" if spec.nodes > 1 else "node1",
                 "ipus_per_host": spec.ipus_per_node}
+    if spec.pod_hosts:  # each Pod says its own; this is the default a Pod without one would take
+        return {"ipus_per_host": rules.IPUS_PER_ILD // spec.pod_hosts[0]}
     return {"ipus_per_host": spec.ipus_per_node}
 
 
+def _hostlist(first: int, count: int) -> str:
+    return f"node[{first}-{first + count - 1}]" if count > 1 else f"node{first}"
+
+
 def _pods(spec: LabSpec) -> list[dict]:
-    """Pods a, b, ... of equal consecutive node ranges (nodes 1-4 are Pod a of a 2-Pod 8-node lab)."""
+    """Pods a, b, ... of consecutive node ranges: equal ones (nodes 1-4 are Pod a of a 2-Pod 8-node
+    lab), or --pod-hosts' (4,2,1: node[1-4] of 16 IPUs each, node[5-6] of 32, node7 of 64)."""
+    if spec.pod_hosts:
+        starts = [1 + sum(spec.pod_hosts[:k]) for k in range(len(spec.pod_hosts))]
+        return [{"name": f"pod{chr(ord('a') + k)}", "hosts": _hostlist(first, count), "ilds": 1,
+                 "ipus_per_host": rules.IPUS_PER_ILD // count}
+                for k, (first, count) in enumerate(zip(starts, spec.pod_hosts, strict=True))]
     per = spec.nodes // spec.pods
     ilds = spec.pod_ipus // spec.pods // rules.IPUS_PER_ILD
-    return [{"name": f"pod{chr(ord('a') + k)}", "hosts": f"node[{k * per + 1}-{(k + 1) * per}]" if per > 1
-             else f"node{k + 1}", "ilds": ilds} for k in range(spec.pods)]
+    return [{"name": f"pod{chr(ord('a') + k)}", "hosts": _hostlist(k * per + 1, per), "ilds": ilds}
+            for k in range(spec.pods)]
 
 
 def _slurm_release() -> str:
@@ -173,6 +186,9 @@ def install_site(spec: LabSpec):
     if not (etc / "plugstack.conf").exists() or spec.configless:
         atomic_write(etc / "plugstack.conf", f"include {etc}/plugstack.conf.d/*.conf\n")
     (etc / "plugstack.conf.d" / "slurm-ipu.conf").unlink(missing_ok=True)
+    # the last lab's topology.conf is not a site's own: merged into as one, it would be dropped below
+    # and slurmctld would wait for it (a lab brought up again with other Pods in the same directory)
+    (etc / "topology.conf").unlink(missing_ok=True)
     texts = fragments.write(desc, etc / "site", conf)
     for path, (_, merged) in fragments.edits(desc, conf).items():
         atomic_write(path, merged)

@@ -66,9 +66,15 @@ class LabSpec:
     # (no hooks, no licence): the storm's plain jobs ask it so that they pack nodes as IPU jobs do and
     # the ratio measures the hooks alone (tests/bench/storm.py)
     twin_gres: bool = False
+    # Hosts of different IPU counts: POD64s cabled to this many hosts each (4, 2, 1: hosts of 16, 32
+    # and 64 IPUs; Graphcore cables a Pod64 to one, two or four host servers); --nodes is their sum
+    # and --pods their number. (): every node has --ipus-per-node.
+    pod_hosts: tuple[int, ...] = ()
 
     @property
     def pod_ipus(self) -> int:
+        if self.pod_hosts:
+            return len(self.pod_hosts) * rules.IPUS_PER_ILD
         return self.nodes * self.ipus_per_node
 
     @property
@@ -104,8 +110,10 @@ def check_spec(spec: LabSpec) -> None:
     if len(set(taken)) != len(taken):
         raise LabError(f"the lab's ports overlap ({', '.join(f'{k} {v}' for k, v in ports.items())}, and "
                        f"{spec.nodes} slurmd ports from --node-port); give each its own")
+    if spec.pod_hosts:
+        _check_pod_hosts(spec)
     total = spec.pod_ipus
-    if spec.pods > 1 and (spec.nodes % spec.pods or total % (spec.pods * rules.IPUS_PER_ILD)):
+    if spec.pods > 1 and not spec.pod_hosts and (spec.nodes % spec.pods or total % (spec.pods * rules.IPUS_PER_ILD)):
         raise LabError(f"--pods {spec.pods}: {spec.nodes} nodes x {spec.ipus_per_node} IPUs do not split into "
                        f"{spec.pods} Pods of whole ILDs (64 IPUs); e.g. --nodes 8 --ipus-per-node 16 --pods 2")
     if spec.own_conf and (spec.accounting or spec.prefix or spec.pods > 1):
@@ -123,6 +131,16 @@ def check_spec(spec: LabSpec) -> None:
     if not rules.is_valid_allocation(total):
         raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: use 4, 8, 16, 32, "
                        "64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")
+
+
+def _check_pod_hosts(spec: LabSpec) -> None:
+    given = ",".join(map(str, spec.pod_hosts))
+    if any(h not in (1, 2, 4, 8, 16) for h in spec.pod_hosts) or len(spec.pod_hosts) < 2:
+        raise LabError(f"--pod-hosts {given}: give two or more Pods, each of 1, 2, 4, 8 or 16 hosts (a POD64's "
+                       "64 IPUs on each), e.g. --pod-hosts 4,2,1")
+    if spec.nodes != sum(spec.pod_hosts) or spec.pods != len(spec.pod_hosts) or spec.twin_gres:
+        raise LabError(f"--pod-hosts {given} makes {sum(spec.pod_hosts)} nodes in {len(spec.pod_hosts)} Pods: leave "
+                       "--nodes, --pods and the twin GRES out")
 
 
 def _spec_key(spec: LabSpec) -> dict:

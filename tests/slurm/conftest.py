@@ -50,7 +50,10 @@ RELEASE = {"test_accounting", "test_admin", "test_adoption", "test_allocation_mo
            "test_readme_examples", "test_rest",
            "test_submit_paths", "test_three_ilds", "test_trust",
            "test_health::test_a_failed_machine_shrinks_the_pool_until_it_is_back",
-           "test_pods::test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_error"}
+           "test_pods::test_a_site_topology_of_its_own_takes_the_pods_and_slurm_runs_it_with_no_error",
+           # the constraints that keep a job to hosts of one size: Slurm's feature syntax
+           "test_mixed_hosts::test_each_job_runs_on_hosts_of_one_size_with_its_partition_in_their_pod",
+           "test_mixed_hosts::test_whole_hosts_of_the_smallest_size_that_holds_the_job_and_its_steps"}
 LONG = {"test_big_lab", "test_storm", "test_hardware_storm",
         "test_allocation_model::test_a_storm_of_jobs_cancels_and_time_limits_leaves_nothing"}
 

@@ -29,7 +29,7 @@ parts = json.loads(subprocess.run(["vipu", "list", "partitions", "--showjson"], 
                                   check=True).stdout)
 spec = next(p["partition"]["spec"] for p in parts if p["partition"]["id"] == name)
 print("REPORT " + json.dumps({{"nodes": os.environ["SLURM_JOB_NODELIST"], "allocation": spec["allocation"],
-                              "ilds": sorted({{i["ild"] for i in spec["ipus"]}})}}))
+                              "ilds": sorted({{i["ild"] for i in spec["ipus"]}}), "ipus": len(spec["ipus"])}}))
 EOF
 srun --ntasks-per-node=1 sleep "$1"
 """

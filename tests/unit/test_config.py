@@ -385,16 +385,36 @@ def test_a_pod_may_name_its_own_ipus_per_host_and_every_reader_takes_it_per_host
     assert [p.ipus_per_host for p in site.pods] == [16, 16, 16, 16]
     assert site.host_ipus()["node1"] == site.host_ipus()["node16"] == 16
     assert site.host_agents()["node5"] == ["ag16", "ag17", "ag18", "ag19"]
+    assert site.host_features() == {}  # hosts alike: no size class
+
+
+def test_pods_of_different_host_sizes_are_classes_of_their_own(tmp_path):
+    pods = [{"name": "poda", "hosts": "node[1-4]"}, {"name": "podb", "hosts": "node[5-6]", "ipus_per_host": 32},
+            {"name": "podc", "hosts": "node7", "ipus_per_host": 64}, {"name": "podd", "hosts": "node[8-11]"}]
+    site = _mixed(tmp_path, pods)
+    assert [(c.size, c.pods, c.hosts, c.ilds, c.hostlist, c.ipus) for c in site.size_classes()] == [
+        (16, 2, 4, 1, "node[1-4],node[8-11]", 128), (32, 1, 2, 1, "node[5-6]", 64), (64, 1, 1, 1, "node7", 64)]
+    assert site.host_ipus() == {**{f"node{k}": 16 for k in (1, 2, 3, 4, 8, 9, 10, 11)}, "node5": 32, "node6": 32,
+                                "node7": 64}
+    assert site.host_agents()["node6"] == ["ag24", "ag25", "ag26", "ag27", "ag28", "ag29", "ag30", "ag31"]
+    assert site.host_agents()["node7"] == [f"ag{k}" for k in range(32, 48)]
+    assert site.host_features()["node5"] == ["ipuhost32"] and site.host_features()["node11"] == ["ipuhost16"]
+
+
+def test_a_group_of_pods_is_of_one_host_size(tmp_path):
+    pods = [{"name": "poda", "hosts": "node[1-4]"}, {"name": "podb", "hosts": "node[5-6]", "ipus_per_host": 32},
+            *FOUR_PODS[2:]]
+    with pytest.raises(ConfigError) as err:
+        _mixed(tmp_path, pods, [{"name": "ab", "pods": ["poda", "podb"]}])
+    assert "group ab: pods=['poda', 'podb'] have hosts of 2 IPU counts" in str(err.value)
 
 
 @pytest.mark.parametrize("pod,words", [
     ({"ipus_per_host": 0}, "Pod poda: ipus_per_host=0 is out of range; use 1 to 64"),
     ({"ipus_per_host": "16"}, "Pod poda: ipus_per_host='16' is out of range"),
     ({"ipus_per_host": 32}, "Pod poda's ipus_per_host=32 on Pod poda's 4 hosts is 128 IPUs, more than its 64"),
-    # smaller hosts beside bigger ones: refused until job_submit.lua, gres.conf and the merge know
-    # sizes per Pod, in one line that says so
-    ({"ipus_per_host": 8}, "Pods with hosts of 8, 16 IPUs: hosts of different IPU counts in one site are not "
-                           "supported yet; give every Pod the same ipus_per_host"),
+    # Pods of one host size alike, or a job over several of them would take part of one
+    ({"hosts": "node[1-2]"}, "Pods poda, podb, podc, podd have hosts of 16 IPUs but not alike sizes"),
 ])
 def test_a_pod_s_ipus_per_host_that_cannot_stand_is_one_line(tmp_path, pod, words):
     with pytest.raises(ConfigError) as err:

@@ -109,7 +109,7 @@ def test_allocation_model_nodes_without_their_runs_features_are_a_problem(here):
                        "node4": "ipugroup2_1"}.items():
         facts.nodes[host]["AvailableFeatures"] = runs
     found = items(doctor.diagnose(desc, facts))["nodes"]
-    assert found.ok and "their runs' Features" in found.detail, found.line()
+    assert found.ok and "their Features of slurm-ipu" in found.detail, found.line()
 
 
 @pytest.mark.parametrize("moment", ["its epilog runs", "the service removes it", "its job started after"])

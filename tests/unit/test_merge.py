@@ -266,8 +266,8 @@ def test_a_nodename_line_over_two_runs_with_an_address_per_node_is_refused_with_
 def test_the_fragment_names_each_host_s_runs(alloc_site):
     desc, _ = alloc_site
     text = fragments.texts(desc)["slurm-ipu.conf"]
-    assert "#   ipu-host1,ipu-host2: Features=ipugroup2_0" in text.splitlines()
-    assert "#   ipu-host7,ipu-host8: Features=ipugroup2_3" in text.splitlines()
+    assert "#   ipu-host[1-2]: Features=ipugroup2_0" in text.splitlines()
+    assert "#   ipu-host[7-8]: Features=ipugroup2_3" in text.splitlines()
 
 
 def test_a_site_limiting_what_it_propagates_keeps_its_own_line(site):
@@ -425,3 +425,44 @@ def test_a_site_that_is_not_configless_keeps_its_plugstack_conf(site):
     desc, etc = site
     (etc / "plugstack.conf").write_text(f"include {etc}/plugstack.conf.d/*.conf\n")
     assert "plugstack.conf" not in fragments.texts(desc, str(etc / "slurm.conf")).get(fragments.DIFF, "")
+
+
+# --- hosts of different IPU counts ----------------------------------------------------------------
+
+@pytest.fixture
+def sizes_site(site, tmp_path):
+    """Pod b cabled to two hosts of 32 IPUs (ipu-host[5-6]) beside Pod a's four of 16."""
+    _, etc = site
+    path = tmp_path / "site.yaml"
+    path.write_text(path.read_text().replace("    hosts: ipu-host[5-8]\n",
+                                             "    hosts: ipu-host[5-6]\n    ipus_per_host: 32\n", 1))
+    return config.load(str(path), environ={}), etc
+
+
+def test_each_host_gets_the_gres_and_size_feature_of_its_pod(sizes_site, tmp_path):
+    desc, etc = sizes_site
+    conf = SITE_CONF.replace("NodeName=ipu-host[1-8] Gres=gpu:1 CPUs=4\n",
+                             "NodeName=ipu-host[1-4] Gres=gpu:1 CPUs=4\nNodeName=ipu-host[5-6] CPUs=8\n")
+    (etc / "slurm.conf").write_text(conf)
+    lines = _merged_conf(desc, etc).splitlines()
+    assert "NodeName=ipu-host[1-4] Gres=gpu:1,ipu:16 CPUs=4 Features=ipuhost16" in lines
+    assert "NodeName=ipu-host[5-6] CPUs=8 Gres=ipu:32 Features=ipuhost32" in lines
+    texts = fragments.texts(desc, str(etc / "slurm.conf"))
+    gres = [line for line in texts["gres-ipu.conf"].splitlines() if line.startswith("NodeName=")]
+    assert gres == ["NodeName=ipu-host[1-4] Name=ipu Count=16", "NodeName=ipu-host[5-6] Name=ipu Count=32"]
+    hint = texts["slurm-ipu.conf"]
+    assert "# Add Gres=ipu:32 to the NodeName line(s) of: ipu-host[5-6]" in hint and "#   ipu-host[5-6]: " \
+        "Features=ipuhost32" in hint
+    (etc / "slurm.conf").write_text(_merged_conf(desc, etc).replace("Include slurm-ipu.conf\n", ""))
+    again = merge.merge(desc, str(etc / "slurm.conf"))
+    assert again.features == [] and again.gres == []  # a re-render leaves right lines alone
+    assert merge.unmerge(desc, str(etc / "slurm.conf"))[str((etc / "slurm.conf").resolve())][1] == conf
+
+
+def test_a_nodename_line_over_hosts_of_two_sizes_is_refused_with_the_split(sizes_site):
+    desc, etc = sizes_site
+    (etc / "slurm.conf").write_text(SITE_CONF.replace("ipu-host[1-8]", "ipu-host[1-6]"))
+    with pytest.raises(ConfigError) as err:
+        merge.merge(desc, str(etc / "slurm.conf"))
+    assert "NodeName=ipu-host[1-6] names hosts of Pods with different IPUs per host; split the line by Pod" \
+        in str(err.value) and "\n" not in str(err.value)

@@ -211,7 +211,7 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
         return Finding("nodes", False, f"cannot list nodes ({facts.errors.get('nodes', 'none defined')})",
                        "check that slurmctld answers")
     sizes = site.host_ipus()
-    runs = site.placement()[0]  # without them job_submit.lua's constraint names features no node has
+    runs = site.host_features()  # without them job_submit.lua's constraint names features no node has
     bad = []
     for host in site.hosts:
         want = f"ipu:{sizes[host]}"
@@ -221,9 +221,10 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
         if node is None:
             bad.append(f"{host} is not a Slurm node")
         elif want not in gres.split(","):
-            bad.append(f"{host} has Gres={gres}")
+            bad.append(f"{host} has Gres={gres}, not {want}")
         elif lacking:
-            bad.append(f"{host} lacks the feature(s) {','.join(lacking)} (its runs of the allocation model)")
+            bad.append(f"{host} lacks the feature(s) {','.join(lacking)} (its size or its runs of the allocation "
+                       "model, which job_submit.lua keeps jobs to)")
     strays = [n for n, f in facts.nodes.items() if n not in site.hosts and "ipu" in f.get("Gres", "")]
     bad += [f"{n} has IPUs but is not cabled to the Pod (pod.hosts)" for n in strays]
     features = " and the Features slurm-ipu.conf lists for each" if runs else ""
@@ -233,8 +234,8 @@ def check_nodes(site: Site, facts: Facts) -> Finding:
         return Finding("nodes", False, "; ".join(bad[:4]) + (" ..." if len(bad) > 4 else ""),
                        f"Gres={want}{features} on the NodeName lines of {site.pod.hosts} only, and the gres.conf "
                        "lines (slurm.conf.diff adds them)")
-    return Finding("nodes", True, f"{len(site.hosts)} nodes with Gres={want}" + (" and their runs' Features" if runs
-                                                                                 else ""))
+    return Finding("nodes", True, f"{len(site.hosts)} nodes with Gres={want}" + (" and their Features of slurm-ipu"
+                                                                                 if runs else ""))
 
 
 def check_plugstack(site: Site, facts: Facts) -> Finding:

@@ -8,7 +8,7 @@
 
 -- This text's own digest (slurm-ipu render), written into the AdminComment of `slurm-ipu doctor`'s
 -- held probe job: what slurmctld has loaded, compared with what the site renders.
-local CODE_ID = "76332b95b977a847"
+local CODE_ID = "ba0f0c02a19f3941"
 local PROBE_NAME = "slurm-ipu-doctor-probe"
 
 local POD_IPUS = 64
@@ -59,6 +59,17 @@ local RUNS = { }
 local RUN_PREFIX = "ipugroup"  -- every run's feature starts so
 local RUN_COUNTS = "1, 4"  -- the host counts a job inside a Pod may have
 local HOSTS_PER_POD = 4
+
+-- Hosts of different IPU counts (Pods of different ipus_per_host): each size a class of Pods alike,
+-- its hosts a node feature (CLASS_PREFIX .. size). A job stays on hosts of one class, which this
+-- script chooses (choose_class) and says in its constraint (CLASS_PART); the values above are then
+-- that class's (use_class). Empty where every host is alike.
+local CLASSES = { }
+local CLASS_PREFIX = "ipuhost"
+local CLASS_PART = nil
+local CLASS_PODS = PODS  -- the Pods a job over several may take: all of them, or its class's
+local CLASS_PODS_TEXT = string.format("the cluster has %d", PODS)
+local CLASS_SIZES = ""
 
 -- A client that shows no user message (slurmrestd's JSON errors, a libslurm caller) sees only the
 -- code a refusal returns: the closest Slurm can name to what was wrong, not "Unspecified error".
@@ -289,42 +300,75 @@ local function pods_of(job_desc, nodes, refuse)
                          "or a multiple of %d", nodes, POD_HOSTS, POD_HOSTS, POD_HOSTS)
     end
     spans = nodes / POD_HOSTS
+    if spans > CLASS_PODS then
+      return nil, refuse("-N %d takes %d Pods of %d hosts; %s", nodes, spans, POD_HOSTS, CLASS_PODS_TEXT)
+    end
   end
   job_desc.req_switch = spans
   job_desc.wait4switch = SWITCH_WAIT
   return spans, nil
 end
 
--- The site's own part of a constraint this script wrote: "(C)&[runs]" -> C, "[runs]" -> nil; any
+-- What this script adds to a constraint, each form as a Lua pattern: the runs of the allocation
+-- model, a size class, several size classes (a matching OR), a size class with its runs.
+local OURS = { "%[" .. RUN_PREFIX .. "[%w_|]*%]", CLASS_PREFIX .. "%d+&%[" .. RUN_PREFIX .. "[%w_|]*%]",
+               CLASS_PREFIX .. "%d+", "%[" .. CLASS_PREFIX .. "[%w|]*%]" }
+
+-- The site's own part of a constraint this script wrote: "(C)&<ours>" -> C, "<ours>" -> nil; any
 -- other constraint is all the user's.
 local function own_features(features)
   if features == nil or features == "" then return nil end
-  local runs = "%[" .. RUN_PREFIX .. "[%w_|]*%]$"
-  if string.match(features, "^" .. runs) then return nil end
-  return string.match(features, "^%((.*)%)&" .. runs) or features
+  for _, ours in ipairs(OURS) do
+    if string.match(features, "^" .. ours .. "$") then return nil end
+    local base = string.match(features, "^%((.*)%)&" .. ours .. "$")
+    if base then return base end
+  end
+  return features
 end
 
--- A job taking whole hosts of the allocation model on 1 < n < a Pod's hosts: its constraint
--- (the user's, if any, and a matching OR of the runs of n hosts), so Slurm starts it only where
--- V-IPU can partition its IPU-Machines. `current` is the job's constraint as it stands (a
--- modify's new one, else the job's). nil, or the refusal.
-local function place(job_desc, nodes, current, refuse)
-  local runs, base = RUNS[nodes], own_features(current)
-  if nodes < 2 or nodes >= HOSTS_PER_POD then
+-- The job's constraint: the user's own part of `current` (the constraint as it stands: a modify's
+-- new one, else the job's) and ours (nil: none), which Slurm ANDs. nil, or the refusal.
+local function constrain(job_desc, current, ours, refuse, why)
+  local base = own_features(current)
+  if ours == nil then
     if current ~= nil and current ~= (base or "") then job_desc.features = base or "" end  -- ours dropped
     return nil
   end
-  if runs == nil then
-    return refuse("-N %d: no %d hosts of a Pod hold IPU-Machines that V-IPU can make one partition of (an aligned " ..
-                  "block); use -N %s", nodes, nodes, RUN_COUNTS)
-  end
   if base ~= nil and string.find(base, "[%[%]%*]") then
-    return refuse("--constraint=%s: brackets or counts cannot be combined with the host runs an IPU job on %d hosts " ..
-                  "is kept to (a matching OR of node features); drop them, or use plain features with & and |",
-                  base, nodes)
+    return refuse("--constraint=%s: brackets or counts cannot be combined with %s (a matching OR of node " ..
+                  "features); drop them, or use plain features with & and |", base, why)
   end
-  job_desc.features = (base and ("(" .. base .. ")&") or "") .. "[" .. runs .. "]"
+  job_desc.features = (base and ("(" .. base .. ")&") or "") .. ours
   return nil
+end
+
+-- A job taking whole hosts of the allocation model on 1 < n < a Pod's hosts: the runs of n hosts
+-- (a matching OR), so Slurm starts it only where V-IPU can partition its IPU-Machines; nil where
+-- the job needs none. nil or the runs, and the refusal.
+local function runs_for(nodes, refuse)
+  if nodes < 2 or nodes >= HOSTS_PER_POD then return nil, nil end
+  local runs = RUNS[nodes]
+  if runs == nil then
+    return nil, refuse("-N %d: no %d hosts of a Pod hold IPU-Machines that V-IPU can make one partition of (an " ..
+                       "aligned block); use -N %s", nodes, nodes, RUN_COUNTS)
+  end
+  return "[" .. runs .. "]", nil
+end
+
+-- Where the job may run: its size class (CLASS_PART: nil where hosts are alike) and, taking whole
+-- hosts inside one Pod, its runs. nil, or the refusal.
+local function place(job_desc, nodes, current, refuse, runs_wanted)
+  local runs, err = nil, nil
+  if runs_wanted then
+    runs, err = runs_for(nodes, refuse)
+    if err then return err end
+  end
+  local ours, why = CLASS_PART, "the hosts of one size an IPU job is kept to"
+  if runs then
+    ours, why = (ours and (ours .. "&") or "") .. runs,
+                string.format("the host runs an IPU job on %d hosts is kept to", nodes)
+  end
+  return constrain(job_desc, current, ours, refuse, why)
 end
 
 -- --ipu-gcds / --ipu-ilds that no partition of `total` IPUs can have: refused now, not by the
@@ -435,13 +479,14 @@ end
 
 -- The allocation model: the request raised to the hosts' every IPU (its GRES rewritten), said
 -- to the user; other GRES of the request are kept.
-local function whole_hosts(job_desc, per, why)
+local function whole_hosts(job_desc, per, why, silent)
   local items = {}
   for item in string.gmatch(job_desc.tres_per_node or "", "[^,]+") do
     if ipu_item(item) == nil then table.insert(items, item) end
   end
   table.insert(items, GRES_PREFIX .. "ipu:" .. IPUS_PER_HOST)
   job_desc.tres_per_node = table.concat(items, ",")
+  if silent then return IPUS_PER_HOST end
   slurm.log_user("slurm-ipu: %d IPUs per node raised to %d: %s", per, IPUS_PER_HOST,
                  why or "on this cluster a job gets its hosts' every IPU-Machine (its V-IPU allocation)")
   return IPUS_PER_HOST
@@ -490,18 +535,20 @@ local function advice(total, nodes)
 end
 
 -- `component`: a heterogeneous job's later component (its offset), which Slurm gives no licence:
--- its IPUs are its GRES alone, which the prolog reads back from Slurm (docs/slurm.md).
-local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current, component)
+-- its IPUs are its GRES alone, which the prolog reads back from Slurm (docs/slurm.md). `silent`:
+-- a trial (choose_class), which tells the user nothing.
+local function apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current, component,
+                     silent)
   refuse = refuse or reject
   if per < 1 then
     return refuse("--gres=ipu:%d is invalid; ask for at least 1 IPU per node", per)
   end
   local met = MIXED and models_met(partition, part_list) or {}
   if (WHOLE_HOSTS or met.allocation) and per < IPUS_PER_HOST then
-    per = whole_hosts(job_desc, per)
+    per = whole_hosts(job_desc, per, nil, silent)
   elseif exclusive(job_desc) and per < IPUS_PER_HOST then
     per = whole_hosts(job_desc, per, "--exclusive gives the job its nodes' every IPU (Slurm allocates and " ..
-                      "accounts them all), so its partition holds them all too")
+                      "accounts them all), so its partition holds them all too", silent)
   end
   local total = per * nodes
   if total > POD_IPUS then
@@ -534,14 +581,101 @@ local function apply(job_desc, per, nodes, others, refuse, total_option, partiti
   end
   local bad = check_shape(job_desc, total, spans, refuse)
   if bad then return bad end
-  if (WHOLE_HOSTS or met.allocation) and spans == 1 then
-    bad = place(job_desc, nodes, current, refuse)
-    if bad then return bad end
-  end
+  bad = place(job_desc, nodes, current, refuse, (WHOLE_HOSTS or met.allocation) and spans == 1)
+  if bad then return bad end
   if component then return slurm.SUCCESS end
   table.insert(others, "ipu:" .. total)
   job_desc.licenses = table.concat(others, ",")
   return slurm.SUCCESS
+end
+
+-- Hosts of different sizes: the values apply() holds a request to become class c's.
+local function use_class(c)
+  IPUS_PER_HOST, POD_IPUS, POD_HOSTS, POD_ILDS, HOSTS_PER_POD = c.size, c.ipus, c.hosts, c.ilds, c.hosts
+  CLASS_PODS, CLASS_PODS_TEXT = c.pods, string.format("hosts of %d IPUs are in %d Pod(s)", c.size, c.pods)
+end
+
+-- A stand-in for job_desc while a class is tried: reads reach the request, writes stay here.
+local function trial(job_desc)
+  return setmetatable({}, { __index = function(_, key) return job_desc[key] end })
+end
+
+local function copy(list)
+  local out = {}
+  for i, v in ipairs(list) do out[i] = v end
+  return out
+end
+
+-- The size classes a constraint names (its CLASS_PREFIX words), or nil when it names none: a
+-- user's choice of hosts at submit, this script's own choice at a modify.
+local function named_classes(current)
+  local out = nil
+  for word in string.gmatch(current or "", "[%w_]+") do
+    local size = tonumber(string.match(word, "^" .. CLASS_PREFIX .. "(%d+)$"))
+    if size then out = out or {} out[size] = true end
+  end
+  return out
+end
+
+-- Hosts of different sizes: the class(es) the job may run on, then apply() for real with their
+-- constraint. Each class (those the user's constraint names, else all) is tried, smallest hosts
+-- first: a job that takes whole hosts (its IPUs are its hosts') gets the first that holds it; any
+-- other job every class that holds it on the fewest Pods (a matching OR: all its nodes of one).
+-- A request no class holds is refused as the largest class that could take its IPUs per node says.
+local function choose_class(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current,
+                            component)
+  local named = named_classes(current)
+  local met = MIXED and models_met(partition, part_list) or {}
+  local whole = WHOLE_HOSTS or met.allocation or exclusive(job_desc)
+  local fits, spans, told = {}, nil, nil
+  local quiet = function() return slurm.ERROR end
+  for _, c in ipairs(CLASSES) do
+    if named == nil or named[c.size] then
+      use_class(c)
+      CLASS_PART = CLASS_PREFIX .. c.size
+      local try = trial(job_desc)
+      if apply(try, per, nodes, copy(others), quiet, total_option, partition, part_list, current, component, true) ==
+         slurm.SUCCESS then
+        local n = rawget(try, "req_switch") or 1
+        if spans == nil or n < spans then fits, spans = {}, n end
+        if n == spans then table.insert(fits, c) end
+      elseif told == nil or told.size < per then
+        told = c  -- the smallest hosts that take its IPUs per node, else the largest
+      end
+    end
+  end
+  if #fits == 0 then
+    if told == nil then  -- the constraint names no class of this site
+      return refuse("--constraint=%s names no size of host this cluster has (%s<IPUs>: %s)", current, CLASS_PREFIX,
+                    CLASS_SIZES)
+    end
+    use_class(told)
+    CLASS_PART = CLASS_PREFIX .. told.size
+    return apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current, component)
+  end
+  if whole then fits = { fits[1] } end
+  local names = {}
+  for _, c in ipairs(fits) do table.insert(names, CLASS_PREFIX .. c.size) end
+  use_class(fits[1])
+  CLASS_PART = #names == 1 and names[1] or ("[" .. table.concat(names, "|") .. "]")
+  return apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current, component)
+end
+
+-- Each request starts from the largest hosts' values (slurmctld keeps this script's state between
+-- jobs: the last job's class must not shape this one's messages).
+local function reset_class()
+  if #CLASSES > 1 then
+    use_class(CLASSES[#CLASSES])
+    CLASS_PART = nil
+  end
+end
+
+local function fit(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current, component)
+  if #CLASSES < 2 then
+    return apply(job_desc, per, nodes, others, refuse, total_option, partition, part_list, current, component)
+  end
+  return choose_class(job_desc, per, nodes, others, refuse or reject, total_option, partition, part_list, current,
+                      component)
 end
 
 -- The GRES of a request: IPUs per node, or nil; refuses ipu named twice.
@@ -582,6 +716,7 @@ local function job_submit(job_desc, part_list, submit_uid)
   if job_desc.name == PROBE_NAME and submit_uid == 0 then
     job_desc.admin_comment = "slurm-ipu-job_submit.lua:" .. CODE_ID
   end
+  reset_class()
   local refused = oversized(job_desc, reject_input) or bad_count(job_desc, reject) or other_paths(job_desc) or
                   gpu_habit(job_desc) or ipu_misspelt(job_desc)
   if refused then return refused end
@@ -613,13 +748,14 @@ local function job_submit(job_desc, part_list, submit_uid)
     per, err = spread(job_desc, total, per, nodes)
     if err then return err end
   end
-  return apply(job_desc, per, nodes, others, nil, total ~= nil, job_desc.partition, part_list, job_desc.features,
-               later_component(job_desc.het_job_offset))
+  return fit(job_desc, per, nodes, others, nil, total ~= nil, job_desc.partition, part_list, job_desc.features,
+             later_component(job_desc.het_job_offset))
 end
 
 -- A modify never sets the ipu licence itself: the licence is recomputed from the GRES and the
 -- node count whenever either, or the job's other licences, change.
 local function job_modify(job_desc, job_rec, part_list, modify_uid)
+  reset_class()
   local refused = oversized(job_desc, refuse_modify) or bad_count(job_desc, refuse_modify) or
                   other_paths(job_desc, refuse_modify)
   if refused then return refused end
@@ -660,8 +796,8 @@ local function job_modify(job_desc, job_rec, part_list, modify_uid)
     others = split_licenses(job_rec.licenses)
   end
   local current = job_desc.features == nil and job_rec.features or job_desc.features
-  return apply(job_desc, per, nodes, others, refuse_modify, nil, job_desc.partition or job_rec.partition, part_list,
-               current, later_component(job_rec.het_job_offset))
+  return fit(job_desc, per, nodes, others, refuse_modify, nil, job_desc.partition or job_rec.partition, part_list,
+             current, later_component(job_rec.het_job_offset))
 end
 
 -- Alone, this file is the site's job_submit.lua. As a module, a site's own job_submit.lua
