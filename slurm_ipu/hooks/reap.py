@@ -73,7 +73,12 @@ def job_objects(cfg, client, deadline: float) -> list:
     from ..vipu.types import Partition
 
     prefix = cfg.allocation.prefix
-    out = [Partition(name, len(agents) * IPUS_PER_AGENT, allocation=name)
+    # each IPU numbered by its machine's place in the site (4 to a machine, 64 to an ILD), as V-IPU
+    # numbers a partition's: status and metrics count an allocation in the Pods of its machines
+    place = {agent: k for k, agent in enumerate(a for _, agents in cfg.pod_agents() for a in agents)}
+    out = [Partition(name, len(agents) * IPUS_PER_AGENT, allocation=name,
+                     ipus=tuple(place[a] * IPUS_PER_AGENT + j for a in agents if a in place
+                                for j in range(IPUS_PER_AGENT)))
            for name, agents in client.list_allocations(deadline).items() if job_of(name, prefix) is not None]
     if "partition" in models:  # Pods of both models: the partition-model jobs' too
         out += [p for p in client.list_partitions(deadline) if job_of(p.allocation or "", prefix) is None]

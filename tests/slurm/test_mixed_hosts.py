@@ -8,6 +8,7 @@ smallest size that holds the job, its steps and a failed machine's drain on the 
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -144,3 +145,20 @@ def _drained(lab) -> list[str]:
     lab.run("slurm-ipu", "health")  # a pass now, rather than waiting for the service's
     out = lab.run("sinfo", "-h", "-N", "-t", "drain,drained,draining", "-o", "%N %E").stdout
     return sorted({line.split()[0] for line in out.splitlines() if "slurm-ipu: IPU-Machine ag40" in line})
+
+
+def test_status_and_metrics_count_each_job_in_the_pod_of_its_hosts(whole_lab):
+    lab = whole_lab
+    wait_queue_empty(lab, 90, "no jobs left")
+    jobs = [lab.sbatch("-N1", "--gres=ipu:64", "-o", "/dev/null", script="#!/bin/bash\nsleep 120\n"),
+            lab.sbatch("-N1", "--gres=ipu:32", "-o", "/dev/null", script="#!/bin/bash\nsleep 120\n")]
+    try:
+        for job in jobs:
+            wait_for(f"job {job} running", lambda job=job: lab.state(job), 60, until=lambda s: s == "RUNNING")
+        status = json.loads(lab.run("slurm-ipu", "status", "--json", check=True).stdout)
+        assert {p["name"]: p["used"] for p in status["pods"]} == {"poda": 0, "podb": 32, "podc": 64}, status
+        text = lab.run("slurm-ipu", "metrics", check=True).stdout
+        for pod, used in (("poda", 0), ("podb", 32), ("podc", 64)):
+            assert f'slurm_ipu_ipus{{pod="{pod}",state="allocated"}} {used}' in text, text
+    finally:
+        lab.run("scancel", *map(str, jobs))
