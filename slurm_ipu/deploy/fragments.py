@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import rules
 from ..config import Site
 from ..fsutil import atomic_write
-from ..hooks.endpoint import socket_path
+from ..hooks.endpoint import reap_request_path, socket_path
 from ..pods import CLASS_PREFIX, ild_ids
 from ..slurm import licences, limits, releases
 from ..slurm.hostlist import compress
@@ -68,7 +68,7 @@ def top_switches(site: Site) -> list[str]:
 
 def hook_paths(state_dir: str) -> dict:
     """What slurm-ipu-hook's fast path touches (templates/hooks/slurm-ipu-hook.conf.j2)."""
-    return {"socket": str(socket_path(state_dir))}
+    return {"socket": str(socket_path(state_dir)), "reap_request": str(reap_request_path(state_dir))}
 
 
 def prolog_wait(deadline: float, slurm_timeout: int) -> int:

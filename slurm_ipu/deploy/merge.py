@@ -53,6 +53,8 @@ def ours(site: Site) -> dict[str, str]:
     """What the fragment sets on a site with no slurm.conf of its own."""
     values = {"GresTypes": "ipu", "Licenses": f"ipu:{site.pod.ipus}",
               "PrologSlurmctld": site.path("hook"), "EpilogSlurmctld": site.path("hook"),
+              # a controller that becomes the primary (start, takeover, failback) asks for a reap
+              "SlurmctldPrimaryOnProg": site.path("hook"),
               "PrologEpilogTimeout": str(site.prolog_epilog_timeout), "JobSubmitPlugins": "lua",
               "PropagateResourceLimitsExcept": "MEMLOCK"}
     if site.pods:
@@ -229,10 +231,16 @@ def _same(site: Site, key: str, own: Setting, value: str) -> str:
     return value
 
 
+def _theirs(site: Site, key: str, own: Setting, value: str) -> str:
+    """One program Slurm runs, the site's already: it stays (docs/admin.md, Backup controllers: it
+    may run slurm-ipu-hook itself for the reap at takeover)."""
+    return own.value or value
+
+
 RULES = {"GresTypes": _union, "Licenses": _licences, "JobSubmitPlugins": _plugins,
          "AccountingStorageTRES": _union, "PropagateResourceLimitsExcept": _union,
          "SchedulerParameters": _scheduler,
-         "PrologEpilogTimeout": _timeout, "TopologyPlugin": _topology}
+         "PrologEpilogTimeout": _timeout, "TopologyPlugin": _topology, "SlurmctldPrimaryOnProg": _theirs}
 
 
 def _limits(theirs: dict[str, Setting], merged: Merged) -> None:

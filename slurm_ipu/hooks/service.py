@@ -16,12 +16,14 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import stat
 import threading
 import time
 import traceback
 
 from ..errors import ConfigError, ServiceDied, SlurmIpuError
 from . import remover, transport
+from .endpoint import reap_request_path
 from .hooklog import report
 from .journal import Journal
 from .notes import BatchedNotes
@@ -34,6 +36,7 @@ from .stats import Stats
 JOURNAL_POLL_S = 1.0
 BUSY_POLL_S = 0.1  # an entry whose prolog still holds its name: soon again
 BACKOFF_MAX_S = 60.0
+REAP_RETRY_S = 5.0  # a reap skipped (slurmctld not answering: a takeover under way) is tried again this soon
 NOTES_S = 1.0  # started jobs' notes (notes.py) wait at most this long: one scontrol for all of them
 
 
@@ -76,9 +79,12 @@ class Service:
             pause = self._work_off(due, now)
         if self.later:
             pause = min(pause, min(at for at, _ in self.later.values()) - self.clock())
-        if now >= self.next_reap:
-            self.next_reap = now + self.cfg.reap.interval
-            self._reap()
+        asked = self._reap_asked()
+        if now >= self.next_reap or asked is not None:
+            done = self._reap() == 0
+            self.next_reap = now + (self.cfg.reap.interval if done else min(REAP_RETRY_S, self.cfg.reap.interval))
+            if done and asked is not None:
+                _drop_asked(self.cfg.state_dir, asked)
         while not self.asked.empty():  # an admin's reap: at once, in this thread (the one remover)
             transport.answer_reap(self.asked.get(), self.cfg, self._sweep)
         if now >= self.next_health:
@@ -117,8 +123,17 @@ class Service:
         # An entry left (its prolog still holds the name) is tried again soon.
         return BUSY_POLL_S if len(done) + len(failed) < len(names) else JOURNAL_POLL_S
 
-    def _reap(self) -> None:
-        self._sweep(lambda line: report(self.cfg.state_dir, line))
+    def _reap(self) -> int:
+        return self._sweep(lambda line: report(self.cfg.state_dir, line))
+
+    def _reap_asked(self) -> tuple[int, int] | None:
+        """(inode, mtime) of a reap asked at a takeover (endpoint.reap_request_path), or None: one
+        stat per pass, on a file slurm-ipu-hook makes (a link or another kind is no request)."""
+        try:
+            st = os.lstat(reap_request_path(self.cfg.state_dir))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
     def _sweep(self, out) -> int:
         from . import reap
@@ -262,3 +277,15 @@ def _stopping(out) -> int:
     """The answer to a reap asked while the service stops."""
     out("slurm-ipu service: stopping; run `slurm-ipu reap` again once it has stopped")
     return 1
+
+
+def _drop_asked(state_dir: str, asked: tuple[int, int]) -> None:
+    """The request a reap answered, unless a new one replaced it meanwhile (that one stays, for
+    the next pass)."""
+    path = reap_request_path(state_dir)
+    try:
+        st = os.lstat(path)
+        if (st.st_ino, st.st_mtime_ns) == asked:
+            path.unlink()
+    except OSError:
+        pass

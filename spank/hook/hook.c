@@ -16,7 +16,9 @@
  *   is safe because both hooks are idempotent; an answer later than `prolog_wait` seconds exits 1
  *   with a line on stderr (Slurm requeues the job).
  *
- *   slurm-ipu-hook            as slurmctld runs it (SLURM_SCRIPT_CONTEXT says which hook)
+ *   slurm-ipu-hook            as slurmctld runs it (SLURM_SCRIPT_CONTEXT says which hook; with
+ *                             neither it nor a job: SlurmctldPrimaryOnProg, a controller that
+ *                             became the primary, which asks for a reap)
  *   slurm-ipu-hook --check    read the configuration, check what it names; `slurm-ipu doctor`
  *
  * Plain C and libc, built with the install (like the SPANK plugin), static, with musl where
@@ -54,7 +56,7 @@ struct scripts {
 
 struct conf {
     char path[4096];
-    const char *socket, *python, *site;
+    const char *socket, *python, *site, *reap_request;
     struct scripts site_prolog, site_epilog; /* in the order they run */
     int prolog_wait;
 };
@@ -94,6 +96,8 @@ static int set_key(struct conf *c, const char *key, const char *value)
         c->python = value;
     else if (!strcmp(key, "site"))
         c->site = value;
+    else if (!strcmp(key, "reap_request"))
+        c->reap_request = value;
     else if (!strcmp(key, "site_prolog"))
         return add_script(&c->site_prolog, value);
     else if (!strcmp(key, "site_epilog"))
@@ -437,6 +441,23 @@ static int site_epilogs(const struct conf *c)
     return first_bad;
 }
 
+/* SlurmctldPrimaryOnProg: this controller is the primary now (its start, a takeover, a failback).
+   A job it never knew (lost in a failover) may hold a partition: ask whoever removes for a reap,
+   by a file in the state directory (it may run on another controller's host), and return at once:
+   slurmctld waits for this program before it serves anyone, the reap's squeue among them. */
+static int takeover(const struct conf *c)
+{
+    int fd;
+    if (!c->reap_request) /* a configuration rendered before this key: nothing to ask */
+        return 0;
+    fd = open(c->reap_request, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno != EEXIST) /* EEXIST: a reap asked already, not yet done */
+        return fail(1, "cannot ask for a reap at takeover: %s: %s", c->reap_request, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     struct conf c = { 0 };
@@ -460,6 +481,8 @@ int main(int argc, char **argv)
         /* the site's after ours; theirs is the hook's status: ours only removes or queues */
         return c.site_epilog.n ? site_epilogs(&c) : status;
     }
+    if (!context && !getenv("SLURM_JOB_ID"))
+        return takeover(&c);
     /* Not a controller hook (a Prolog= by mistake?): the Python entry point says why. */
     if (ipu)
         exec_python(&c);

@@ -20,7 +20,7 @@ SITE_OWN = ("GresTypes=gpu\nLicenses=matlab:10\nJobSubmitPlugins=lua,require_tim
             "AccountingStorageTRES=gres/gpu\n")
 ALL_KEYS = ("GresTypes", "Licenses", "PrologSlurmctld", "EpilogSlurmctld", "PrologEpilogTimeout",
             "JobSubmitPlugins", "PropagateResourceLimitsExcept", "TopologyPlugin", "SchedulerParameters",
-            "AccountingStorageTRES")
+            "AccountingStorageTRES", "SlurmctldPrimaryOnProg")
 
 
 def claims() -> list[tuple[str, str, str]]:

@@ -116,3 +116,19 @@ def test_a_site_prolog_without_a_shebang_runs_as_a_shell_would_run_it(hook, tmp_
     conf.write_text(conf.read_text().replace("site_prolog=\n", f"site_prolog={script}\n"))
     assert run(hook, SLURM_SCRIPT_CONTEXT="prolog_slurmctld").returncode == 3
     assert (tmp_path / "plain-ran").read_text() == "ran\n" and python_ran(hook) == []
+
+
+def test_a_controller_that_becomes_the_primary_asks_for_a_reap_and_returns_at_once(hook, tmp_path):
+    """SlurmctldPrimaryOnProg: no hook context, no job. slurmctld waits for it before it serves
+    anyone, so it only leaves the request for whoever removes (the service polls for it)."""
+    state = tmp_path / "state"
+    state.mkdir()
+    takeover = {"PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(hook)], env=takeover, capture_output=True, text=True, timeout=30)
+    request = state / "reap.request"
+    assert (done.returncode, done.stderr) == (0, "") and request.is_file() and python_ran(hook) == []
+    assert subprocess.run([str(hook)], env=takeover, timeout=30).returncode == 0  # asked already: still 0
+    request.unlink()
+    request.symlink_to(tmp_path / "elsewhere")  # never followed: a link there is not a request made
+    refused = subprocess.run([str(hook)], env=takeover, capture_output=True, text=True, timeout=30)
+    assert not (tmp_path / "elsewhere").exists() and refused.returncode == 0  # EEXIST: asked (a link is no request)

@@ -466,3 +466,13 @@ def test_a_nodename_line_over_hosts_of_two_sizes_is_refused_with_the_split(sizes
         merge.merge(desc, str(etc / "slurm.conf"))
     assert "NodeName=ipu-host[1-6] names hosts of Pods with different IPUs per host; split the line by Pod" \
         in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_site_s_own_primary_on_program_stays(site):
+    """Slurm runs one SlurmctldPrimaryOnProg: the site's is kept (it may run slurm-ipu-hook for the
+    reap at takeover, docs/admin.md), ours is set where the site has none."""
+    desc, etc = site
+    assert merge.merge(desc, str(etc / "slurm.conf")).values["SlurmctldPrimaryOnProg"] == desc.path("hook")
+    (etc / "slurm.conf").write_text(SITE_CONF + "SlurmctldPrimaryOnProg=/etc/slurm/vip-up.sh\n")
+    merged = merge.merge(desc, str(etc / "slurm.conf"))
+    assert merged.values["SlurmctldPrimaryOnProg"] == "/etc/slurm/vip-up.sh"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -329,3 +330,27 @@ def test_a_second_service_is_refused_and_a_service_waits_for_an_epilog_removing(
         assert remover.holder(cfg.state_dir) == (os.getpid(), remover.SERVICE)
     finally:
         remover.give_up(fd)
+
+
+def test_a_reap_asked_at_a_takeover_runs_at_once_and_again_soon_while_slurm_does_not_answer(fake, cfg):
+    """A job the new controller never knew (lost in the failover) holds a partition: the reap the
+    takeover asks for (the file slurm-ipu-hook leaves) removes it at the next pass, not at
+    reap.interval; while slurmctld does not answer yet, the reap and the request wait seconds."""
+    client = cfg.vipu_client()
+    assert prolog.run(env(), cfg, client, FakeSlurm()) == 0  # job 42's partition, then 42 was lost
+    clock = Clock()
+    slurm = FakeSlurm({}, broken=True)  # the new controller is not answering yet
+    service = Service(cfg, client, slurm, clock=clock)
+    service.next_reap = clock.now + 3600
+    service.step()
+    assert "slurm_42" in fake.partitions  # no request, no reap
+    request = Path(cfg.state_dir) / "reap.request"
+    request.touch()
+    service.step()
+    assert "slurm_42" in fake.partitions and request.exists()  # skipped: kept, retried soon
+    assert service.next_reap == pytest.approx(clock.now + service_module.REAP_RETRY_S)
+    slurm.broken = False
+    clock.now += service_module.REAP_RETRY_S
+    service.step()
+    assert "slurm_42" not in fake.partitions and not request.exists()
+    assert service.next_reap == pytest.approx(clock.now + cfg.reap.interval)
