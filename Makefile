@@ -71,7 +71,8 @@ lint: $(VENV)/.installed
 
 # Every tier, each timed (tests/tiers.sh prints the times at the end): side by side the real-Slurm
 # tier on the host's 22.05 (all but the long ones) and, in sequence, the bookworm clean-room (make
-# install, the Debian packages), unit and emulator; then side by side the trixie and sid chroots: the Debian
+# install, the Debian packages), unit, emulator and a few host real-Slurm modules of their own labs
+# (tests/tiers.sh: BESIDE); then side by side the trixie and sid chroots: the Debian
 # packages, and the release-sensitive real-Slurm tests on 24.11 and 26.05 against them
 # (tests/slurm/conftest.py: RELEASE, LONG).
 test: deps apt-accounting lint

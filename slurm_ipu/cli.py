@@ -132,6 +132,9 @@ def build_parser():
                      help="vipu.model of the lab's site: a partition per job (default), an allocation per job of "
                           "its hosts' IPU-Machines (Graphcore's host-IPU mapping), or mixed (with --pods: Pod a "
                           "allocation, the others partition; Slurm partitions ipu-alloc and ipu-part)")
+    lab.add_argument("--backup", action="store_true",
+                     help="a backup controller: slurmctld ctl1 (127.0.0.1) and ctl2 (127.0.0.2), each in namespaces of "
+                          "its own, sharing the state directory (kill ctl1 and ctl2 takes over)")
     lab.add_argument("--configless", action="store_true",
                      help="a configless cluster: slurmd fetches its configuration from slurmctld (--conf-server) "
                           "and sees no slurm.conf of its own")
@@ -375,7 +378,7 @@ def cmd_lab(args) -> int:
                        ipus_per_node=args.ipus_per_node, ctld_port=args.ctld_port, node_port=args.node_port,
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
                        dbd_port=args.dbd_port, db_port=args.db_port, own_conf=args.own_conf,
-                       configless=args.configless, poprun=args.poprun,
+                       configless=args.configless, poprun=args.poprun, backup=args.backup,
                        model=args.model)
     if args.action == "site":
         lab.check_spec(spec)

@@ -19,7 +19,7 @@ from ..hooks.journal import Journal
 from ..hooks.remover import lock_path as remover_lock
 from . import trust
 from .procs import _log_tail, _pid, _pid_in, _record, _run, _running, _stop_pid, _wait_pidfile, say
-from .spec import SBIN, LabSpec
+from .spec import CONTROLLERS, SBIN, LabSpec
 
 
 def check_trusted(spec: LabSpec) -> None:
@@ -182,9 +182,12 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
         # -c (a clean start, no saved jobs) only for a new lab: a restart keeps the job queue.
         clean = ["-c"] if "slurmctld" not in pids else []
         say(f"starting slurmctld on port {spec.ctld_port}{'' if clean else ' (keeping its saved jobs)'}")
-        _run([str(SBIN / "slurmctld"), *clean, "-f", conf], spec, log=spec.path("log", "slurmctld.log"))
+        argv = [str(SBIN / "slurmctld"), *clean, "-f", conf]
+        _run(_controller_argv(spec, 0, argv) if spec.backup else argv, spec, log=spec.path("log", "slurmctld.log"))
         pids["slurmctld"] = _record(_wait_pidfile(spec.path("run", "slurmctld.pid"), 30, "slurmctld",
                                                   spec.path("log", "slurmctld.log")))
+    if spec.backup and not _running(pids.get(BACKUP)):
+        _start_backup(spec, pids, conf)
     for name in spec.node_names:
         key = f"slurmd-{name}"
         if _running(pids.get(key)):
@@ -194,6 +197,42 @@ def start_slurm(spec: LabSpec, pids: dict) -> None:
         _run(_slurmd_argv(spec, conf, name), spec, log=spec.path("log", f"slurmd-{name}.log"))
         pids[key] = _record(_wait_pidfile(pidfile, 30, f"slurmd {name}", spec.path("log", f"slurmd-{name}.log")))
     say(f"started slurmd {', '.join(spec.node_names)}")
+
+
+BACKUP = "slurmctld-backup"  # LabSpec.backup's second controller, ctl2
+
+
+def _start_backup(spec: LabSpec, pids: dict, conf: str) -> None:
+    """ctl2, in standby until ctl1 stops answering: never with -c (a backup's start recovers the
+    shared state, it must not clear it)."""
+    own = {"pid": spec.path("run", f"{BACKUP}.pid"), "log": spec.path("log", f"{BACKUP}.log")}
+    for path in own.values():
+        path.write_bytes(b"")  # what the namespace's bind mounts put over slurmctld's own names
+    say(f"starting the backup slurmctld ({CONTROLLERS[1][0]} on {CONTROLLERS[1][1]})")
+    _run(_controller_argv(spec, 1, [str(SBIN / "slurmctld"), "-f", conf]), spec, log=own["log"])
+    pids[BACKUP] = _record(_wait_pidfile(own["pid"], 30, "the backup slurmctld", own["log"]))
+
+
+def _controller_argv(spec: LabSpec, k: int, slurmctld: list[str]) -> list[str]:
+    """Controller k (LabSpec.backup) as if on a machine of its own: a UTS namespace with its
+    SlurmctldHost name (slurmctld tells primary from backup by the hostname), /etc/hosts naming
+    both, and for the backup its own pid file and log over slurmctld's names (a slurmctld kills the
+    one its pid file names at start: one file for both would stop the primary)."""
+    name, _ = CONTROLLERS[k]
+    hosts = spec.path("run", "ctl-hosts")
+    if k == 0:
+        try:
+            own = Path("/etc/hosts").read_text()
+        except OSError:
+            own = "127.0.0.1 localhost\n"
+        atomic_write(hosts, "".join(f"{addr} {host}\n" for host, addr in CONTROLLERS) + own)
+    mounts = [f"mount --bind {hosts} /etc/hosts"]
+    if k == 1:
+        mounts += [f"mount --bind {spec.path('run', f'{BACKUP}.pid')} {spec.path('run', 'slurmctld.pid')}",
+                   f"mount --bind {spec.path('log', f'{BACKUP}.log')} {spec.path('log', 'slurmctld.log')}"]
+    propagation = "private" if _root_is_mounted() else "unchanged"
+    return ["unshare", "--uts", "--mount", "--propagation", propagation, "--", "/bin/sh", "-c",
+            f"hostname {name} && {' && '.join(mounts)} && exec {' '.join(slurmctld)}"]
 
 
 def _root_is_mounted() -> bool:
@@ -382,8 +421,8 @@ def cancel_all(spec: LabSpec, timeout: float = 60.0) -> None:
 
 def _stop_all(pids: dict, keys: list[str]) -> None:
     """Stop the recorded processes named in keys, slurmd first, munged last."""
-    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", "slurmdbd", "mariadb", SUPERVISOR, "service",
-                                                             "vipu-emu", "munged"]
+    order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", BACKUP, "slurmdbd", "mariadb", SUPERVISOR,
+                                                             "service", "vipu-emu", "munged"]
     for key in order:
         rec = pids.get(key)
         if key in keys and _running(rec):

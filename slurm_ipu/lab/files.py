@@ -20,7 +20,18 @@ from ..fsutil import atomic_write
 from ..hooks.transport import build_hook, hook_source
 from ..slurm import releases
 from .procs import say
-from .spec import CLUSTER, FROM_PACKAGES, MODEL_PARTITIONS, PACKAGES_PLUGIN_DIR, PREFIX, REPO, SBIN, TWIN_GRES, LabSpec
+from .spec import (
+    CLUSTER,
+    CONTROLLERS,
+    FROM_PACKAGES,
+    MODEL_PARTITIONS,
+    PACKAGES_PLUGIN_DIR,
+    PREFIX,
+    REPO,
+    SBIN,
+    TWIN_GRES,
+    LabSpec,
+)
 
 
 def context(spec: LabSpec) -> dict:
@@ -32,7 +43,9 @@ def context(spec: LabSpec) -> dict:
     features, ipus = site.host_features(), site.host_ipus()
     ctx = {
         "cluster_name": CLUSTER,
-        "controller": {"hostname": host, "addr": "127.0.0.1", "port": spec.ctld_port},
+        "controller": {"hostname": CONTROLLERS[0][0] if spec.backup else host, "addr": "127.0.0.1",
+                       "port": spec.ctld_port},
+        "backup": {"hostname": CONTROLLERS[1][0], "addr": CONTROLLERS[1][1]} if spec.backup else None,
         "slurm_user": "root",
         "paths": {k: str(spec.path(v)) for k, v in
                   {"state": "spool/ctld", "spool": "spool", "run": "run", "log": "log", "etc": "etc"}.items()},

@@ -70,6 +70,10 @@ class LabSpec:
     # and 64 IPUs; Graphcore cables a Pod64 to one, two or four host servers); --nodes is their sum
     # and --pods their number. (): every node has --ipus-per-node.
     pod_hosts: tuple[int, ...] = ()
+    # A backup controller: slurmctld ctl1 on 127.0.0.1 (the primary) and ctl2 on 127.0.0.2, each in a
+    # UTS and mount namespace of its own (its hostname, its pid file and log), sharing the state
+    # directory, as two SlurmctldHost lines on two machines do (lab/daemons.py, docs/admin.md)
+    backup: bool = False
 
     @property
     def pod_ipus(self) -> int:
@@ -93,6 +97,10 @@ class LabSpec:
             env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))
         env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
         return env
+
+
+# LabSpec.backup: each controller's hostname (its UTS namespace's) and address
+CONTROLLERS = (("ctl1", "127.0.0.1"), ("ctl2", "127.0.0.2"))
 
 
 def check_spec(spec: LabSpec) -> None:
@@ -119,6 +127,9 @@ def check_spec(spec: LabSpec) -> None:
     if spec.own_conf and (spec.accounting or spec.prefix or spec.pods > 1):
         raise LabError("--own-conf starts Slurm from the site's own files: --accounting, --prefix and --pods "
                        "describe a configuration the lab writes; leave them out")
+    if spec.backup and (spec.configless or spec.own_conf):
+        raise LabError("--backup gives the lab's own slurm.conf two SlurmctldHost lines: leave --configless and "
+                       "--own-conf out")
     if spec.pods < 1:
         raise LabError(f"--pods {spec.pods} must be at least 1")
     if spec.model not in MODELS:

@@ -108,3 +108,26 @@ def test_a_restarted_daemon_is_followed_only_when_it_is_this_lab_s(tmp_path, wor
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_the_lab_s_hosts_of_different_sizes_and_backup_controller_are_what_slurm_reads(mocker, tmp_path):
+    from slurm_ipu.deploy import render
+    from slurm_ipu.lab import files
+    from slurm_ipu.lab.spec import LabSpec, check_spec
+
+    mocker.patch.object(files, "_slurm_release", return_value="22.05")
+    spec = LabSpec(dir=tmp_path / "lab", nodes=7, pods=3, pod_hosts=(4, 2, 1), backup=True)
+    check_spec(spec)
+    conf = render.render("lab/slurm.conf", files.context(spec))
+    nodes = [line.split()[0] + " " + next(w for w in line.split() if w.startswith("Gres="))
+             for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert nodes == [*(f"NodeName=node{k} Gres=ipu:16" for k in range(1, 5)), "NodeName=node5 Gres=ipu:32",
+                     "NodeName=node6 Gres=ipu:32", "NodeName=node7 Gres=ipu:64"]
+    assert "SlurmctldHost=ctl1(127.0.0.1)\n" in conf and "SlurmctldHost=ctl2(127.0.0.2)\n" in conf
+    assert "CommunicationParameters=NoCtldInAddrAny\n" in conf and "SlurmctldTimeout=10\n" in conf
+    for wrong, words in ((dict(nodes=8), "makes 7 nodes in 3 Pods"), (dict(pod_hosts=(4, 3), pods=2, nodes=7),
+                                                                     "each of 1, 2, 4, 8 or 16 hosts")):
+        with pytest.raises(LabError, match=words):
+            check_spec(LabSpec(**{"dir": tmp_path / "lab", "nodes": 7, "pods": 3, "pod_hosts": (4, 2, 1), **wrong}))
+    with pytest.raises(LabError, match="--backup gives the lab's own slurm.conf two SlurmctldHost lines"):
+        check_spec(LabSpec(dir=tmp_path / "lab", backup=True, configless=True))
