@@ -23,7 +23,8 @@ ACCOUNTING_PKGS := slurmdbd mariadb-server-core mariadb-client-core
 DEB_PKGS := dpkg-dev lintian
 PYTEST_ARGS ?=
 
-.PHONY: deb deb-check slurm-installed apt-deb test test-long unit emulator slurm slurm-24.11 slurm-26.05 bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated
+.PHONY: deb deb-check slurm-installed apt-deb test test-long unit emulator slurm slurm-24.11 slurm-26.05 slurm-25.11 \
+  slurm-built bench demo deps apt apt-accounting spank clean lint install install-tools uninstall install-check clean-room generated
 
 # `make install [SITE=site.yaml] [PREFIX=/opt/slurm-ipu] [DESTDIR=]` (docs/admin.md): the package in
 # its own venv on the system Python (every user runs ipurun from it, none of root's files),
@@ -78,9 +79,11 @@ lint: $(VENV)/.installed
 test: deps apt-accounting lint
 	@PY=$(PY) PYTEST_ARGS='$(PYTEST_ARGS)' tests/tiers.sh
 
-# The storms and the 64-host lab (a developer's run before a release; not in CI's budget).
+# The storms and the 64-host lab, then the tier on a Slurm built from source (a developer's run
+# before a release; not in CI's budget).
 test-long: deps apt-accounting
 	$(PY) -m pytest -q tests/slurm -m long $(PYTEST_ARGS)
+	@$(MAKE) -s slurm-25.11
 
 # The Debian packages for this machine's Debian and Slurm (docs/admin.md, "Packages"): slurm-ipu,
 # slurm-ipu-spank, slurm-ipu-lab in build/deb (DEB_OUT=), lintian-checked. DEB_REVISION=N numbers rebuilds.
@@ -116,6 +119,20 @@ slurm-24.11:
 
 slurm-26.05:
 	@CLEAN_ROOM_SUITE=sid CLEAN_ROOM_TARGET='deb-check slurm-installed' SLURM_MARKS='release and not long' tests/install/clean_room.sh
+
+# A Slurm built from its release source (SLURM_SRC=, by default Slurm 25.11's beside the checkout in
+# ../shared/slurm-src) into /opt/slurm in a bare bookworm chroot with no Debian Slurm: make install
+# SLURM_PREFIX=/opt/slurm, then the release-sensitive real-Slurm tests on it (tests/install/site_built.sh).
+# The build (about 4 minutes on two cores) is cached beside the chroot bases, keyed by the tarball's
+# sha256. In `make test-long`; docs/slurm.md says what differs on 25.11.
+SLURM_SRC ?= $(firstword $(wildcard $(CURDIR)/../shared/slurm-src/slurm-25.11*.tar.*))
+slurm-25.11:
+	@CLEAN_ROOM_SUITE=bookworm CLEAN_ROOM_TARGET=slurm-built SLURM_MARKS='release and not long' \
+	  SLURM_SRC='$(SLURM_SRC)' tests/install/clean_room.sh
+
+# Inside that chroot (tests/install/clean_room.sh runs it).
+slurm-built:
+	@SLURM_MARKS='$(SLURM_MARKS)' PYTEST_ARGS='$(PYTEST_ARGS)' tests/install/site_built.sh
 
 unit: deps
 	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)

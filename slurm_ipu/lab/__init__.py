@@ -35,10 +35,22 @@ from .daemons import (
 )
 from .files import build_vipu_fast, context, install_site, install_spank, site_description, write_files
 from .procs import _pid, _run, _running, _stop_pid, say
-from .spec import CLUSTER, FROM_PACKAGES, PREFIX, REAP_INTERVAL, REPO, SBIN, TWIN_GRES, LabSpec, _spec_key, check_spec
+from .spec import (
+    CLUSTER,
+    FROM_PACKAGES,
+    MUNGED,
+    PREFIX,
+    REAP_INTERVAL,
+    REPO,
+    SBIN,
+    TWIN_GRES,
+    LabSpec,
+    _spec_key,
+    check_spec,
+)
 
 # What callers reach as slurm_ipu.lab.<name> (the CLI, the demo, the tests).
-__all__ = ["CLUSTER", "FROM_PACKAGES", "PREFIX", "REAP_INTERVAL", "REPO", "SBIN", "TWIN_GRES", "LabSpec",
+__all__ = ["CLUSTER", "FROM_PACKAGES", "MUNGED", "PREFIX", "REAP_INTERVAL", "REPO", "SBIN", "TWIN_GRES", "LabSpec",
            "build_vipu_fast", "check_trusted", "context", "down", "install_site", "load_pids", "node_states",
            "restart_service", "save_pids", "site_description", "slurm_cli", "status", "stop_service", "up", "_run",
            "_running", "_slurm", "_stop_all", "_stop_pid"]
@@ -48,9 +60,9 @@ def up(spec: LabSpec) -> None:
     check_spec(spec)
     trust.make_dir(spec.dir)  # before anything in it is read, written or started
     pids = load_pids(spec)    # checks what is in it (check_trusted)
-    for tool in ("slurmctld", "slurmd", "munged"):
-        if not (SBIN / tool).exists():
-            raise LabError(f"{SBIN / tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), "
+    for tool in (SBIN / "slurmctld", SBIN / "slurmd", MUNGED):
+        if not tool.exists():
+            raise LabError(f"{tool} is missing; install Slurm and munge (apt-get install slurm-wlm munge), "
                            "or run `make demo`")
     if spec.accounting:
         from . import accounting

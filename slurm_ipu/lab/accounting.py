@@ -18,9 +18,10 @@ from pathlib import Path
 from ..errors import LabError
 from ..fsutil import atomic_write, poll
 from .procs import _log_tail, _record, _run, _running, _wait_pidfile, say
+from .spec import SBIN
 
 PACKAGES = ("slurmdbd", "mariadb-server-core", "mariadb-client-core")
-TOOLS = {"slurmdbd": "/usr/sbin/slurmdbd", "mariadbd": "/usr/sbin/mariadbd",
+TOOLS = {"slurmdbd": str(SBIN / "slurmdbd"), "mariadbd": "/usr/sbin/mariadbd",
          "mariadb-install-db": "/usr/bin/mariadb-install-db", "mariadb": "/usr/bin/mariadb"}
 DATABASE = "slurm_acct_db"
 DB_USER = "slurm"

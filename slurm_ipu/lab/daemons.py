@@ -19,7 +19,7 @@ from ..hooks.journal import Journal
 from ..hooks.remover import lock_path as remover_lock
 from . import trust
 from .procs import _log_tail, _pid, _pid_in, _record, _run, _running, _stop_pid, _wait_pidfile, say
-from .spec import CONTROLLERS, SBIN, LabSpec
+from .spec import CONTROLLERS, MUNGED, SBIN, LabSpec
 
 
 def check_trusted(spec: LabSpec) -> None:
@@ -140,7 +140,7 @@ def start_munge(spec: LabSpec, pids: dict) -> None:
     pidfile.unlink(missing_ok=True)
     say("starting munged (the lab's own socket)")
     # --force: run as root, beside any system munged, with a socket only this lab uses.
-    _run([str(SBIN / "munged"), "--force", f"--socket={spec.path('run', 'munge.socket')}",
+    _run([str(MUNGED), "--force", f"--socket={spec.path('run', 'munge.socket')}",
           f"--pid-file={pidfile}", f"--log-file={spec.path('log', 'munged.log')}",
           f"--seed-file={spec.path('run', 'munged.seed')}", f"--key-file={key}"], spec,
          log=spec.path("log", "munged.log"))

@@ -29,6 +29,7 @@ from .spec import (
     PREFIX,
     REPO,
     SBIN,
+    SLURM_PREFIX,
     TWIN_GRES,
     LabSpec,
 )
@@ -107,7 +108,7 @@ def site_description(spec: LabSpec) -> str:
         "prolog_epilog_timeout": int(spec.prolog_deadline * 2),
         "state_dir": str(spec.path("state")),
         "slurm": {"version": _slurm_release(), "user": "root", "conf_dir": str(spec.path("etc")),
-                  "bin_dir": "/usr/bin", "plugin_dir": _plugin_dir(spec)},
+                  "bin_dir": str(SLURM_PREFIX / "bin"), "plugin_dir": _plugin_dir(spec)},
         "install": {"prefix": spec.prefix or str(spec.path("install")), "poprun": spec.poprun,
                     "site": str(spec.path("etc", "site.yaml")), "unit_dir": str(spec.path("systemd"))},
     }
@@ -437,12 +438,21 @@ def build_vipu_fast(spec: LabSpec, lab_defaults: bool = False) -> Path | None:
 
 
 def ensure_spank(spec: LabSpec) -> None:
+    """spank/spank_ipu.so for the lab's Slurm: Debian's headers, or a site-built Slurm's own (built
+    again each time: a plugin is loaded only by the release it was compiled for)."""
     so = REPO / "spank" / "spank_ipu.so"
     sources = list((REPO / "spank").glob("*.[ch]"))
-    if so.exists() and all(so.stat().st_mtime >= s.stat().st_mtime for s in sources):
+    own = SLURM_PREFIX != Path("/usr")
+    if not own and so.exists() and all(so.stat().st_mtime >= s.stat().st_mtime for s in sources):
         return
     say("building the SPANK plugin")
-    proc = subprocess.run(["make", "-s", "-C", str(REPO / "spank")], capture_output=True, text=True, timeout=120)
+    flags = []
+    if own:
+        from ..slurm.installation import find
+
+        flags = ["-B", f"SLURM_CFLAGS={' '.join(find(str(SLURM_PREFIX)).cflags)}"]
+    proc = subprocess.run(["make", "-s", "-C", str(REPO / "spank"), *flags], capture_output=True, text=True,
+                          timeout=120)
     if proc.returncode != 0:
         raise LabError(f"building spank/ failed: {proc.stderr.strip()[-400:]}")
 

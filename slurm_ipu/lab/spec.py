@@ -16,7 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 FROM_PACKAGES = REPO == Path("/usr/lib/python3/dist-packages")
 EXAMPLES = Path("/usr/share/slurm-ipu-lab/examples") if FROM_PACKAGES else REPO / "examples"
 PACKAGES_PLUGIN_DIR = config.BY_KEY["slurm.plugin_dir"].default  # where slurm-ipu-spank puts spank_ipu.so
-SBIN = Path("/usr/sbin")
+# The Slurm the lab runs: Debian's, or a site's own build under another prefix
+# (SLURM_IPU_SLURM_PREFIX=/opt/slurm: tests/install/site_built.sh). munged is Debian's either way.
+SLURM_PREFIX = Path(os.environ.get("SLURM_IPU_SLURM_PREFIX") or "/usr")
+SBIN = SLURM_PREFIX / "sbin"
+MUNGED = Path("/usr/sbin/munged")
 PREFIX = config.BY_KEY["partition.prefix"].default  # the lab leaves the prefix at its default
 CLUSTER = "ipulab"
 REAP_INTERVAL = 30.0  # the slurm-ipu service's full reap: short, so drills see orphans go
@@ -95,7 +99,8 @@ class LabSpec:
         # status read it too.
         if not self.own_conf:  # with a site's own files, its install says where its description is
             env["SLURM_IPU_SITE"] = str(self.path("etc", "site.yaml"))
-        env["PATH"] = f"{self.path('bin')}:{env.get('PATH', '/usr/bin:/bin')}"
+        slurm = "" if SLURM_PREFIX == Path("/usr") else f"{SLURM_PREFIX / 'bin'}:"  # sbatch and the rest
+        env["PATH"] = f"{self.path('bin')}:{slurm}{env.get('PATH', '/usr/bin:/bin')}"
         return env
 
 

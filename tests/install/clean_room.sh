@@ -44,7 +44,8 @@ make_target() {
     fail "make $target: $(grep -v '^\s*$' "$log" | tail -n 1)"
   fi
   grep -E "^(deb-check|deb):" "$log" | sed 's/^/  /' >&2 || tail -n 3 "$log" | sed 's/^/  /' >&2
-  say "[chroot] slurm $(dpkg-query -W -f='${Version}' slurm-wlm): make $target passed in $((SECONDS - t)) s"
+  say "[chroot] slurm $(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null || /opt/slurm/sbin/slurmctld -V): make" \
+      "$target passed in $((SECONDS - t)) s"
 }
 
 # The product's own acceptance, at the default paths (/opt/slurm-ipu, /usr/local/bin, Slurm's
@@ -123,7 +124,8 @@ in_namespace() {
   mount --bind /dev/pts "$C/dev/pts"
   mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$C/dev/shm"
   local env=(HOME=/root LANG=C.UTF-8 TERM=dumb USER=root LOGNAME=root "TARGET=$TARGET" "PYTEST_ARGS=${PYTEST_ARGS:-}"
-             "SLURM_MARKS=${SLURM_MARKS:-}" "SLURM_IPU_TEST_PORTS=${SLURM_IPU_TEST_PORTS:-}")
+             "SLURM_MARKS=${SLURM_MARKS:-}" "SLURM_IPU_TEST_PORTS=${SLURM_IPU_TEST_PORTS:-}"
+             "SLURM_SRC=${SLURM_SRC_IN:-}")
   local v
   for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
     [ -n "${!v:-}" ] && env+=("$v=${!v}")
@@ -286,6 +288,23 @@ chmod 755 "$C/usr/sbin/policy-rc.d"
 # the .debs earlier runs downloaded, as hard links (apt never rewrites a complete .deb in place)
 find "$DEBS" -name '*.deb' -exec cp -l -t "$C/var/cache/apt/archives/" {} + 2>/dev/null || true
 
+# A Slurm release tarball for `make slurm-built` (SLURM_SRC), and its build from an earlier run:
+# the cache keeps /opt/slurm as that target wrote it, keyed by the tarball's sha256 and the suite.
+BUILT_CACHE=
+if [ -n "${SLURM_SRC:-}" ]; then
+  [ -s "$SLURM_SRC" ] || fail "SLURM_SRC=$SLURM_SRC is not a file (a Slurm release tarball)"
+  mkdir -p "$C/var/cache/slurm-src"
+  cp "$SLURM_SRC" "$C/var/cache/slurm-src/"
+  export SLURM_SRC_IN=/var/cache/slurm-src/$(basename "$SLURM_SRC")
+  BUILT_CACHE=$CACHE/slurm-built-$SUITE-$(sha256sum "$SLURM_SRC" | cut -c1-16).tar.zst
+  if [ -s "$BUILT_CACHE" ]; then
+    cp "$BUILT_CACHE" "$C/var/cache/slurm-built.tar.zst"
+    say "$(basename "$SLURM_SRC"): its build from the cache ($BUILT_CACHE)"
+  else
+    say "$(basename "$SLURM_SRC"): no build cached yet; built in the chroot, then cached"
+  fi
+fi
+
 # 4. the run, in its own mount and pid namespaces (all of its processes die with it)
 say "into the chroot $C (timeout ${TIMEOUT}s)"
 unshare --mount --pid --fork --kill-child=SIGKILL --propagation private -- \
@@ -296,7 +315,11 @@ while kill -0 "$NS_PID" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 1; done
 kill -0 "$NS_PID" 2>/dev/null && fail "the chroot part took longer than ${TIMEOUT}s"
 rc=0; wait "$NS_PID" || rc=$?
 NS_PID=
-# keep what was downloaded for the next run
+# keep a Slurm built in this run (whether or not its tests passed) and what was downloaded
+if [ -n "$BUILT_CACHE" ] && [ ! -s "$BUILT_CACHE" ] && [ -s "$C/var/cache/slurm-built.tar.zst" ]; then
+  cp "$C/var/cache/slurm-built.tar.zst" "$BUILT_CACHE.tmp" && mv "$BUILT_CACHE.tmp" "$BUILT_CACHE" \
+    && say "the Slurm build cached ($BUILT_CACHE)"
+fi
 find "$C/var/cache/apt/archives" -maxdepth 1 -name '*.deb' -exec cp -ln -t "$DEBS/" {} + 2>/dev/null || true
 say "download cache: $(find "$DEBS" -name '*.deb' | wc -l) .debs"
 if [ -n "${CLEAN_ROOM_LOGS:-}" ]; then

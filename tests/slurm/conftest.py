@@ -260,7 +260,7 @@ def wait_idle(lab: Lab, timeout: float = 60.0, what: str = "every node idle") ->
 def started_lab(prepare=None, **spec):
     """A lab of its own on free loopback ports, down (by recorded pid) and removed afterwards.
     prepare(spec), if given, runs before the lab starts (an own-conf lab's files: test_adoption.py)."""
-    missing = [t for t in ("slurmctld", "slurmd", "munged") if not (labmod.SBIN / t).exists()]
+    missing = [str(t) for t in (labmod.SBIN / "slurmctld", labmod.SBIN / "slurmd", labmod.MUNGED) if not t.exists()]
     if missing:
         pytest.fail(f"Slurm is not installed ({', '.join(missing)} missing): run `make test`, which installs it")
     nodes = spec.pop("nodes", 4)
@@ -328,7 +328,10 @@ def rawsubmit(lab) -> str:
     REST client sends."""
     from slurm_ipu.cbuild import make
 
-    return str(make("rawsubmit", lab.spec.path("bin", "rawsubmit"), "the raw submitter"))
+    prefix = labmod.spec.SLURM_PREFIX  # a site-built Slurm: its headers and libslurm, found at run time too
+    own = {} if str(prefix) == "/usr" else \
+        {"SLURM_CFLAGS": f"-I{prefix}/include -L{prefix}/lib -Wl,-rpath,{prefix}/lib"}
+    return str(make("rawsubmit", lab.spec.path("bin", "rawsubmit"), "the raw submitter", **own))
 
 
 @pytest.fixture

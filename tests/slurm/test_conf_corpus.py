@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from slurm_ipu import config
+from slurm_ipu import lab as labmod
 from slurm_ipu.deploy import merge
 from slurm_ipu.deploy.snapshot import gres_items
 from slurm_ipu.fsutil import poll
@@ -66,9 +67,9 @@ PartitionName=all Nodes=ALL Default=YES
 
 def shown_gres(d: Path, port: int) -> dict[str, list[str]]:
     """Each node's GRES as the slurmctld started on that configuration reports it (ipu included)."""
-    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": str(d / "etc" / "slurm.conf")}
+    env = {"PATH": f"{labmod.SBIN.parent / 'bin'}:/usr/bin:/bin", "SLURM_CONF": str(d / "etc" / "slurm.conf")}
     (d / "state").mkdir(exist_ok=True)
-    ctld = subprocess.Popen(["/usr/sbin/slurmctld", "-D", "-c", "-f", env["SLURM_CONF"]], env=env,
+    ctld = subprocess.Popen([str(labmod.SBIN / "slurmctld"), "-D", "-c", "-f", env["SLURM_CONF"]], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         def nodes() -> str:

@@ -127,7 +127,7 @@ def test_a_job_on_a_full_pods_hosts_waits_in_the_queue_not_in_the_prolog(lab2):
     assert f"job {pinned}:" not in log and f"job {spanning}:" not in log  # no prolog ran, none failed
     lab.run("scancel", str(full[1]))  # node2 frees: the pinned job runs, in Pod a
     wait_gone(lab, pinned, timeout=90)
-    assert _report(lab, pinned) == {"nodes": "node2", "allocation": "poda", "ilds": [0]}
+    assert _report(lab, pinned) == {"nodes": "node2", "allocation": "poda", "ilds": [0], "ipus": 4}
     lab.run("scancel", *map(str, full))
     wait_gone(lab, spanning, timeout=90)
     assert _report(lab, spanning)["ilds"] == [0, 1]
@@ -238,10 +238,10 @@ def test_a_job_over_two_of_four_pods_takes_a_pair_with_room_and_its_allocation(f
     pair = _submit(lab, 4, 32, 0.5)  # 128 IPUs: two Pods; pair ab has only Pod b left, so pair cd
     every = _submit(lab, 8, 16, 0.5)  # all four Pods: waits for Pod a's hosts
     wait_gone(lab, pair, timeout=90)
-    assert _report(lab, pair) == {"nodes": "node[5-8]", "allocation": "podcd", "ilds": [2, 3]}
+    assert _report(lab, pair) == {"nodes": "node[5-8]", "allocation": "podcd", "ilds": [2, 3], "ipus": 128}
     wait_for(f"job {every} held back by the scheduler", lambda: lab.job(every).get("Reason") not in (None, "None"), 30)
     assert lab.state(every) == "PENDING"
     lab.run("scancel", *map(str, full))
     wait_gone(lab, every, timeout=90)
-    assert _report(lab, every) == {"nodes": "node[1-8]", "allocation": "all", "ilds": [0, 1, 2, 3]}
+    assert _report(lab, every) == {"nodes": "node[1-8]", "allocation": "all", "ilds": [0, 1, 2, 3], "ipus": 128}
     wait_no_partitions(lab, 60, "every partition removed")

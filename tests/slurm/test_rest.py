@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 
+from slurm_ipu import lab as labmod
 from slurm_ipu.slurm import releases
 
 from ..waiting import wait_for
@@ -43,7 +44,7 @@ print(reply.read().decode(errors="replace"))
 @pytest.fixture(scope="module")
 def rest(lab, users):
     """slurmrestd as the user, on a socket of theirs: (the socket, the user's directory)."""
-    binary = shutil.which("slurmrestd", path=f"{lab.spec.path('bin')}:/usr/sbin:/usr/bin")
+    binary = shutil.which("slurmrestd", path=f"{lab.spec.path('bin')}:{labmod.SBIN}:/usr/sbin:/usr/bin")
     assert binary, "slurmrestd is missing: `make test` installs Debian's slurmrestd"
     home = lab.spec.path("users", "rest")
     home.mkdir(exist_ok=True)
