@@ -37,7 +37,9 @@ DESTDIR ?=
 SITE ?=
 SYSTEM_PYTHON ?= /usr/bin/python3
 SLURM_PREFIX ?=
-PLUGIN_DIR ?= /usr/lib/$(shell gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)/slurm-wlm
+# Where spank_ipu.so goes: empty, the site description's slurm.plugin_dir (SITE), else beside the
+# plugins of the Slurm the node runs (slurm/installation.py: Debian's or a site-built one's).
+PLUGIN_DIR ?=
 IVENV = $(DESTDIR)$(PREFIX)/venv
 
 # Python side: a project-local venv (Debian's system Python refuses pip installs, PEP 668).

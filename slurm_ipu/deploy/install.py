@@ -233,6 +233,10 @@ def _check(args, prefix: str):
             raise ConfigError(f"install: {args.site} has install.prefix={site.install.prefix}, but PREFIX="
                               f"{prefix}; make them equal (the rendered files name that prefix)")
         args.plugin_dir = site.slurm.plugin_dir
+    if not args.plugin_dir:  # beside the node's Slurm's own plugins: Debian's, or a site-built one's
+        from ..slurm.installation import find
+
+        args.plugin_dir = find(args.slurm_prefix).plugin_dir
     if args.spank_src:
         args.plugin = _build_spank(Path(args.spank_src), args.slurm_prefix)
     if args.plugin and not Path(args.plugin).is_file():
@@ -523,7 +527,8 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("--spank-src", help="build spank_ipu.so here, against the node's Slurm, and install it")
     i.add_argument("--slurm-prefix", default="", help="where the node's Slurm is installed (default: found from "
                    "its running daemons, else PATH)")
-    i.add_argument("--plugin-dir", default="/usr/lib/x86_64-linux-gnu/slurm-wlm")
+    i.add_argument("--plugin-dir", default="", help="where spank_ipu.so goes (default: the site description's "
+                   "slurm.plugin_dir, else beside the node's Slurm's own plugins)")
     i.add_argument("--dry-run", action="store_true")
     # The Debian packages' prerm: removing what the running slurmctld names fails every job start.
     r = sub.add_parser("in-use", help="exit 2 with one line if the running slurmctld names these files")

@@ -35,6 +35,17 @@ class NodeSlurm:
     include: str   # the directory holding slurm/spank.h
 
     @property
+    def plugin_dir(self) -> str:
+        """Where this Slurm keeps its own plugins (its compiled-in PluginDir, libdir/slurm; Debian's
+        /usr/lib/<multiarch>/slurm-wlm): the first candidate holding auth_munge.so, else the first
+        that exists, else libdir/slurm. The SPANK plugin goes beside them."""
+        root = Path(self.prefix)
+        candidates = [root / "lib" / "slurm", root / "lib64" / "slurm",
+                      *sorted(root.glob("lib/*-linux-gnu*/slurm-wlm")), *sorted(root.glob("lib/*-linux-gnu*/slurm"))]
+        found = [c for c in candidates if (c / "auth_munge.so").is_file()] or [c for c in candidates if c.is_dir()]
+        return str((found or candidates)[0])
+
+    @property
     def cflags(self) -> list[str]:
         """-I for headers outside the compiler's own search path (an explicit -I/usr/include would
         reorder glibc's #include_next)."""

@@ -69,3 +69,20 @@ def test_no_slurm_at_all_is_one_line_saying_what_to_do(tmp_path):
     assert "no Slurm on this node" in str(err.value) and "SLURM_PREFIX=/opt/slurm" in str(err.value)
     with pytest.raises(ConfigError, match="SLURM_PREFIX=/nowhere has no sbin/slurmd"):
         installation.find("/nowhere")
+
+
+@pytest.mark.parametrize("layout,where", [
+    ("lib/slurm", "lib/slurm"),                                  # ./configure --prefix: libdir/slurm
+    ("lib64/slurm", "lib64/slurm"),                              # RHEL's libdir
+    ("lib/x86_64-linux-gnu/slurm-wlm", "lib/x86_64-linux-gnu/slurm-wlm"),  # Debian's
+    (None, "lib/slurm"),                                         # none yet: where Slurm's default PluginDir is
+])
+def test_the_spank_plugin_goes_beside_the_node_s_slurm_s_own_plugins(tmp_path, layout, where):
+    """A site-built Slurm under /opt/slurm keeps its plugins in /opt/slurm/lib/slurm: make install
+    without a site description put spank_ipu.so in Debian's directory instead (the tier on a Slurm
+    built from source found it)."""
+    root = prefix(tmp_path)
+    if layout:
+        (root / layout).mkdir(parents=True)
+        (root / layout / "auth_munge.so").write_bytes(b"")
+    assert installation.find(str(root)).plugin_dir == str(root / where)
