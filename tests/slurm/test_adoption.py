@@ -167,7 +167,7 @@ slurm:
   version: "{releases.release(releases.installed(labmod.SBIN) or '0.0')}"
   user: root
   conf_dir: {d}/etc
-  bin_dir: /usr/bin
+  bin_dir: {labmod.SBIN.parent / "bin"}
   plugin_dir: {d}/lib
 {hooks}install:
   prefix: {root}/opt/slurm-ipu
@@ -200,7 +200,9 @@ class Site:
     def env(self) -> dict[str, str]:
         # The installed commands first; no SLURM_IPU_SITE: the install says where its description is.
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_IPU", "SLURM_JOB", "SLURM_STEP"))}
-        env.update(SLURM_CONF=str(self.etc / "slurm.conf"), PATH=f"{self.bindir}:/usr/sbin:/usr/bin:/sbin:/bin")
+        slurm = labmod.SBIN.parent  # Debian's Slurm, or a site-built one (make slurm-25.11)
+        env.update(SLURM_CONF=str(self.etc / "slurm.conf"),
+                   PATH=f"{self.bindir}:{slurm / 'sbin'}:{slurm / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin")
         return env
 
     def sh(self, command: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -378,8 +380,9 @@ def site():
         spec.path("lib").mkdir()
         (root / "site_tag.c").write_text(SPANK_SOURCE)
         so = spec.path("lib", "site_tag.so")
-        proc = subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", "-o", str(so), str(root / "site_tag.c")],
-                              capture_output=True, text=True, timeout=120)
+        headers = [] if labmod.SBIN.parent == Path("/usr") else [f"-I{labmod.SBIN.parent / 'include'}"]
+        proc = subprocess.run(["gcc", "-shared", "-fPIC", "-Wall", "-Werror", *headers, "-o", str(so),
+                               str(root / "site_tag.c")], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         (root / "site.yaml").write_text(site_description(spec, root, own_hooks=False))
         # The site's V-IPU controller: the emulator, with the Pod's ILDs and hosts.
