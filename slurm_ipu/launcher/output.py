@@ -72,8 +72,9 @@ def forward_signals(pids: list[int]) -> None:
         signal.signal(sig, handler)
 
 
-def pump(streams: dict[int, tuple[object, bool]], emit) -> None:
-    """Read every fd to its end, calling emit(key, line, is_stderr) per complete line."""
+def pump(streams: dict[int, tuple[object, bool]], emit, raw: bool = False) -> None:
+    """Read every fd to its end, calling emit(key, line, is_stderr) per complete line (bytes if
+    raw, else text)."""
     poller = select.poll()
     for fd in streams:
         poller.register(fd, select.POLLIN)
@@ -89,21 +90,57 @@ def pump(streams: dict[int, tuple[object, bool]], emit) -> None:
                 os.close(fd)
                 rest = buffers.pop(fd, b"")
                 if rest:
-                    emit(key, rest.decode(errors="replace"), err)
+                    emit(key, rest if raw else rest.decode(errors="replace"), err)
                 continue
             *lines, buffers[fd] = (buffers.get(fd, b"") + chunk).split(b"\n")
             for line in lines:
-                emit(key, line.decode(errors="replace"), err)
+                emit(key, line if raw else line.decode(errors="replace"), err)
 
 
 def wait(pid: int) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])  # EINTR is retried for us (PEP 475)
 
 
+# slurmstepd sends a task's output line by line, but at most this many bytes in one message
+# (SLURM_IO_MAX_MSG_LEN, src/common/io_hdr.h): a longer line goes in pieces of exactly this size,
+# and srun's --label ends each piece with a newline of its own (write_labelled_message).
+SRUN_PIECE = 1024
+
+
+class Rejoin:
+    """srun's labelled lines with a long line's pieces joined again, per task and stream: a piece
+    of exactly SRUN_PIECE bytes waits for the rest of its line (the next line of the same label).
+    A line of exactly that length is joined with the next one only if the task sent no newline
+    after it, which Slurm cannot tell apart either."""
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.held: dict[tuple[bytes, bool], bytes] = {}
+
+    def line(self, raw: bytes, err: bool) -> None:
+        label, sep, rest = raw.partition(b": ")
+        if not (sep and label.strip().isdigit()):
+            self.emit(raw.decode(errors="replace"), err)
+            return
+        key = (label.strip(), err)
+        whole = self.held.pop(key, b"") + rest
+        if len(rest) == SRUN_PIECE:
+            self.held[key] = whole
+            return
+        self.emit((label + sep + whole).decode(errors="replace"), err)
+
+    def flush(self) -> None:
+        for (label, err), rest in sorted(self.held.items()):
+            self.emit((label + b": " + rest).decode(errors="replace"), err)
+        self.held.clear()
+
+
 def run_srun(argv: list[str], env: dict, out: Output) -> int:
     pid, fd_out, fd_err = spawn(argv, env)
     forward_signals([pid])
-    pump({fd_out: (None, False), fd_err: (None, True)}, lambda _k, text, err: out.line(text, err))
+    joined = Rejoin(out.line)
+    pump({fd_out: (None, False), fd_err: (None, True)}, lambda _k, raw, err: joined.line(raw, err), raw=True)
+    joined.flush()
     return report(out, wait(pid))
 
 

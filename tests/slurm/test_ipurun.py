@@ -149,3 +149,18 @@ def test_the_readme_line_outside_an_allocation_gets_ipurun_s_own_line_and_its_ad
     proc = lab.run("salloc", "-N2", "--gres=ipu:8", *line, "bash", "-c", "echo RAN $POPDIST_INSTANCE_INDEX")
     assert proc.returncode == 0, proc.stderr
     assert sorted(int(w.split()[1]) for w in proc.stdout.splitlines() if w.startswith("RAN ")) == list(range(8))
+
+
+def test_each_instance_s_long_lines_come_out_whole(clean_lab):
+    """srun --label ends every 1024-byte message of a task's output with a newline of its own: a
+    line of a JSON log or a progress bar longer than that came out of ipurun in pieces."""
+    lab = clean_lab
+    probe = ("import os; k = os.environ['POPDIST_INSTANCE_INDEX']; "
+             "print('L' + k + ':' + 'x' * 5000 + '!'); print('é' * 700)")
+    proc = lab.run("salloc", "-N2", "--gres=ipu:2", sys.executable, "-m", "slurm_ipu.launcher.cli",
+                   "--num-instances", "2", "--num-replicas", "2", "--", sys.executable, "-c", probe)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sorted(w for w in lines if w.startswith("L")) == [f"L{k}:{'x' * 5000}!" for k in range(2)], \
+        [len(w) for w in lines]
+    assert lines.count("é" * 700) == 2
