@@ -245,7 +245,10 @@ def _existing(ctx, shape, allocation, client, name: str, deadline: float, ours: 
         who = f" (owner uid {part.owner_uid})" if part is not None and part.owner_uid is not None else ""
         raise ForeignPartition(f"partition {name} already exists{who} and slurm-ipu did not create it for this job")
     if part is not None and _fits(part, shape, ctx):
-        return part
+        # An earlier attempt's partition, adopted: reset first, as PopRun does before a run on a
+        # partition that is not reconfigurable, so the restarted job starts on clean IPUs and
+        # links, not on whatever state the killed attempt left (a hang, an error state).
+        return client.reset_partition(name, deadline=deadline)
     # Ours, but made for another placement or size (the job was requeued to other nodes): replace it.
     client.remove_partition(name, missing_ok=True, deadline=deadline)
     return client.create_partition(name, ctx.ipus, deadline=deadline, **_args(ctx, shape, allocation))

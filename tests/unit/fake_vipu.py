@@ -20,6 +20,7 @@ class FakeVipu:
         self.ipu_ild = None          # IPU index -> the ILD shown beside it (None: not shown)
         self.agents = 16             # IPU-Machines ag0.. that `vipu-admin list agents` shows
         self.down: dict[str, str] = {}  # agent -> its status when not Up (Down, Error)
+        self.reset_error: str | None = None  # what `reset partition` says when it fails
 
     def __call__(self, argv, capture_output=True, text=True, timeout=None, stdin=None):
         args = self._strip(list(argv))
@@ -73,6 +74,15 @@ class FakeVipu:
                 self.free += self.partitions[rest[0]]["size"]
             del self.partitions[rest[0]]
             return f"remove partition ({rest[0]}): success.\n", "", 0
+        if verb == "reset":
+            if rest[0] not in self.partitions:
+                return "", f"error: partition {rest[0]} not found [NOT_FOUND]\n", 1
+            if self.reset_error:
+                return "", self.reset_error, 1
+            self.partitions[rest[0]]["polls"] = self.pending_polls  # back to ready after the reset
+            if "--showjson" in rest and self.create_json:
+                return json.dumps(self._doc(self.partitions[rest[0]])), "", 0
+            return f"reset partition ({rest[0]}): success.\n", "", 0
         if verb == "list" and args[1:2] == ["agents"]:
             return json.dumps({"agents": [{"id": f"ag{k}", "status": self.down.get(f"ag{k}", "Up")}
                                           for k in range(self.agents)]}), "", 0

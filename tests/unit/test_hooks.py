@@ -356,11 +356,24 @@ def test_a_requeued_job_on_other_nodes_gets_a_partition_for_its_new_nodes(fake, 
     assert slurm.comments[42] == "slurm-ipu:partition=slurm_42,ipus=16"
 
 
-def test_a_rerun_on_the_same_nodes_adopts_its_own_partition(fake, tmp_path):
+def test_a_rerun_on_the_same_nodes_adopts_its_own_partition_reset(fake, tmp_path):
+    """A restarted job keeps its earlier attempt's partition, reset first (clean IPUs and links
+    after a killed attempt), never removed and made again."""
     cfg = config.load(str(write_conf(tmp_path, vipu={"emulator": True})), environ={})
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    assert prolog.run(env(SLURM_JOB_RESTART_COUNT="1"), cfg, cfg.vipu_client(), FakeSlurm()) == 0
+    verbs = [c[0] for c in fake.calls]
+    assert verbs.count("remove") == 0 and list(fake.partitions) == ["slurm_42"]
+    assert ["reset", "partition", "slurm_42", "--showjson"] in fake.calls and verbs.count("reset") == 1
+
+
+def test_an_adopted_partition_that_cannot_be_reset_fails_the_start_and_goes(fake, tmp_path):
+    cfg = config.load(str(write_conf(tmp_path, vipu={"emulator": True})), environ={})
     assert prolog.run(env(), cfg, cfg.vipu_client(), FakeSlurm()) == 0
-    assert [c[0] for c in fake.calls].count("remove") == 0 and list(fake.partitions) == ["slurm_42"]
+    fake.reset_error = "error: partition slurm_42 cannot be reset [FAILED_PRECONDITION]\n"
+    assert prolog.run(env(SLURM_JOB_RESTART_COUNT="1"), cfg, cfg.vipu_client(), FakeSlurm()) != 0
+    assert "cannot be reset" in hooks_log(cfg) and [c[0] for c in fake.calls].count("reset") == 1
+    assert list(fake.partitions) == []  # as any failed start: removed, the next attempt makes it new
 
 
 def test_the_cause_is_logged_before_scontrol_and_survives_its_failure(fake, cfg):
