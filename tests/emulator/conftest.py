@@ -59,3 +59,23 @@ def built_vipu_fast(tmp_path):
     built = lab.build_vipu_fast(spec)
     assert built is not None, "gcc is missing (make test installs it)"
     return spec, built
+
+
+def hooks_site(tmp_path, emu, state_dir):
+    """The hooks' site description and client for one Pod on the emulator: (config, VipuClient)."""
+    from slurm_ipu import config
+
+    path = tmp_path / "site.yaml"
+    path.write_text(f"version: 1\ncluster: c\nstate_dir: {state_dir}\nslurm: {{user: root}}\n"
+                    f"vipu: {{host: 127.0.0.1, port: {emu.port}, emulator: true, retries: 0}}\n"
+                    "pod: {ipus: 64, hosts: 'node[1-4]', ipus_per_host: 16}\n")
+    client = VipuClient(command=VIPU, host="127.0.0.1", port=emu.port, timeout=10, retries=0, emulator_flags=True)
+    return config.load(str(path), environ={}), client
+
+
+def job_env(job: int = 42, restarts: int = 0, nodes: str = "node1", ipus: int = 16):
+    """A controller prolog's environment for a job on the emulator's Pod."""
+    from slurm_ipu.hooks import jobenv
+
+    return jobenv.from_env({"SLURM_JOB_ID": str(job), "SLURM_JOB_UID": "0", "SLURM_JOB_NODELIST": nodes,
+                            "SLURM_JOB_LICENSES": f"ipu:{ipus}", "SLURM_JOB_RESTART_COUNT": str(restarts)})

@@ -12,13 +12,11 @@ import subprocess
 
 import pytest
 
-from slurm_ipu import config
 from slurm_ipu.deploy import doctor
-from slurm_ipu.hooks import hooklog, jobenv, prolog
-from slurm_ipu.vipu import VipuClient
+from slurm_ipu.hooks import hooklog, prolog
 
 from ..fake_slurm import FakeSlurm
-from .conftest import VIPU
+from .conftest import hooks_site, job_env
 
 pytestmark = pytest.mark.skipif(os.getuid() != 0 or not shutil.which("mount"), reason="mounts a tmpfs: needs root")
 
@@ -38,14 +36,8 @@ def full(tmp_path):
 
 
 def test_a_prolog_that_cannot_write_its_record_holds_the_job_at_once(full, tmp_path, emu, api):
-    path = tmp_path / "site.yaml"
-    path.write_text(f"version: 1\ncluster: c\nstate_dir: {full}\nslurm: {{user: root}}\n"
-                    f"vipu: {{host: 127.0.0.1, port: {emu.port}, emulator: true, retries: 0}}\n"
-                    "pod: {ipus: 64, hosts: 'node[1-4]', ipus_per_host: 16}\n")
-    cfg = config.load(str(path), environ={})
-    client = VipuClient(command=VIPU, host="127.0.0.1", port=emu.port, timeout=10, retries=0, emulator_flags=True)
-    ctx = jobenv.from_env({"SLURM_JOB_ID": "42", "SLURM_JOB_UID": "0", "SLURM_JOB_NODELIST": "node1",
-                           "SLURM_JOB_LICENSES": "ipu:16", "SLURM_JOB_RESTART_COUNT": "0"})
+    cfg, client = hooks_site(tmp_path, emu, full)
+    ctx = job_env()
     slurm = FakeSlurm()
     assert prolog.run(ctx, cfg, client, slurm) == 1
     assert slurm.held == {42}  # on the first attempt, not after max_attempts of requeues
