@@ -121,13 +121,18 @@ class SizeClass:
         return self.pods * self.ilds * IPUS_PER_ILD
 
 
+def by_size(pods: list[Pod]) -> dict[int, list[Pod]]:
+    """The Pods by their hosts' IPUs, smallest hosts first."""
+    out: dict[int, list[Pod]] = {}
+    for pod in sorted(pods, key=lambda p: p.ipus_per_host):
+        out.setdefault(pod.ipus_per_host, []).append(pod)
+    return out
+
+
 def size_classes(pods: list[Pod]) -> list[SizeClass]:
-    """The Pods by their hosts' IPUs, smallest hosts first (job_submit.lua tries them in this
-    order: a job that must take whole hosts takes the smallest that hold it)."""
-    by_size: dict[int, list[Pod]] = {}
-    for pod in pods:
-        by_size.setdefault(pod.ipus_per_host, []).append(pod)
-    return [SizeClass(size, members) for size, members in sorted(by_size.items())]
+    """A class per host size, smallest hosts first (job_submit.lua tries them in this order: a job
+    that must take whole hosts takes the smallest that hold it)."""
+    return [SizeClass(size, members) for size, members in by_size(pods).items()]
 
 def _usable(first: int, count: int) -> bool:
     """Whether `count` IPU-Machines from the Pod's `first` (counted from the Pod's first ILD) are

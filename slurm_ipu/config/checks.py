@@ -5,6 +5,7 @@ they may complete (a multi-Pod site's pod.ipus and pod.hosts are its Pods')."""
 from __future__ import annotations
 
 from ..errors import ConfigError, shown
+from ..pods import by_size
 from ..rules import IPUS_PER_AGENT
 from .grammar import agents as _agents
 from .grammar import pod_entry as _pod_entry
@@ -48,7 +49,7 @@ def _pods(site: Site) -> None:
             seen[host] = pod.name
     if len({p.name for p in pods}) < len(pods):
         raise ConfigError(f"{where}: Pods must have distinct names: each is a V-IPU allocation and a Slurm switch")
-    for size, members in _by_size(pods).items():  # a job over several Pods takes whole Pods of one size
+    for size, members in by_size(pods).items():  # a job over several Pods takes whole Pods of one size
         if len({(len(p.hosts), p.ilds) for p in members}) > 1:
             raise ConfigError(f"{where}: Pods {', '.join(p.name for p in members)} have hosts of {size} IPUs but "
                               "not alike sizes (the same number of hosts and ILDs each): a job over several Pods "
@@ -61,13 +62,6 @@ def _pods(site: Site) -> None:
                           "allocation that holds every Pod (jobs over several Pods go there), not one Pod's")
     _groups(site, {p.name for p in pods})
     _pod_models(site, where)
-
-
-def _by_size(pods) -> dict[int, list]:
-    out: dict[int, list] = {}
-    for pod in pods:
-        out.setdefault(pod.ipus_per_host, []).append(pod)
-    return out
 
 
 def _groups(site: Site, pods: set[str]) -> None:

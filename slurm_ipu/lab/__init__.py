@@ -12,6 +12,7 @@ Progress goes to stderr; stdout carries only `export NAME=value` lines for `eval
 
 from __future__ import annotations
 
+from .. import rules
 from ..errors import LabError
 from . import trust
 from .daemons import (
@@ -103,7 +104,7 @@ def up(spec: LabSpec) -> None:
         _stop_all(pids, started)
         save_pids(spec, pids)
         raise
-    sizes = ", ".join(f"{h} x ipu:{64 // h}" for h in spec.pod_hosts)  # a POD64's IPUs on each Pod's hosts
+    sizes = ", ".join(f"{h} x ipu:{rules.IPUS_PER_ILD // h}" for h in spec.pod_hosts)  # a POD64 on each Pod's hosts
     nodes = " (the site's own slurm.conf)" if spec.own_conf else f" ({sizes})" if sizes else \
         f" x ipu:{spec.ipus_per_node}"
     say(f"up: {spec.nodes} nodes{nodes}, V-IPU emulator on 127.0.0.1:{spec.vipu_port}"
