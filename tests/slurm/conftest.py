@@ -180,6 +180,11 @@ class Lab:
     def state(self, job_id: int) -> str:
         return self.job(job_id).get("JobState", "GONE")
 
+    def wait_running(self, job_id: int, timeout: float = 60.0) -> None:
+        """Until the job runs; on the deadline the failure shows its state and Slurm's reason."""
+        wait_for(f"job {job_id} running", lambda: self.job(job_id), timeout,
+                 until=lambda info: info.get("JobState") == "RUNNING")
+
     def api(self) -> Api:
         return Api("127.0.0.1", self.spec.vipu_port, timeout=10)
 
