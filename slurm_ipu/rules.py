@@ -38,6 +38,19 @@ def check_name(name: str) -> str:
                                "'-', starting with a letter or digit")
     return name
 
+
+# The largest ids Slurm hands out (slurm/slurm.h: MAX_JOB_ID, the ceiling of MaxJobId; and
+# SLURM_MAX_NORMAL_STEP_ID): with a prefix they bound the longest name the hooks can make.
+MAX_JOB_ID = 0x03FFFFFF
+MAX_STEP_ID = 0xFFFFFFF0
+
+
+def longest_name(prefix: str, steps: bool = True) -> int:
+    """The length of the longest V-IPU name under `prefix` with the largest ids Slurm can hand
+    out: a step's partition (prefix, job id, '_', step id), or a job's own object (`steps` False)."""
+    return len(step_name(prefix, MAX_JOB_ID, MAX_STEP_ID) if steps else job_name(prefix, MAX_JOB_ID))
+
+
 def job_name(prefix: str, job: int | str) -> str:
     """A job's V-IPU object (its partition, or its allocation): the site's prefix, then the job id
     (slurm_42, c42). The SPANK plugin names it so too (test_constants holds it)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..errors import ConfigError, shown
 from ..pods import by_size
-from ..rules import IPUS_PER_AGENT
+from ..rules import IPUS_PER_AGENT, MAX_JOB_ID, MAX_STEP_ID, longest_name
 from .grammar import agents as _agents
 from .grammar import pod_entry as _pod_entry
 from .options import BY_KEY, _model, name_check
@@ -135,6 +135,25 @@ def _model_checks(site: Site) -> None:
                           "Pods of both models: neither may begin the other (a name must say which it is)")
 
 
+def _name_lengths(site: Site) -> None:
+    """Every name the hooks can make fits V-IPU's (vipu.name_max): the longest is a step's
+    partition of the largest job and step ids Slurm hands out, so a prefix is held to it at
+    render, not found too long by the millionth job's prolog."""
+    limit = site.values["vipu.name_max"]
+    for key in ("partition.prefix", "allocation.prefix"):
+        prefix = site.values[key]
+        if key == "allocation.prefix" and "allocation" not in site.models:
+            continue
+        steps = key == "partition.prefix"  # a step's partition; an allocation is the job's alone
+        longest = longest_name(prefix, steps)
+        if longest > limit:
+            room = limit - (longest - len(prefix))
+            ids = f"job id up to {MAX_JOB_ID}" + (f", step id up to {MAX_STEP_ID}" if steps else "")
+            raise ConfigError(f"{site.at(key)}: {key}={shown(prefix)} makes V-IPU names of up to {longest} "
+                              f"characters ({ids}), over "
+                              f"vipu.name_max={limit}; use a prefix of at most {room} characters")
+
+
 def cross_checks(site: Site) -> None:
     """The Pods against their hosts, deadlines against Slurm's."""
     _pods(site)
@@ -157,6 +176,7 @@ def cross_checks(site: Site) -> None:
                               f"is {own * len(one.hosts)} IPUs, more than its {one.ipus}; use at most "
                               f"{one.ipus // len(one.hosts)}")
     _model_checks(site)
+    _name_lengths(site)
     for own in site.pod_host_ipus():
         if "allocation" in site.models and own % IPUS_PER_AGENT:
             key = "pod.ipus_per_host" if own == per else "a Pod's ipus_per_host"

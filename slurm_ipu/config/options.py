@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..rules import VIPU_PORT
+from ..rules import NAME_MAX, VIPU_PORT
 from ..slurm import releases
 
 DEFAULT_SITE = "/etc/slurm-ipu/site.yaml"
@@ -122,6 +122,10 @@ FIELDS = (
           "the hooks create and remove jobs' allocations with (an absolute path)", _plain_path),
     Field("vipu.timeout", float, 10.0, "seconds allowed for one vipu call", _positive),
     Field("vipu.retries", int, 2, "extra attempts of a vipu call that failed transiently", _between(0, 10)),
+    Field("vipu.name_max", int, NAME_MAX, "the longest partition or allocation name the V-IPU controller takes; "
+          "Graphcore does not publish its limit, so the default is the emulator's: lower it to what your "
+          "controller accepts, and the prefixes are held to it for the largest job and step ids Slurm hands out",
+          _between(20, NAME_MAX)),
     Field("vipu.emulator", bool, False, "the controller is vipu-emu (labs, drills): pass it each job's hosts "
           "and owner (--hosts/--owner-uid), which a real controller does not take"),
     Field("vipu.emulator_cross_pod", str, "refuse", "with vipu.emulator and pods: an attach from a host to another "

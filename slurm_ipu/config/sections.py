@@ -20,6 +20,7 @@ class VipuSection:
     admin_command: str
     timeout: float
     retries: int
+    name_max: int
     emulator: bool
     emulator_cross_pod: str
     emulator_cross_pod_delay: float

@@ -120,6 +120,27 @@ def test_render_cli_writes_the_fragments_and_refuses_bad_input_in_one_line(tmp_p
     assert proc.stderr.strip().count("\n") == 0 and "bad.yaml:9: unknown key 'pod.ipus_per_hots'" in proc.stderr
 
 
+
+def test_a_prefix_whose_names_can_outgrow_v_ipu_s_is_refused_by_render_in_one_line(tmp_path):
+    """V-IPU's name limit is not public; a site that knows its controller's (vipu.name_max) has
+    every prefix held to it for the largest job and step ids Slurm hands out (67108863, and
+    4294967280: a step's partition is prefix + job + '_' + step), at render, not at job 10^7."""
+    site = tmp_path / "site.yaml"
+    fits = BASE.replace("  host: v\n", "  host: v\n  name_max: 36\n") + "partition:\n  prefix: ipu_job_\n"
+    site.write_text(fits)  # 8 + 8 + 1 + 10 = 27
+    assert config.load(site).partition.prefix == "ipu_job_"
+    site.write_text(fits.replace("ipu_job_", "a_very_long_site_prefix_"))  # 24 + 19 = 43 > 36
+    proc = subprocess.run([sys.executable, "-m", "slurm_ipu.cli", "render", str(site), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") == 0
+    assert "partition.prefix='a_very_long_site_prefix_' makes V-IPU names of up to 43 characters" in proc.stderr
+    assert "over vipu.name_max=36; use a prefix of at most 17 characters" in proc.stderr
+    assert not (tmp_path / "o").exists()
+    # the default limit (the emulator's 64) holds every prefix the SPANK plugin takes (31 characters)
+    site.write_text(BASE + "partition:\n  prefix: " + "p" * 31 + "\n")
+    assert config.load(site).partition.prefix == "p" * 31
+
+
 LUA = shutil.which("lua5.1")
 
 def site_script(ours: Path) -> str:
