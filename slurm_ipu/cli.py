@@ -202,10 +202,17 @@ def cmd_hook(args) -> int:
     if which == "prolog":
         from .hooks import prolog
 
-        return prolog.run(ctx, cfg, cfg.vipu_client(), _slurm(cfg))
+        return prolog.run(ctx, cfg, _clients(cfg), _slurm(cfg))
     from .hooks import epilog
 
-    return epilog.run(ctx, cfg, cfg.vipu_client())
+    return epilog.run(ctx, cfg, _clients(cfg))
+
+
+def _clients(cfg):
+    """A V-IPU client per controller of the site: the hooks take a job's by its hosts."""
+    from .hooks.controllers import Clients
+
+    return Clients(cfg)
 
 
 def _slurm(cfg):
@@ -221,7 +228,7 @@ def cmd_reap(args) -> int:
     if args.watch:
         return cmd_service(args)
     cfg = config.load(args.site, twins=False)
-    return reap.run(cfg, cfg.vipu_client(), _slurm(cfg), dry_run=args.dry_run)
+    return reap.run(cfg, _clients(cfg), _slurm(cfg), dry_run=args.dry_run)
 
 
 def cmd_service(args) -> int:
@@ -230,8 +237,8 @@ def cmd_service(args) -> int:
 
     cfg = config.load(args.site, twins=False)
     slurm = _slurm(cfg)
-    client = cfg.vipu_client()
-    return Service(cfg, client, slurm, after_health=_metrics_textfile(cfg, client, slurm)).run()
+    clients = _clients(cfg)
+    return Service(cfg, clients, slurm, after_health=_metrics_textfile(cfg, clients, slurm)).run()
 
 
 def _metrics_textfile(cfg, client, slurm):
@@ -260,7 +267,7 @@ def cmd_health(args) -> int:
     from .hooks import health
 
     cfg = config.load(args.site, twins=False)
-    changed = health.run(cfg, cfg.vipu_client(), _slurm(cfg), deadline=time.monotonic() + cfg.epilog.deadline,
+    changed = health.run(cfg, _clients(cfg), _slurm(cfg), deadline=time.monotonic() + cfg.epilog.deadline,
                          dry_run=args.dry_run)
     if not changed:
         print("health: nothing to change" + ("" if health.mapped_hosts(cfg) else

@@ -16,22 +16,39 @@ from .slurm.hostlist import expand
 
 
 class Pod:
-    __slots__ = ("name", "ilds", "hostlist", "hosts", "ipus_per_host")
+    __slots__ = ("name", "ilds", "hostlist", "hosts", "ipus_per_host", "_ipus")
 
-    def __init__(self, name: str, ilds: int, hostlist: str, ipus_per_host: int = 0):
+    def __init__(self, name: str, ilds: int, hostlist: str, ipus_per_host: int = 0, ipus: int = 0):
         self.name, self.ilds, self.hostlist = name, ilds, hostlist
         self.hosts = tuple(expand(hostlist))
         self.ipus_per_host = ipus_per_host  # its own, else the site's pod.ipus_per_host (Site.pods)
+        self._ipus = ipus  # a vPOD of less than an ILD (4 to 32 IPUs); 0: its ILDs'
 
     @property
     def ipus(self) -> int:
-        return self.ilds * IPUS_PER_ILD
+        return self._ipus or self.ilds * IPUS_PER_ILD
 
     def __repr__(self) -> str:
         return f"Pod({self.name!r}, {self.ilds}, {self.hostlist!r})"
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Pod) and (self.name, self.ilds, self.hosts) == (other.name, other.ilds, other.hosts)
+
+
+class Controller:
+    """A V-IPU controller: its address and credentials, the allocation holding its Pods (jobs
+    over several of them), what its jobs' tasks are told (IPUOF_VIPU_API_HOST/PORT), its Pods'
+    names, and its hosts. A site of one controller has one of these, of vipu.* and ipuof.*."""
+    __slots__ = ("name", "host", "port", "cli_config", "allocation", "ipuof_host", "ipuof_port", "pods", "hosts")
+
+    def __init__(self, name: str, host: str, port: int, cli_config: str | None, allocation: str | None,
+                 ipuof_host: str, ipuof_port: int, pods: tuple[str, ...], hosts: frozenset[str]):
+        self.name, self.host, self.port, self.cli_config = name, host, port, cli_config
+        self.allocation, self.ipuof_host, self.ipuof_port = allocation, ipuof_host, ipuof_port
+        self.pods, self.hosts = pods, hosts
+
+    def __repr__(self) -> str:
+        return f"Controller({self.name!r}, {self.host}:{self.port})"
 
 
 def allocation_for(used: list[Pod], groups: dict[str, list[str]], everything: str | None) -> str | None:

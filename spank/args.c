@@ -73,6 +73,123 @@ static int parse_bool(const char *key, const char *value, int *out)
     return -1;
 }
 
+/* Whether `node` is one of a hostlist's names: items separated by ',' outside brackets, each a name
+ * or PREFIX[RANGES]SUFFIX, RANGES of N or N-M separated by ','; a range's numbers are as wide as
+ * its first (node[01-10]: node01). Matched, never expanded. Held to slurm_ipu/slurm/hostlist.py
+ * by tests/unit/test_spank_args.py. */
+static int item_has(const char *item, size_t len, const char *node)
+{
+    const char *open = memchr(item, '[', len), *close = open ? memchr(open, ']', len - (size_t)(open - item)) : NULL;
+    size_t pre, post, nlen = strlen(node), digits;
+    const char *r, *end;
+
+    if (!open || !close)
+        return len == nlen && !memcmp(item, node, len);
+    pre = (size_t)(open - item);
+    post = len - (size_t)(close - item) - 1;
+    if (nlen <= pre + post || memcmp(node, item, pre) || memcmp(node + nlen - post, close + 1, post))
+        return 0;
+    digits = nlen - pre - post;
+    for (size_t i = 0; i < digits; i++)
+        if (!isdigit((unsigned char)node[pre + i]))
+            return 0;
+    if (digits > 18)
+        return 0;
+    long long n = strtoll(node + pre, NULL, 10);
+    for (r = open + 1; r < close; r = end + 1) {
+        const char *dash;
+        size_t width;
+        long long lo, hi;
+
+        end = memchr(r, ',', (size_t)(close - r));
+        if (!end)
+            end = close;
+        dash = memchr(r, '-', (size_t)(end - r));
+        width = (size_t)((dash ? dash : end) - r);
+        lo = strtoll(r, NULL, 10);
+        hi = dash ? strtoll(dash + 1, NULL, 10) : lo;
+        /* each number as wide as the range's first, zero-padded: node01 is in [01-10], node1 is not */
+        char want[24];
+        snprintf(want, sizeof(want), "%0*lld", (int)width, n);
+        if (n >= lo && n <= hi && strlen(want) == digits && !memcmp(want, node + pre, digits))
+            return 1;
+    }
+    return 0;
+}
+
+int ipu_hostlist_has(const char *list, const char *node)
+{
+    const char *start = list;
+    int depth = 0;
+
+    for (const char *c = list;; c++) {
+        if (*c == '[')
+            depth++;
+        else if (*c == ']')
+            depth--;
+        else if ((*c == ',' && depth == 0) || *c == '\0') {
+            if (c > start && item_has(start, (size_t)(c - start), node))
+                return 1;
+            if (!*c)
+                return 0;
+            start = c + 1;
+        }
+    }
+}
+
+const struct ipu_controller *ipu_controller_of(const char *node)
+{
+    for (int i = 0; i < ipu_conf.n_controllers; i++)
+        if (ipu_hostlist_has(ipu_conf.controllers[i].hosts, node))
+            return &ipu_conf.controllers[i];
+    return NULL;
+}
+
+static int parse_port(const char *key, const char *value, char *out, size_t size)
+{
+    char *end = NULL;
+    long port;
+
+    errno = 0;
+    port = strtol(value, &end, 10);
+    if (!*value || *end || errno || port < 1 || port > 65535 || !isdigit((unsigned char)value[0])) {
+        slurm_error("spank_ipu: plugstack argument %s='%s' is not a port (1-65535)", key, value);
+        return -1;
+    }
+    snprintf(out, size, "%ld", port);
+    return 0;
+}
+
+/* controller=HOSTS@HOST:PORT (the port after the last ':', so an IPv6 address keeps its own) */
+static int parse_controller(const char *value)
+{
+    struct ipu_controller *c;
+    const char *at = strrchr(value, '@'), *colon = at ? strrchr(at, ':') : NULL;
+    char host[IPU_HOST_MAX];
+
+    if (ipu_conf.n_controllers >= IPU_CONTROLLERS_MAX || !at || !colon || at == value ||
+        (size_t)(at - value) >= IPU_HOSTLIST_MAX || (size_t)(colon - at - 1) >= sizeof(host)) {
+        slurm_error("spank_ipu: plugstack argument controller='%s' is not HOSTS@HOST:PORT (at most %d of them, "
+                    "HOSTS under %d characters)", value, IPU_CONTROLLERS_MAX, IPU_HOSTLIST_MAX);
+        return -1;
+    }
+    c = &ipu_conf.controllers[ipu_conf.n_controllers];
+    memcpy(c->hosts, value, (size_t)(at - value));
+    c->hosts[at - value] = '\0';
+    for (const char *h = c->hosts; *h; h++)
+        if (!isalnum((unsigned char)*h) && !strchr("-_.,[]", *h)) {
+            slurm_error("spank_ipu: plugstack argument controller='%s': its hosts have character '%c'", value, *h);
+            return -1;
+        }
+    memcpy(host, at + 1, (size_t)(colon - at - 1));
+    host[colon - at - 1] = '\0';
+    if (copy_value(c->host, sizeof(c->host), "controller", host, HOST_CHARS) ||
+        parse_port("controller", colon + 1, c->port, sizeof(c->port)))
+        return -1;
+    ipu_conf.n_controllers++;
+    return 0;
+}
+
 static int parse_one(const char *arg)
 {
     const char *eq = strchr(arg, '=');
@@ -81,19 +198,10 @@ static int parse_one(const char *arg)
 
     if (klen == 9 && !strncmp(arg, "vipu_host", 9))
         return copy_value(ipu_conf.vipu_host, sizeof(ipu_conf.vipu_host), "vipu_host", value, HOST_CHARS);
-    if (klen == 9 && !strncmp(arg, "vipu_port", 9)) {
-        char *end = NULL;
-        long port;
-
-        errno = 0;
-        port = strtol(value, &end, 10);
-        if (!*value || *end || errno || port < 1 || port > 65535 || !isdigit((unsigned char)value[0])) {
-            slurm_error("spank_ipu: plugstack argument vipu_port='%s' is not a port (1-65535)", value);
-            return -1;
-        }
-        snprintf(ipu_conf.vipu_port, sizeof(ipu_conf.vipu_port), "%ld", port);
-        return 0;
-    }
+    if (klen == 9 && !strncmp(arg, "vipu_port", 9))
+        return parse_port("vipu_port", value, ipu_conf.vipu_port, sizeof(ipu_conf.vipu_port));
+    if (klen == 10 && !strncmp(arg, "controller", 10))
+        return parse_controller(value);
     if (klen == 6 && !strncmp(arg, "prefix", 6))
         return copy_value(ipu_conf.prefix, sizeof(ipu_conf.prefix), "prefix", value, PREFIX_CHARS);
     if (klen == 5 && !strncmp(arg, "debug", 5))
@@ -107,8 +215,8 @@ static int parse_one(const char *arg)
     }
     if (klen == 16 && !strncmp(arg, "allocation_model", 16))
         return parse_bool("allocation_model", value, &ipu_conf.allocation_model);
-    slurm_error("spank_ipu: unknown plugstack argument '%s'; valid: vipu_host=, vipu_port=, prefix=, helper=, "
-                "allocation_model=, debug=", arg);
+    slurm_error("spank_ipu: unknown plugstack argument '%s'; valid: vipu_host=, vipu_port=, controller=, prefix=, "
+                "helper=, allocation_model=, debug=", arg);
     return -1;
 }
 

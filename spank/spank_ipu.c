@@ -161,8 +161,23 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     }
     if (!step_partition(sp, partition, sizeof(partition)))
         snprintf(partition, sizeof(partition), "%s%u", ipu_conf.prefix, job_id);
-    if (spank_setenv(sp, "IPUOF_VIPU_API_HOST", ipu_conf.vipu_host, 1) != ESPANK_SUCCESS ||
-        spank_setenv(sp, "IPUOF_VIPU_API_PORT", ipu_conf.vipu_port, 1) != ESPANK_SUCCESS ||
+    const char *host = ipu_conf.vipu_host, *port = ipu_conf.vipu_port;
+    if (ipu_conf.n_controllers) {  /* several controllers: the one of this task's node */
+        char node[256];
+        const struct ipu_controller *c = NULL;
+
+        if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) == ESPANK_SUCCESS)
+            c = ipu_controller_of(node);
+        if (!c) {  /* a node of no controller has no IPUs: its tasks are told of none */
+            if (ipu_conf.debug)
+                slurm_info("spank_ipu: job %u task: its node is under no V-IPU controller", job_id);
+            return ipu_opts.instance ? ipu_instance_task(sp) : 0;
+        }
+        host = c->host;
+        port = c->port;
+    }
+    if (spank_setenv(sp, "IPUOF_VIPU_API_HOST", host, 1) != ESPANK_SUCCESS ||
+        spank_setenv(sp, "IPUOF_VIPU_API_PORT", port, 1) != ESPANK_SUCCESS ||
         spank_setenv(sp, "IPUOF_VIPU_API_PARTITION_ID", partition, 1) != ESPANK_SUCCESS) {
         slurm_error("spank_ipu: cannot set the IPUOF variables for job %u", job_id);
         return -1;
@@ -170,7 +185,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     spank_unsetenv(sp, "IPUOF_CONFIG_PATH");
     if (ipu_conf.debug)
         slurm_info("spank_ipu: job %u task: IPUOF_VIPU_API_PARTITION_ID=%s at %s:%s", job_id, partition,
-                   ipu_conf.vipu_host, ipu_conf.vipu_port);
+                   host, port);
     return ipu_opts.instance ? ipu_instance_task(sp) : 0; /* after the above: ipurun's choices win */
 }
 

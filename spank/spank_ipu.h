@@ -15,9 +15,21 @@
 #define IPU_JOB_CACHE_ROOT "/var/cache/slurm-ipu"
 #endif
 
+/* A site of several V-IPU controllers: each one's hosts (a Slurm hostlist as slurm-ipu renders it:
+ * items of one bracket each) and what its tasks are given. plugstack: controller=HOSTS@HOST:PORT. */
+#define IPU_CONTROLLERS_MAX 32
+#define IPU_HOSTLIST_MAX 2048
+struct ipu_controller {
+    char hosts[IPU_HOSTLIST_MAX];
+    char host[IPU_HOST_MAX];
+    char port[8];
+};
+
 struct ipu_conf {
     char vipu_host[IPU_HOST_MAX];   /* IPUOF_VIPU_API_HOST for tasks */
     char vipu_port[8];              /* IPUOF_VIPU_API_PORT for tasks */
+    struct ipu_controller controllers[IPU_CONTROLLERS_MAX];  /* several: a task's is its node's */
+    int n_controllers;
     char prefix[IPU_PREFIX_MAX];    /* partition name = prefix + job id */
     char helper[512];               /* the install's slurm-ipu, run as `slurm-ipu step` ("": none) */
     int allocation_model;           /* some of the site's Pods use the allocation model */
@@ -52,6 +64,8 @@ extern struct ipu_conf ipu_conf;
 extern struct ipu_opts ipu_opts;
 
 int ipu_parse_plugstack(int ac, char **av);
+int ipu_hostlist_has(const char *list, const char *node);
+const struct ipu_controller *ipu_controller_of(const char *node);
 int ipu_register_options(spank_t sp, spank_context_t ctx);
 int ipu_gpu_habit(int argc, char **argv, char *out, size_t size, char *gres, size_t gres_size);
 const char *const *ipu_valued_options(const char **short_ones);

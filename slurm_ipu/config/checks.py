@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from ..errors import ConfigError, shown
 from ..pods import by_size
-from ..rules import IPUS_PER_AGENT, MAX_JOB_ID, MAX_STEP_ID, longest_name
+from ..rules import IPUS_PER_AGENT, IPUS_PER_ILD, MAX_JOB_ID, MAX_STEP_ID, longest_name
 from .grammar import agents as _agents
+from .grammar import controller_entry as _controller_entry
 from .grammar import pod_entry as _pod_entry
 from .options import BY_KEY, _model, name_check
 from .site import Site
@@ -50,18 +51,65 @@ def _pods(site: Site) -> None:
     if len({p.name for p in pods}) < len(pods):
         raise ConfigError(f"{where}: Pods must have distinct names: each is a V-IPU allocation and a Slurm switch")
     for size, members in by_size(pods).items():  # a job over several Pods takes whole Pods of one size
-        if len({(len(p.hosts), p.ilds) for p in members}) > 1:
+        if len({(len(p.hosts), p.ipus) for p in members}) > 1:
             raise ConfigError(f"{where}: Pods {', '.join(p.name for p in members)} have hosts of {size} IPUs but "
                               "not alike sizes (the same number of hosts and ILDs each): a job over several Pods "
                               "takes whole Pods of one host size; give them the same hosts count and ilds")
     site.values["pod.ipus"] = sum(p.ipus for p in pods)
     site.values["pod.hosts"] = ",".join(p.hostlist for p in pods)
-    if not site.values["vipu.allocation"] or site.values["vipu.allocation"] in seen.values():
+    small = [p.name for p in pods if p.ipus < IPUS_PER_ILD]
+    if small and site.values["controllers"] is None:
+        raise ConfigError(f"{where}: Pod {small[0]} is a vPOD of part of an ILD (ipus:); such a Pod has a V-IPU "
+                          "controller of its own: describe them with controllers:")
+    if site.values["controllers"] is not None:
+        _controllers(site, [p.name for p in pods])
+    elif not site.values["vipu.allocation"] or site.values["vipu.allocation"] in seen.values():
         given = shown(site.values["vipu.allocation"])
         raise ConfigError(f"{site.at('vipu.allocation')}: vipu.allocation={given}: with pods: name the V-IPU "
                           "allocation that holds every Pod (jobs over several Pods go there), not one Pod's")
     _groups(site, {p.name for p in pods})
     _pod_models(site, where)
+
+
+def _controllers(site: Site, pods: list[str]) -> None:
+    """controllers: two or more, each managing whole Pods by name, every Pod under exactly one;
+    their allocations named apart from the Pods. What vipu.host and ipuof.* say for one
+    controller, each says for itself."""
+    where = _Place(site, "controllers")
+    for key in ("vipu.host", "vipu.allocation", "ipuof.host", "ipuof.port"):
+        if site.values[key] is not None:
+            raise ConfigError(f"{site.at(key)}: {key} and controllers: both given; each controller says its own "
+                              f"(remove {key})")
+    raw = site.values["controllers"]
+    if len(raw) < 2:
+        raise ConfigError(f"{where}: controllers: lists {len(raw)} controller(s); a site of one controller is "
+                          "vipu.host")
+    entries = [_controller_entry(where, k, item) for k, item in enumerate(raw)]
+    owner: dict[str, str] = {}
+    for entry in entries:
+        entry["allocation"] = entry["allocation"] or entry["name"]
+        for pod in entry["pods"]:
+            if pod not in pods or pod in owner:
+                raise ConfigError(f"{where}: controller {entry['name']}: Pod {shown(pod)} is "
+                                  + (f"also under controller {owner[pod]}; a Pod has one controller" if pod in owner
+                                     else f"not in pods: ({', '.join(pods)})"))
+            owner[pod] = entry["name"]
+    small = {p.name for p in site.pods if p.ipus < IPUS_PER_ILD}
+    for entry in entries:
+        if len(entry["pods"]) > 1 and small & set(entry["pods"]):
+            raise ConfigError(f"{where}: controller {entry['name']}: Pod {sorted(small & set(entry['pods']))[0]} is a "
+                              "vPOD of part of an ILD; such a Pod is its controller's only one")
+    missing = [p for p in pods if p not in owner]
+    if missing:
+        raise ConfigError(f"{where}: Pod(s) {', '.join(missing)} under no controller; add each to one controller's "
+                          "pods")
+    for key in ("name", "allocation"):
+        values = [e[key] for e in entries]
+        clash = next((v for v in values if values.count(v) > 1 or (v in pods)), None)
+        if clash is not None:
+            raise ConfigError(f"{where}: controller {key} {clash} is taken (by another controller, or a Pod); "
+                              "controllers and their allocations need names of their own")
+    site.values["controllers"] = entries
 
 
 def _groups(site: Site, pods: set[str]) -> None:
@@ -71,7 +119,9 @@ def _groups(site: Site, pods: set[str]) -> None:
         return
     where = _Place(site, "pod_groups")
     taken: set[str] = set()
-    names = pods | {site.values["vipu.allocation"]}
+    controllers = site.values["controllers"] or []
+    names = pods | ({c["allocation"] for c in controllers} if controllers else {site.values["vipu.allocation"]})
+    owner = {p: c["name"] for c in controllers for p in c["pods"]}
     for k, item in enumerate(raw):
         ok = (isinstance(item, dict) and {"name", "pods"} <= set(item) <= {"name", "pods", "model"}
               and isinstance(item["pods"], list))
@@ -90,6 +140,11 @@ def _groups(site: Site, pods: set[str]) -> None:
         if unknown or len(members) < 2 or taken & set(members) or set(members) == pods:
             raise ConfigError(f"{where}: group {name}: pods={members} must name two or more Pods of pods:, none in "
                               "another group, not all of them (vipu.allocation is that)")
+        under = {owner[m] for m in members if m in owner}
+        if len(under) > 1:
+            raise ConfigError(f"{where}: group {name}: pods={members} are under controllers "
+                              f"{', '.join(sorted(under))}; a job over a group gets one V-IPU allocation, of "
+                              "one controller: group Pods of one controller")
         sizes = {p.ipus_per_host for p in site.pods if p.name in members}
         if len(sizes) > 1:
             raise ConfigError(f"{where}: group {name}: pods={members} have hosts of {len(sizes)} IPU counts; a job "
@@ -155,7 +210,12 @@ def _name_lengths(site: Site) -> None:
 
 
 def cross_checks(site: Site) -> None:
-    """The Pods against their hosts, deadlines against Slurm's."""
+    """The Pods against their hosts and controllers, deadlines against Slurm's."""
+    if site.values["controllers"] is not None and not site.values["pods"]:
+        raise ConfigError(f"{site.at('controllers')}: controllers: with no pods:; each controller manages Pods of "
+                          "pods: by name (a site of one Pod has one controller: vipu.host)")
+    if site.values["controllers"] is None and site.values["vipu.host"] is None:
+        raise ConfigError(f"{site.at('vipu.host')}: vipu.host must be set ({BY_KEY['vipu.host'].help})")
     _pods(site)
     try:
         hosts = site.hosts

@@ -105,8 +105,8 @@ POD128 = [{"name": "poda", "hosts": "ipu-host[1-4]", "ilds": 1}, {"name": "podb"
 FIELDS = (
     Field("cluster", str, None, "the Slurm cluster's name (ClusterName)", name_check, required=True,
           example="ipupod128"),
-    Field("vipu.host", str, None, "the V-IPU controller's address (vipu --api-host)", _host, required=True,
-          example="vipu.ipupod128.example.org"),
+    Field("vipu.host", str, None, "the V-IPU controller's address (vipu --api-host); required unless "
+          "controllers: names each", _host, example="vipu.ipupod128.example.org"),
     Field("vipu.port", int, VIPU_PORT, "the V-IPU controller's port (vipu --api-port)", _port),
     Field("vipu.allocation", str, None, "the V-IPU allocation partitions are created in (with pods: the one "
           "holding every Pod; each Pod has its own, named like the Pod); null: the controller's default",
@@ -152,6 +152,12 @@ FIELDS = (
           "ipus_per_host (default pod.ipus_per_host; Pods may differ, and a job stays on hosts of one "
           "size) and model (its jobs' V-IPU model, default vipu.model)",
           example=POD128),
+    Field("controllers", list, None, "with pods: several V-IPU controllers (a vPOD per tenant, or a controller "
+          "per Pod), instead of vipu.host: each one's name (its label in messages and metrics), host, pods (the "
+          "names of the Pods it manages; a job stays under one controller), port (default vipu.port), cli_config "
+          "(its credentials, default vipu.cli_config), allocation (the V-IPU allocation holding its Pods, for jobs "
+          "over several; default its name) and ipuof_host/ipuof_port (what its jobs' tasks are given; default "
+          "its host and port)"),
     Field("pod_groups", list, None, "with pods: groups of Pods used together (a POD256 as two pairs), each a "
           "switch above its Pods and a V-IPU allocation holding theirs: name, pods and model (its Pods' V-IPU "
           "model)"),

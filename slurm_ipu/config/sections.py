@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class VipuSection:
-    host: str
+    host: str | None
     port: int
     allocation: str | None
     command: str

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..pods import Pod, SizeClass, host_runs, run_features, size_classes
+from ..pods import Controller, Pod, SizeClass, host_runs, run_features, size_classes
 from ..rules import IPUS_PER_AGENT, job_name
 from ..slurm.hostlist import expand
 from .grammar import agents as _agents
@@ -35,6 +35,7 @@ class Site(Sections):
     text: str = ""
     _lines: dict[str, int] | None = field(default=None, repr=False)
     _pods: tuple | None = field(default=None, repr=False, compare=False)
+    _controllers: tuple | None = field(default=None, repr=False, compare=False)
 
     def freeze(self) -> None:
         """Once the loader's checks pass: the typed sections every caller reads, and the values
@@ -84,17 +85,65 @@ class Site(Sections):
         entries = self.values["pods"] or []
         if self._pods is None or self._pods[0] is not entries:
             default = self.values["pod.ipus_per_host"]
-            self._pods = (entries, [Pod(p["name"], p["ilds"], p["hosts"], p.get("ipus_per_host") or default)
-                                    for p in entries])
+            self._pods = (entries, [Pod(p["name"], p["ilds"], p["hosts"], p.get("ipus_per_host") or default,
+                                        p.get("ipus") or 0) for p in entries])
         return list(self._pods[1])
 
     @property
     def ipuof_host(self) -> str:
-        return self.ipuof.host or self.vipu.host
+        """What tasks are given as IPUOF_VIPU_API_HOST (on a site of several controllers, the
+        first's: the SPANK plugin gives each task its node's, controller=)."""
+        return self.controllers[0].ipuof_host
 
     @property
     def ipuof_port(self) -> int:
-        return self.ipuof.port or self.vipu.port
+        return self.controllers[0].ipuof_port
+
+    @property
+    def controllers(self) -> list[Controller]:
+        """The site's V-IPU controllers, in the site's order: controllers:, or the one of vipu.*
+        (named by its host) managing every Pod. Built once, like the Pods."""
+        entries, v = self.values["controllers"], self.values  # read by the loader's checks too
+        if self._controllers is None or self._controllers[0] is not entries:
+            port, config = v["vipu.port"], v["vipu.cli_config"]
+            if not entries:
+                one = Controller(v["vipu.host"], v["vipu.host"], port, config, v["vipu.allocation"],
+                                 v["ipuof.host"] or v["vipu.host"], v["ipuof.port"] or port,
+                                 tuple(p.name for p in self.pods), frozenset(self.hosts))
+                self._controllers = (entries, [one])
+            else:
+                hosts = {p.name: p.hosts for p in self.pods}
+                made = [Controller(e["name"], e["host"], e["port"] or port, e["cli_config"] or config,
+                                   e["allocation"], e["ipuof_host"] or e["host"], e["ipuof_port"] or e["port"] or port,
+                                   tuple(e["pods"]), frozenset(h for p in e["pods"] for h in hosts[p]))
+                        for e in entries]
+                self._controllers = (entries, made)
+        return list(self._controllers[1])
+
+    def controller_of(self, hosts) -> Controller:
+        """The controller of a job on `hosts` (every host of a job is under one: Slurm's topology
+        has no switch above two controllers). ConfigError when they are not, or a host is under
+        none: the job cannot have IPUs."""
+        controllers = self.controllers
+        if len(controllers) == 1:
+            return controllers[0]
+        hosts = list(hosts)
+        found = [c for c in controllers if any(h in c.hosts for h in hosts)]
+        stray = [h for h in hosts if not any(h in c.hosts for c in controllers)]
+        if stray:
+            raise ConfigError(f"host {stray[0]} is under no V-IPU controller of the site description; add its Pod to "
+                              "a controller's pods, or keep IPU jobs off it")
+        if len(found) != 1:
+            raise ConfigError(f"the job's hosts are under V-IPU controllers {', '.join(c.name for c in found)}; a job "
+                              "gets IPUs of one controller: render the topology again (no switch joins two)")
+        return found[0]
+
+    def controller_named(self, name: str) -> Controller:
+        found = next((c for c in self.controllers if c.name == name), None)
+        if found is None:
+            raise ConfigError(f"no V-IPU controller is named {name!r}; the site's: "
+                              f"{', '.join(c.name for c in self.controllers)}")
+        return found
 
     @property
     def slurm_conf(self) -> str:
@@ -102,17 +151,19 @@ class Site(Sections):
 
     @property
     def vipu_command(self) -> list[str]:
-        """The hooks' vipu: the site's command, with its credentials file when there is one."""
-        return [self.vipu.command, *self._credentials]
+        """The hooks' vipu: the site's command, with its credentials file when there is one (the
+        first controller's, on a site of several: vipu_client gives each its own)."""
+        return self.command_for(self.controllers[0])
 
     @property
     def vipu_admin_command(self) -> list[str]:
         """The hooks' vipu-admin (the allocation model's allocations), with the same credentials."""
-        return [self.vipu.admin_command, *self._credentials]
+        return self.command_for(self.controllers[0], admin=True)
 
-    @property
-    def _credentials(self) -> list[str]:
-        return ["--config", self.vipu.cli_config] if self.vipu.cli_config else []
+    def command_for(self, controller: Controller, admin: bool = False) -> list[str]:
+        """The hooks' vipu (or vipu-admin) for one controller, with its credentials."""
+        credentials = ["--config", controller.cli_config] if controller.cli_config else []
+        return [self.vipu.admin_command if admin else self.vipu.command, *credentials]
 
     @property
     def packaged(self) -> bool:
@@ -137,12 +188,26 @@ class Site(Sections):
                  "helper": f"{self.install.prefix}/venv/bin/slurm-ipu"}
         return roots[what]
 
-    def vipu_client(self):
+    def vipu_client(self, controller: Controller | None = None):
+        """A client of one controller; by default the site's only one (ConfigError on a site of
+        several: whoever asks must say whose, by the job's hosts, client_for)."""
         from ..vipu import VipuClient
 
+        if controller is None:
+            controllers = self.controllers
+            if len(controllers) > 1:
+                raise ConfigError(f"the site has {len(controllers)} V-IPU controllers; say which "
+                                  f"({', '.join(c.name for c in controllers)})")
+            controller = controllers[0]
         v = self.vipu
-        return VipuClient(command=self.vipu_command, host=v.host, port=v.port, timeout=v.timeout, retries=v.retries,
-                          emulator_flags=v.emulator, admin_command=self.vipu_admin_command)
+        return VipuClient(command=self.command_for(controller), host=controller.host, port=controller.port,
+                          timeout=v.timeout, retries=v.retries, emulator_flags=v.emulator,
+                          admin_command=self.command_for(controller, admin=True),
+                          controller=controller.name if len(self.controllers) > 1 else None)
+
+    def client_for(self, hosts):
+        """The client of the controller of a job on `hosts`."""
+        return self.vipu_client(self.controller_of(hosts))
 
     @property
     def models(self) -> set[str]:
@@ -254,13 +319,31 @@ class Site(Sections):
 
     def pod_agents(self) -> list[tuple[list[str], list[str]]]:
         """Each Pod's hosts and IPU-Machines (V-IPU agent names, in V-IPU's order): the site's
-        agents keys, else ag0, ag1, ... counted over the Pods in the site's order."""
+        agents keys, else ag0, ag1, ... counted over each controller's Pods in the site's order
+        (each controller names its own machines)."""
         pods = [(list(p.hosts), p.ipus, self._entry(p.name).get("agents")) for p in self.pods] or \
             [(self.hosts, self.values["pod.ipus"], self.values["pod.agents"] and
               _agents("pod.agents", self.values["pod.agents"], self.values["pod.ipus"]))]
-        first, out = 0, []
-        for hosts, ipus, given in pods:
-            count = ipus // IPUS_PER_AGENT
-            out.append((hosts, given or [f"ag{first + j}" for j in range(count)]))
-            first += count
+        starts = self._counted_per_controller([p.ipus // IPUS_PER_AGENT for p in self.pods] or [0])
+        out = []
+        for (hosts, ipus, given), first in zip(pods, starts, strict=True):
+            out.append((hosts, given or [f"ag{first + j}" for j in range(ipus // IPUS_PER_AGENT)]))
+        return out
+
+    def ild_ids(self) -> dict[str, list[int]]:
+        """Each Pod's ILD numbers, counted over its controller's Pods in the site's order (the
+        order each controller numbers its ILDs: docs/pods.md, "Several Pods")."""
+        starts = self._counted_per_controller([p.ilds for p in self.pods]) if self.pods else []
+        return {p.name: list(range(first, first + p.ilds)) for p, first in zip(self.pods, starts, strict=True)}
+
+    def _counted_per_controller(self, sizes: list[int]) -> list[int]:
+        """Where each Pod's run of numbers starts, given each Pod's count: Pods under one
+        controller follow each other; each controller starts at 0."""
+        under = {pod: c.name for c in self.controllers for pod in c.pods}
+        next_of: dict[str, int] = {}
+        out = []
+        for pod, size in zip(self.pods or [None], sizes, strict=True):
+            key = under.get(pod.name, "") if pod is not None else ""
+            out.append(next_of.get(key, 0))
+            next_of[key] = out[-1] + size
         return out

@@ -97,7 +97,8 @@ def options_markdown() -> str:
 
 
 SECTIONS = "slurm_ipu/config/sections.py"
-INTERNAL = ("pods", "pod_groups")  # the loader's checks read them into Site.pods and Site.groups
+INTERNAL = ("pods", "pod_groups", "controllers")  # the loader's checks read them into Site.pods,
+# Site.groups and Site.controllers
 
 SECTIONS_HEAD = '''"""The site description's typed sections: a frozen dataclass per section of the option table
 (slurm_ipu/config/options.py), generated from it by `make generated` (slurm_ipu/deploy/example.py;

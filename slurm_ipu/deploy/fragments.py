@@ -9,9 +9,10 @@ from pathlib import Path
 
 from .. import rules
 from ..config import Site
+from ..errors import ConfigError
 from ..fsutil import atomic_write
 from ..hooks.endpoint import reap_request_path, socket_path
-from ..pods import CLASS_PREFIX, ild_ids
+from ..pods import CLASS_PREFIX
 from ..slurm import licences, limits, releases
 from ..slurm.hostlist import compress
 from . import merge, render
@@ -42,10 +43,11 @@ def names(site: Site, merged: merge.Merged | None = None) -> list[str]:
 def pod_context(site: Site) -> list[dict]:
     """Each Pod with its ILD numbers and agents (IPU-Machines), counted in the site's order."""
     per = rules.AGENTS_PER_ILD
-    ids = ild_ids(site.pods)
+    ids = site.ild_ids()
     return [{"name": pod.name, "hostlist": pod.hostlist, "hosts": list(pod.hosts), "ilds": pod.ilds,
              "ild_ids": ids[pod.name],
-             "agents": [f"ag{a}" for i in ids[pod.name] for a in range(i * per, (i + 1) * per)]}
+             "agents": [f"ag{a}" for i in ids[pod.name] for a in range(i * per, (i + 1) * per)]
+             [:pod.ipus // rules.IPUS_PER_AGENT]}  # a vPOD: its machines of the ILD
             for pod in site.pods]
 
 
@@ -56,8 +58,33 @@ def group_context(site: Site) -> list[dict]:
             for g, members in site.groups.items()]
 
 
+def controller_context(site: Site) -> list[dict]:
+    """On a site of several V-IPU controllers, each one's allocation (its top switch) and the
+    switches under it: its groups and its Pods in none ([] on a site of one)."""
+    if len(site.controllers) < 2:
+        return []
+    tops = top_switches(site)
+    out = [{"name": c.name, "allocation": c.allocation, "ipuof_host": c.ipuof_host, "ipuof_port": c.ipuof_port,
+            "tops": [t for t in tops if t in c.pods or set(site.groups.get(t, ())) & set(c.pods)],
+            # compressed anew: one bracket per item, the form the SPANK plugin matches (spank/args.c)
+            "hostlist": compress([h for p in site.pods if p.name in c.pods for h in p.hosts])}
+           for c in site.controllers]
+    words = sum(len(f" controller={c['hostlist']}@{c['ipuof_host']}:{c['ipuof_port']}") for c in out)
+    if words > PLUGSTACK_ROOM:
+        raise ConfigError(f"render: the SPANK plugin's line would name the {len(out)} controllers' hosts in {words} "
+                          f"characters, over the {PLUGSTACK_ROOM} Slurm reads of a plugstack line (with the rest); "
+                          "name the hosts so that they compress (ipu-host[1-64]), or use fewer controllers")
+    return out
+
+
+# Slurm reads a plugstack.conf line into PATH_MAX (4096) bytes (src/common/spank.c): the
+# controllers' words must leave room for the plugin's path and other arguments.
+PLUGSTACK_ROOM = 3000
+
+
 def _others_switch(site: Site) -> str:
-    taken = {p.name for p in site.pods} | set(site.groups) | {site.vipu.allocation}
+    taken = {p.name for p in site.pods} | set(site.groups) | {site.vipu.allocation} | \
+        {c.allocation for c in site.controllers}
     return next(name for name in ("site", "site_nodes", "slurm_ipu_site") if name not in taken)
 
 
@@ -88,7 +115,7 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
             "site_prolog": site.scripts("prolog"),
             "site_epilog": site.scripts("epilog"),
             "prolog_wait": prolog_wait(site.prolog.deadline, site.prolog_epilog_timeout)},
-        **render.pod_values(site.pod.ipus),
+        **render.pod_values(job_ipus(site)), "pods_per_job": pods_per_job(site),
         "licences": licences.lua_values(site.slurm.version), "limits": limits.lua_values(),
         **class_values(site), "gres_prefix": releases.tres_prefix(site.slurm.version),
         "whole_hosts": site.models == {"allocation"}, "mixed": len(site.models) > 1,
@@ -96,6 +123,7 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
         "host_models": site.host_models() if len(site.models) > 1 else {},
         **placement_values(site),
         "pods": pod_context(site), "top_switch": site.vipu.allocation, "groups": group_context(site),
+        "whole_allocation": site.vipu.allocation or "default", "controllers": controller_context(site),
         "top_members": top_switches(site), "job_prefixes": site.job_prefixes,
         # the emulator keeps these names to the hooks: every job-named object, the allocation model's
         # step partitions (partition prefix + job + _step) too, not only what the job itself holds
@@ -105,11 +133,30 @@ def context(site: Site, merged: merge.Merged | None = None, merged_from: str | N
     }
 
 
+def job_ipus(site: Site) -> int:
+    """The most IPUs one job can have: the site's, or on a site of several V-IPU controllers the
+    largest controller's (a job stays under one)."""
+    if len(site.controllers) < 2:
+        return site.pod.ipus
+    return max(sum(p.ipus for p in site.pods if p.name in c.pods) for c in site.controllers)
+
+
+def pods_per_job(site: Site, size: int | None = None) -> int:
+    """The most Pods (of hosts of `size` IPUs, if given) one job can take: all of them, or on a
+    site of several controllers the most under one."""
+    pods = [p for p in site.pods if size is None or p.ipus_per_host == size]
+    if len(site.controllers) < 2:
+        return len(pods)
+    return max(sum(p.name in c.pods for p in pods) for c in site.controllers)
+
+
 def class_values(site: Site) -> dict:
     """Hosts of different IPU counts: each size class for job_submit.lua (none where hosts are
     alike: a site of one size is as it was), each size's hosts for gres.conf, and IPUS_PER_HOST,
     the largest (what a request is first held to)."""
     classes = site.size_classes()
+    for c in classes:  # a job over several Pods takes them under one controller
+        c.pods = pods_per_job(site, c.size)
     gres = [(c.hostlist, c.size) for c in classes] or [(site.pod.hosts, site.pod.ipus_per_host)]
     return {"ipus_per_host": max(size for _, size in gres), "gres_lines": gres,
             "classes": classes if len(classes) > 1 else [], "class_prefix": CLASS_PREFIX}
@@ -169,10 +216,20 @@ def loaded_id(text: str) -> str | None:
     return found.group(1) if found else None
 
 
-def emulator_cluster(site: Site) -> str:
+def emulator_cluster(site: Site, controller: str | None = None) -> str:
     """vipu-emu's cluster file for this site (the lab, admin drills): its ILDs, each Pod's
-    allocation inside the cluster's, and each Pod's hosts cabled to its own ILDs."""
-    return render.render("lab/vipu-emu.yaml", context(site))
+    allocation inside the cluster's, and each Pod's hosts cabled to its own ILDs. On a site of
+    several controllers, one controller's (by name): its Pods alone, numbered from its first."""
+    values = context(site)
+    if len(site.controllers) > 1:
+        if controller is None:
+            raise ConfigError("the site has several V-IPU controllers: an emulator's cluster file is one's (say which)")
+        one = site.controller_named(controller)
+        mine = set(one.pods)
+        values.update(render.pod_values(sum(p.ipus for p in site.pods if p.name in mine)))
+        values.update(pods=[p for p in pod_context(site) if p["name"] in mine], whole_allocation=one.allocation,
+                      groups=[g for g in group_context(site) if set(g["pods"]) <= mine])
+    return render.render("lab/vipu-emu.yaml", values)
 
 
 def write(site: Site, out_dir: Path, slurm_conf: str | None = None) -> list[Path]:

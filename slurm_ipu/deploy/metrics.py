@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from ..errors import SlurmIpuError
+from ..errors import SlurmIpuError, VipuUnavailable
 from ..rules import IPUS_PER_AGENT
 
 PARTITION_STATES = ("active", "pending", "error")
@@ -62,15 +62,18 @@ def render(families: list[Family]) -> str:
 
 def gather(site, client=None, slurm=None, deadline: float | None = None) -> dict:
     """Every source, each one's failure kept (None and an error) rather than raised."""
+    from ..hooks.controllers import Clients, clients_of
     from ..hooks.reap import job_objects
     from ..slurm.commands import SlurmCli, parse_squeue
 
-    client = client or site.vipu_client()
+    clients = clients_of(site, client) if client is not None else Clients(site)
     slurm = slurm or SlurmCli.of_site(site)
     deadline = deadline if deadline is not None else time.monotonic() + 20
     facts, errors = {}, {}
-    reads = {"vipu": lambda: job_objects(site, client, deadline),
-             "agents": lambda: client.list_agents(deadline),
+    per = _per_controller(site, clients, deadline, job_objects)
+    facts["controllers"] = {name: error is None for name, error in per["errors"].items()}
+    reads = {"vipu": lambda: per["objects"] if per["objects"] is not None else _raise(per, "objects"),
+             "agents": lambda: per["agents"] if per["agents"] is not None else _raise(per, "agents"),
              "jobs": lambda: parse_squeue(slurm.output("squeue", "--json")),
              "licences": lambda: slurm.output("scontrol", "show", "licenses", "ipu", "--oneliner"),
              "reservations": lambda: slurm.licence_reservations("ipu"),
@@ -81,10 +84,38 @@ def gather(site, client=None, slurm=None, deadline: float | None = None) -> dict
         except SlurmIpuError as exc:
             facts[source], errors[source] = None, str(exc)
     facts["errors"] = errors
+    facts["owners"] = per["owners"] if facts["vipu"] is not None else None
     facts["queued"] = _journal_depth(site.state_dir)
     facts["drained"] = _drained(facts["nodes"])
     facts["hooks"] = _hook_stats(site.state_dir)
     return facts
+
+
+def _per_controller(site, clients, deadline: float, job_objects) -> dict:
+    """Every controller's job objects and machines, read one controller at a time. A site of
+    several: machines named `<controller>-<agent>` (each controller names its own), what answered
+    kept, and each one's error (None: it answered); the objects of a controller that did not
+    answer are missing, not zero."""
+    out: dict = {"objects": [], "agents": [], "owners": [], "errors": {}}
+    several = len(clients) > 1
+    for name, one in clients.items():
+        q = (lambda a, n=name: f"{n}-{a}") if several else (lambda a: a)
+        try:
+            objects, agents = job_objects(site, one, deadline), one.list_agents(deadline)
+        except SlurmIpuError as exc:
+            out["errors"][name] = str(exc)
+            continue
+        out["errors"][name] = None
+        out["objects"] += objects
+        out["owners"] += [q] * len(objects)
+        out["agents"] += [dict(a, id=q(str(a.get("id")))) for a in agents]
+    if all(out["errors"].values()):  # none answered: the source is down (its series missing)
+        out["objects"] = out["agents"] = None
+    return out
+
+
+def _raise(per: dict, what: str):
+    raise VipuUnavailable("; ".join(f"{n}: {e}" for n, e in per["errors"].items() if e))
 
 
 def _hook_stats(state_dir: str) -> dict | None:
@@ -115,11 +146,19 @@ def pods(site) -> list[tuple[str, int, list[str]]]:
     """(Pod name, its IPUs, its IPU-Machines) in the site's order; a one-Pod site's is its cluster."""
     names = [p.name for p in site.pods] or [site.cluster]
     ipus = [p.ipus for p in site.pods] or [site.pod.ipus]
-    return [(n, i, agents) for n, i, (_, agents) in zip(names, ipus, site.pod_agents(), strict=True)]
+    under = {pod: c.name for c in site.controllers for pod in c.pods} if len(site.controllers) > 1 else {}
+    return [(n, i, [f"{under[n]}-{a}" if n in under else a for a in agents])
+            for n, i, (_, agents) in zip(names, ipus, site.pod_agents(), strict=True)]
 
 
 def families(site, facts: dict) -> list[Family]:
     out = [_sources(facts)]
+    if len(facts.get("controllers") or {}) > 1:
+        up = Family("slurm_ipu_controller_up", "1 if the V-IPU controller answered the last read (a site of several "
+                    "controllers; its jobs and machines are missing from the other series if not).")
+        for name, answered in facts["controllers"].items():
+            up.add(1 if answered else 0, controller=name)
+        out.append(up)
     out += _ipus(site, facts)
     if facts["agents"] is not None:
         out.append(_machines(facts["agents"]))
@@ -193,7 +232,7 @@ def _ipus(site, facts: dict) -> list[Family]:
     state = Family("slurm_ipu_ipus", "IPUs of each Pod by state: allocated (in a job's partition or allocation), "
                    "unavailable (on a failed IPU-Machine, not allocated), idle.")
     lost = _lost(facts["agents"])
-    held = _held_ipus(site, facts["vipu"])
+    held = _held_ipus(site, facts["vipu"], facts.get("owners"))
     for name, ipus, agents in pods(site):
         capacity.add(ipus, pod=name)
         if facts["vipu"] is None or facts["agents"] is None:
@@ -205,7 +244,7 @@ def _ipus(site, facts: dict) -> list[Family]:
     return [capacity, state]
 
 
-def _held_ipus(site, objects) -> dict[str, int]:
+def _held_ipus(site, objects, owners=None) -> dict[str, int]:
     """IPUs in jobs' partitions or allocations, per Pod (by each IPU's machine)."""
     if objects is None:
         return {}
@@ -213,13 +252,14 @@ def _held_ipus(site, objects) -> dict[str, int]:
     owner = {a: name for name, _, agents in every for a in agents}
     single = every[0][0] if len(every) == 1 else None
     out: dict[str, int] = {}
-    for part in objects:
+    quals = owners or [lambda a: a] * len(objects)
+    for part, q in zip(objects, quals, strict=True):
         if single is not None or not part.ipus:
             key = single or "unknown"
             out[key] = out.get(key, 0) + part.size
             continue
         for ipu in part.ipus:
-            pod = owner.get(f"ag{ipu // IPUS_PER_AGENT}", "unknown")
+            pod = owner.get(q(f"ag{ipu // IPUS_PER_AGENT}"), "unknown")
             out[pod] = out.get(pod, 0) + 1
     return out
 

@@ -70,4 +70,6 @@ def pod_values(pod_ipus: int) -> dict:
             # a site without the allocation model: no host runs (fragments.placement_values)
             "runs": {}, "run_counts": [1], "hosts_per_pod": 1, "run_prefix": RUN_PREFIX, "host_features": [],
             # hosts alike: no size classes (fragments.class_values)
-            "classes": [], "class_prefix": CLASS_PREFIX}
+            "classes": [], "class_prefix": CLASS_PREFIX,
+            # one V-IPU controller (fragments.controller_context)
+            "controllers": [], "pods_per_job": 0}

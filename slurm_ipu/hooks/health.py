@@ -37,10 +37,11 @@ import functools
 import json
 from pathlib import Path
 
-from ..errors import SlurmIpuError
+from ..errors import SlurmIpuError, VipuError, VipuUnavailable
 from ..rules import IPUS_PER_AGENT
 from ..slurm.commands import parse_squeue
 from . import notes, restarts
+from .controllers import clients_of
 
 REASON_PREFIX = "slurm-ipu: IPU-Machine"
 WAITING = "slurm-ipu: waiting for IPUs: "  # a pending job's AdminComment while machines are held out
@@ -52,22 +53,24 @@ def record_path(state_dir: str) -> Path:
     return Path(state_dir) / "health.json"
 
 
-def mapped_hosts(cfg) -> dict[str, list[str]]:
-    """Each allocation-model host and the IPU-Machines mapped to it."""
+def mapped_hosts(cfg, scope: frozenset[str] | None = None) -> dict[str, list[str]]:
+    """Each allocation-model host and the IPU-Machines mapped to it (of one controller's hosts,
+    `scope`, on a site of several: each names its own machines)."""
     if "allocation" not in cfg.models:
         return {}
     hosts = [h for p in cfg.pods_of_model("allocation") for h in p.hosts] if cfg.pods else cfg.hosts
     mapping = cfg.host_agents()  # once: agents_of per host would build it per host
-    return {h: mapping[h] for h in hosts}
+    return {h: mapping[h] for h in hosts if scope is None or h in scope}
 
 
-def pooled_agents(cfg) -> set[str]:
-    """The IPU-Machines of the partition model's Pods: their IPUs are the ipu licence's pool."""
+def pooled_agents(cfg, scope: frozenset[str] | None = None) -> set[str]:
+    """The IPU-Machines of the partition model's Pods (of one controller's hosts, `scope`): their
+    IPUs are the ipu licence's pool."""
     if "partition" not in cfg.models:
         return set()
     if not cfg.pods:
         return {a for _, agents in cfg.pod_agents() for a in agents}
-    pooled = {p.name for p in cfg.pods_of_model("partition")}
+    pooled = {p.name for p in cfg.pods_of_model("partition") if scope is None or set(p.hosts) <= scope}
     return {a for pod, (_, agents) in zip(cfg.pods, cfg.pod_agents(), strict=True) if pod.name in pooled
             for a in agents}
 
@@ -165,11 +168,34 @@ def _drained(state: str) -> bool:
 def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: bool = False) -> int:
     """One pass; returns the number of changes (nodes, reservations, jobs requeued or told).
     VipuError and SlurmError propagate: the caller logs them, and what was not done yet waits
-    for the next pass."""
-    hosts, pooled = mapped_hosts(cfg), pooled_agents(cfg)
+    for the next pass. On a site of several controllers, a pass over each: one that does not
+    answer is named and skipped (nothing of its machines changes), the others go on."""
+    clients = clients_of(cfg, client)
+    if len(cfg.controllers) == 1:
+        return _run(cfg, clients.items()[0][1], slurm, out, deadline, dry_run, None)
+    changed, failed = 0, []
+    for controller in cfg.controllers:
+        try:
+            changed += _run(cfg, clients.by_name[controller.name], slurm, out, deadline, dry_run, controller)
+        except VipuError as exc:
+            out(f"health: V-IPU controller {controller.name} skipped ({exc}); its machines are left as they are")
+            failed.append(controller.name)
+    if failed and len(failed) == len(cfg.controllers):
+        raise VipuUnavailable(f"no V-IPU controller answered ({', '.join(failed)})")
+    return changed
+
+
+def _run(cfg, client, slurm, out, deadline: float | None, dry_run: bool, controller=None) -> int:
+    """One controller's pass: on a site of several, its hosts alone, and its machines' names
+    qualified by its name (each controller names its own: two may both have an `ag0`), in the
+    drain reasons and the reservations too."""
+    scope = controller.hosts if controller is not None else None
+    q = qualifier(controller.name if controller is not None else None)
+    hosts = {h: [q(a) for a in agents] for h, agents in mapped_hosts(cfg, scope).items()}
+    pooled = {q(a) for a in pooled_agents(cfg, scope)}
     if not hosts and not pooled:
         return 0
-    agents = client.list_agents(deadline)
+    agents = [dict(a, id=q(str(a.get("id")))) for a in client.list_agents(deadline)]
     failed = failures(agents)
     queue = functools.cache(lambda: parse_squeue(slurm.output("squeue", "--json")))  # one squeue a pass, if any
     # A whole machine's IPUs even when one is in error: V-IPU makes a partition of 4 IPUs or more
@@ -177,17 +203,25 @@ def run(cfg, client, slurm, out=print, deadline: float | None = None, dry_run: b
     # would let Slurm start jobs V-IPU cannot place (each then requeued again and again).
     changed = _pool(cfg, slurm, pooled, {a: IPUS_PER_AGENT for a in failed if a in pooled}, queue, out,
                     dry_run) if pooled else 0
-    changed += _hosts(cfg, slurm, hosts, failed, out, dry_run) if hosts else 0
-    return changed + (_running(cfg, client, slurm, broken(agents), queue, out, deadline, dry_run) if failed else 0)
+    changed += _hosts(cfg, slurm, hosts, failed, out, dry_run, scope) if hosts else 0
+    return changed + (_running(cfg, client, slurm, broken(agents), queue, out, deadline, dry_run, q) if failed else 0)
+
+
+def qualifier(controller: str | None):
+    """A machine's name as the pass uses it: V-IPU's, or `<controller>-<V-IPU's>` on a site of
+    several controllers."""
+    if controller is None:
+        return lambda agent: agent
+    return lambda agent: f"{controller}-{agent}"
 
 
 def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], queue, out, deadline,
-             dry_run: bool) -> int:
+             dry_run: bool, q=lambda agent: agent) -> int:
     """Jobs running on a failed machine: a batch job is requeued (its epilog
     removes its partition; the drain or the reservation above keeps it off the machine), an
     srun or salloc job is told why and cancelled. Only jobs Slurm says are RUNNING: a job this
     pass requeued earlier is PENDING while its epilog's removal may still be under way."""
-    hit = jobs_on(cfg, client, failed, deadline)
+    hit = jobs_on(cfg, client, failed, deadline, q)
     if not hit:
         return 0
     live = queue()
@@ -209,7 +243,8 @@ def _running(cfg, client, slurm, failed: dict[str, frozenset[int] | None], queue
     return acted
 
 
-def jobs_on(cfg, client, failed: dict[str, frozenset[int] | None], deadline) -> dict[int, tuple[list[str], str]]:
+def jobs_on(cfg, client, failed: dict[str, frozenset[int] | None], deadline,
+            q=lambda agent: agent) -> dict[int, tuple[list[str], str]]:
     """Job -> (the failed machines under its V-IPU object, "allocation" or "partition"): its
     allocation's agents (the job may use any IPU of them), or the machines of its partition's IPUs
     that failed, or whose IPU in error is one of them (V-IPU places new partitions on the
@@ -219,13 +254,13 @@ def jobs_on(cfg, client, failed: dict[str, frozenset[int] | None], deadline) -> 
     out: dict[int, tuple[list[str], str]] = {}
     if "allocation" in cfg.models:
         for name, agents in client.list_allocations(deadline).items():
-            job, bad = job_of(name, cfg.allocation.prefix), sorted(set(agents) & set(failed))
+            job, bad = job_of(name, cfg.allocation.prefix), sorted({q(a) for a in agents} & set(failed))
             if job is not None and bad:
                 out[job] = (bad, "allocation")
     if "partition" in cfg.models:
         for part in client.list_partitions(deadline):
-            bad = sorted({a for a, k in slots_of(part)
-                          if a in failed and (failed[a] is None or k is None or k in failed[a])})
+            bad = sorted({q(a) for a, k in slots_of(part)
+                          if q(a) in failed and (failed[q(a)] is None or k is None or k in failed[q(a)])})
             job = job_of(part.name, cfg.partition.prefix)
             if job is not None and bad:
                 out.setdefault(job, (bad, "partition"))
@@ -321,10 +356,13 @@ def _reserve(cfg, slurm, change: dict[str, int], delete: list[str], held: dict[s
     return len(change) + len(delete)
 
 
-def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out, dry_run: bool) -> int:
+def _hosts(cfg, slurm, hosts: dict[str, list[str]], failed: dict[str, str], out, dry_run: bool,
+           scope: frozenset[str] | None = None) -> int:
     nodes = slurm.node_reasons()
     drained = drained_nodes(cfg.state_dir)
     drain, resume, after = plan(hosts, failed, nodes)
+    if scope is not None:  # one controller's pass: the others' drains stay in the record
+        after = {h: r for h, r in drained.items() if h not in scope} | after
     if not dry_run and after != drained:
         _save(cfg.state_dir, after)  # before Slurm is asked: a pass killed below is finished by the next
     for host, reason in drain.items():

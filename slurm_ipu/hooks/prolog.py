@@ -33,6 +33,7 @@ import time
 from .. import pods, rules
 from ..errors import InsufficientIpus, InvalidPartition, PartitionExists, SlurmIpuError
 from . import notes, removal, restarts
+from .controllers import clients_of
 from .hooklog import report
 from .jobenv import JobContext
 from .ledger import Ledger
@@ -75,6 +76,11 @@ def run(ctx: JobContext, cfg, client, slurm=None, clock=time.monotonic, sleep=ti
             return failed
     if ctx.ipus == 0:
         return 0  # not an IPU job: no V-IPU call, no Slurm query
+    try:
+        client = clients_of(cfg, client).of(ctx.nodes)  # its controller's (a site may have several)
+    except SlurmIpuError as exc:
+        return _fail(ctx, cfg, slurm, cfg.job_name(ctx.job_id, ctx.nodes), exc)
+
     def alone(name: str, deadline: float) -> int:
         return removal.make_room(cfg, client, name, deadline, clock)
 
@@ -147,8 +153,8 @@ def _where(ctx: JobContext, cfg) -> tuple[str | None, int | None, int, set[int] 
     if ctx.ilds not in (None, need):
         raise InvalidPartition(f"--ipu-ilds={ctx.ilds}: the job's hosts are in Pods "
                                f"{','.join(p.name for p in used)}, whose partition spans {need} ILD(s)")
-    ids = pods.ild_ids(found)
-    where = pods.allocation_for(used, cfg.groups, cfg.vipu.allocation)
+    ids = cfg.ild_ids()
+    where = pods.allocation_for(used, cfg.groups, cfg.controller_of(ctx.nodes).allocation)
     return where, need, need, {i for p in used for i in ids[p.name]}
 
 

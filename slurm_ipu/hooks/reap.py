@@ -21,6 +21,7 @@ from .. import rules
 from ..errors import ConfigError, SlurmIpuError
 from ..locks import LockTimeout
 from . import remover, restarts
+from .controllers import clients_of
 from .endpoint import socket_path
 from .journal import Journal
 from .ledger import Ledger
@@ -148,26 +149,54 @@ def sweep(cfg, client, slurm, dry_run: bool = False, out=print, clock=time.monot
     queued = journal.names()
     recorded = {p.stem for p in ledger.dir.glob("*.json")} if ledger.dir.exists() else set()
     before = time.time()
-    parts = [p.name for p in job_objects(cfg, client, deadline)]
+    clients = clients_of(cfg, client)
+    listed, down = _listings(cfg, clients, deadline, out)
+    parts = [name for names in listed.values() for name in names]
     jobs = slurm.active_jobs()
     found = []
-    for name, job in orphans(parts, jobs, cfg.job_prefixes):
-        if ledger.owns(name, job):
-            found.append((name, job))
-        elif name in recorded:  # ours, removed meanwhile by its epilog or the slurm-ipu service
-            continue
-        else:  # made under our prefix by someone else: not ours to remove
-            out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not create it")
-    failed = sum(not _remove(cfg, client, name, job, jobs.get(job, "gone").lower(), dry_run, out, deadline)
-                 for name, job in found)
+    for controller, names in listed.items():
+        for name, job in orphans(names, jobs, cfg.job_prefixes):
+            if ledger.owns(name, job):
+                found.append((name, job, clients.by_name[controller]))
+            elif name in recorded:  # ours, removed meanwhile by its epilog or the slurm-ipu service
+                continue
+            else:  # made under our prefix by someone else: not ours to remove
+                out(f"reap: left alone {name} (job {job} {jobs.get(job, 'gone').lower()}): slurm-ipu did not "
+                    "create it")
+    failed = sum(not _remove(cfg, one, name, job, jobs.get(job, "gone").lower(), dry_run, out, deadline)
+                 for name, job, one in found)
     # Journal entries whose partition is gone, or now belongs to a running (requeued) job,
-    # are settled; orphans that failed to go stay journaled for the next run.
-    left = {name for name, _ in found}
+    # are settled; orphans that failed to go stay journaled for the next run; so do the records
+    # and entries of a controller that did not answer (its listing cannot say they are gone).
+    left = {name for name, _, _ in found} | _of_controllers(clients, ledger, recorded | set(queued), down)
     if not dry_run:
         _settle_entries(journal, ledger, queued, left, before)
         _settle_records(ledger, before, set(parts), jobs, left)
         restarts.prune(cfg.state_dir, set(jobs), before)
-    return 1 if failed else 0
+    return 1 if failed or down else 0
+
+
+def _listings(cfg, clients, deadline: float, out) -> tuple[dict[str, list[str]], set[str]]:
+    """Each controller's job objects' names, and the controllers that did not answer: on a site of
+    one, its failure is the reap's (raised); of several, that one is named and skipped."""
+    listed: dict[str, list[str]] = {}
+    down: set[str] = set()
+    for name, one in clients.items():
+        try:
+            listed[name] = [p.name for p in job_objects(cfg, one, deadline)]
+        except SlurmIpuError as exc:
+            if len(clients) == 1:
+                raise
+            out(f"reap: V-IPU controller {name} skipped: {exc}")
+            down.add(name)
+    return listed, down
+
+
+def _of_controllers(clients, ledger: Ledger, names: set[str], down: set[str]) -> set[str]:
+    """Of `names`, those whose creation record puts them under a controller in `down`."""
+    if not down:
+        return set()
+    return {n for n in names if (one := clients.of_record(ledger.get(n))) is None or clients.name_of(one) in down}
 
 
 def _remove(cfg, client, name: str, job: int, state: str, dry_run: bool, out, deadline: float) -> bool:

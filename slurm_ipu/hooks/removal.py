@@ -13,6 +13,7 @@ import time
 from ..errors import SlurmIpuError, VipuError
 from ..locks import LockTimeout
 from . import remover
+from .controllers import clients_of
 from .hooklog import report
 from .journal import Journal
 from .ledger import Ledger
@@ -44,13 +45,14 @@ def settle(cfg, client, journal: Journal, name: str, deadline: float) -> tuple[s
     (the record is of the job's next attempt, whose prolog began after the entry was queued: a
     requeued job keeps what it now runs on). V-IPU failures re-queue the entry with the reason
     and raise; the record stays. A prolog holding the name: LockTimeout at once (the next pass)."""
-    ledger = Ledger(cfg.state_dir)
+    ledger, clients = Ledger(cfg.state_dir), clients_of(cfg, client)
     with ledger.lock(name, time.monotonic()):
         entry = journal.get(name)
         if entry is None:
             return None
         job, record = entry.get("job_id"), ledger.get(name)
-        if record is None or record.get("job_id") != job:
+        client = clients.of_record(record)  # the controller of the job's hosts
+        if record is None or record.get("job_id") != job or client is None:
             outcome = "not ours"
         elif _time(record.get("began"), 0.0) > _time(entry.get("time"), float("inf")):
             outcome = "taken back"
@@ -102,17 +104,28 @@ def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotoni
     the next pass. observe(seconds): told how long each settled entry waited since it was first
     queued (the slurm-ipu service's removal histogram)."""
     journal, done, failed = Journal(cfg.state_dir), [], {}
+    clients, ledger = clients_of(cfg, client), Ledger(cfg.state_dir)
+    down: dict[str, SlurmIpuError] = {}  # controllers unreachable in this pass: their entries wait
     for name in names:
         if clock() >= deadline:
             break
+        one = clients.of_record(ledger.get(name)) if len(cfg.controllers) > 1 else None
+        owner = clients.name_of(one) if one is not None else ""
+        if one is None and len(cfg.controllers) > 1 and ledger.get(name) is not None:
+            continue  # another controller's, which this remover was not given (a prolog making room)
+        if owner in down:
+            failed[name] = down[owner]
+            continue
         try:
-            settled = settle(cfg, client, journal, name, deadline)
+            settled = settle(cfg, clients, journal, name, deadline)
         except LockTimeout:  # its prolog is still making it: the next pass
             continue
         except SlurmIpuError as exc:
             failed[name] = exc
             if not entry_only(exc):
-                break
+                if len(cfg.controllers) == 1:
+                    break
+                down[owner] = exc  # that controller's other entries wait; the others' go on
             continue
         if settled is None:  # settled meanwhile (reap)
             continue

@@ -23,6 +23,7 @@ import traceback
 
 from ..errors import ConfigError, ServiceDied, SlurmIpuError
 from . import remover, transport
+from .controllers import clients_of
 from .endpoint import reap_request_path
 from .hooklog import report
 from .journal import Journal
@@ -46,7 +47,8 @@ class Service:
     and the prologs slurm-ipu-hook hands over (transport.py), each in a thread of its own."""
 
     def __init__(self, cfg, client, slurm, clock=time.monotonic, after_health=None):
-        self.cfg, self.client, self.clock = cfg, client, clock
+        self.cfg, self.clock = cfg, clock
+        self.clients = clients_of(cfg, client)  # one per V-IPU controller: a job's by its hosts
         self.slurm = BatchedNotes(slurm)  # what the prologs, reap and health pass use
         self.after_health = after_health  # e.g. the metrics textfile (cli.py: deploy is above the hooks)
         self.retry_at = 0.0  # V-IPU unreachable: no entry is tried before then
@@ -62,7 +64,7 @@ class Service:
         self.hurry = False  # a prolog is short of IPUs: every entry is due, backoffs or not
         self.asked: queue.SimpleQueue = queue.SimpleQueue()  # admins' `slurm-ipu reap`, for the removal thread
         self.stats = Stats(cfg.state_dir)  # for `slurm-ipu metrics`: saved after removals and each pass
-        client.observer = self.stats.vipu_error
+        self.clients.set_observer(self.stats.vipu_error)
 
     def step(self) -> float:
         """One pass; returns how long the removal thread may sleep unless woken."""
@@ -103,14 +105,16 @@ class Service:
             report(self.cfg.state_dir, f"slurm-ipu service: a job's partition note not written: {exc}")
 
     def _work_off(self, names: list[str], now: float, by: float = float("inf")) -> float:
-        done, failed = work_off(self.cfg, self.client, names, min(by, now + self.cfg.epilog.deadline), self.clock,
+        done, failed = work_off(self.cfg, self.clients, names, min(by, now + self.cfg.epilog.deadline), self.clock,
                                 lambda seconds: self.stats.observe("removal", seconds))
         for name in done:
             self.later.pop(name, None)
         if done:
             self._save_stats()  # one small write per pass: `slurm-ipu metrics` sees each ended job
         for name, exc in failed.items():
-            if entry_only(exc):  # that removal alone waits; the others go on
+            # that removal alone waits, the others go on: V-IPU refused it, or (on a site of several
+            # controllers) its controller is down, which must not hold up the others' removals
+            if entry_only(exc) or len(self.clients) > 1:
                 backoff = min(self.later.get(name, (0.0, 0.5))[1] * 2, BACKOFF_MAX_S)
                 self.later[name] = (self.clock() + backoff, backoff)
                 report(self.cfg.state_dir, f"slurm-ipu service: {name} not removed ({exc}); retrying in {backoff:g}s")
@@ -139,7 +143,7 @@ class Service:
         from . import reap
 
         try:
-            return reap.sweep(self.cfg, self.client, self.slurm, out=out)
+            return reap.sweep(self.cfg, self.clients, self.slurm, out=out)
         except SlurmIpuError as exc:  # slurmctld or V-IPU down: next time
             out(f"slurm-ipu service: reap skipped: {exc}")
             return 1
@@ -164,7 +168,7 @@ class Service:
         from . import health
 
         try:
-            health.run(self.cfg, self.client, self.slurm, out=lambda line: report(self.cfg.state_dir, line),
+            health.run(self.cfg, self.clients, self.slurm, out=lambda line: report(self.cfg.state_dir, line),
                        deadline=self.clock() + self.cfg.epilog.deadline)
         except SlurmIpuError as exc:  # V-IPU or slurmctld unreachable: not a machine failure, nothing changes
             report(self.cfg.state_dir, f"slurm-ipu service: health pass skipped: {exc}")
@@ -180,7 +184,7 @@ class Service:
         lock = self._become_remover()
         Journal(self.cfg.state_dir).dir.mkdir(parents=True, exist_ok=True)
         transport.remove_legacy(self.cfg.state_dir)
-        listener = transport.Listener(self.cfg, self.client, self.slurm, self.wake.set, self.stats.observe,
+        listener = transport.Listener(self.cfg, self.clients, self.slurm, self.wake.set, self.stats.observe,
                                       self._ask, self.room)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)

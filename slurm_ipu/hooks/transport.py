@@ -38,6 +38,7 @@ from . import (  # here, not per request: a package's `from . import` runs Pytho
     prolog,
     removal,
 )
+from .controllers import clients_of
 from .endpoint import socket_path
 from .hooklog import report
 from .journal import Journal
@@ -178,6 +179,10 @@ def _prolog(conn, cfg, client, slurm, env: dict, room=None) -> int | None:
         report(cfg.state_dir, f"job {ctx.job_id}: prolog request in context {ctx.script_context!r} refused")
         return 2
     try:
+        try:
+            client = clients_of(cfg, client).of(ctx.nodes)  # the job's controller
+        except SlurmIpuError:  # spans two, or none: the prolog fails the job and says why
+            return prolog.run(ctx, cfg, clients_of(cfg, client), slurm, room=room)
         return prolog.run(ctx, cfg, client.with_sleep(_watching(conn, client.sleep)), slurm, sleep=client.sleep,
                           room=room)
     except Exception as exc:  # noqa: BLE001 - a bug must still answer the client, not hang it

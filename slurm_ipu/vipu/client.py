@@ -44,8 +44,10 @@ class VipuClient:
                  emulator_flags: bool = False,   # pass --hosts/--owner-uid (the emulator's extensions)
                  runner: Callable[..., subprocess.CompletedProcess] | None = None,  # default: command.run
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic,
-                 admin_command: Sequence[str] | None = None):  # vipu-admin: allocations; None: `command`
+                 admin_command: Sequence[str] | None = None,  # vipu-admin: allocations; None: `command`
+                 controller: str | None = None):  # its name on a site of several: its errors say it
         self.command, self.host, self.port, self.timeout = command, host, port, timeout
+        self.controller = controller
         self.retries, self.backoff, self.emulator_flags = retries, backoff, emulator_flags
         self.runner, self.sleep, self.clock = runner, sleep, clock
         self.admin_command = admin_command or command
@@ -54,7 +56,7 @@ class VipuClient:
     def with_sleep(self, sleep: Callable[[float], None]) -> VipuClient:
         """The same client pausing through `sleep` (the slurm-ipu service watches its prologs)."""
         twin = VipuClient(self.command, self.host, self.port, self.timeout, self.retries, self.backoff,
-                          self.emulator_flags, self.runner, sleep, self.clock, self.admin_command)
+                          self.emulator_flags, self.runner, sleep, self.clock, self.admin_command, self.controller)
         twin.observer = self.observer
         return twin
 
@@ -76,6 +78,8 @@ class VipuClient:
         try:
             return self._call(args, timeout, admin)
         except VipuError as exc:
+            if self.controller:  # which of the site's controllers failed: what an admin looks at first
+                exc.args = (f"V-IPU controller {self.controller}: {exc}", *exc.args[1:])
             if self.observer is not None:
                 self.observer(exc)
             raise

@@ -9,7 +9,9 @@
  *                                          sbatch runs it: "rc=R ipus=I gcds=G ilds=L"
  *   args_driver options CONTEXT         -> the options registered there (allocator, local, remote), one a line
  *   args_driver habit PROGRAM ARG...    -> the hint a GPU option on that command line gets, or nothing
- *   args_driver valued                  -> the options the habit scan takes a value after, one a line */
+ *   args_driver valued                  -> the options the habit scan takes a value after, one a line
+ *   args_driver has LIST NODE...        -> per node, "NODE 1" or "NODE 0": whether the hostlist names it
+ *   args_driver controller ARG... -- NODE...  -> plugstack ARGs parsed; per node "NODE HOST:PORT" or "NODE -" */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -112,6 +114,26 @@ int main(int argc, char **argv)
             puts(*o);
         for (; *letters; letters++)
             printf("-%c\n", *letters);
+        return 0;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "has")) {
+        for (int k = 3; k < argc; k++)
+            printf("%s %d\n", argv[k], ipu_hostlist_has(argv[2], argv[k]));
+        return 0;
+    }
+    if (argc >= 3 && !strcmp(argv[1], "controller")) {
+        int k = 2;
+        while (k < argc && strcmp(argv[k], "--"))
+            k++;
+        rc = ipu_parse_plugstack(k - 2, argv + 2);
+        printf("rc=%d controllers=%d\n", rc, ipu_conf.n_controllers);
+        for (k++; k < argc; k++) {
+            const struct ipu_controller *c = ipu_controller_of(argv[k]);
+            if (c)
+                printf("%s %s:%s\n", argv[k], c->host, c->port);
+            else
+                printf("%s -\n", argv[k]);
+        }
         return 0;
     }
     if (argc == 3 && !strcmp(argv[1], "gres")) {

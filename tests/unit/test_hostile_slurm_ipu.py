@@ -11,7 +11,7 @@ import pytest
 
 SITES = {
     "pod96.yaml": "version: 1\ncluster: x\nvipu: {host: v}\npod: {ipus: 96, hosts: 'n[1-6]', ipus_per_host: 16}\n",
-    "nohost.yaml": "version: 1\ncluster: x\npod: {ipus: 64}\n",
+    "nohost.yaml": "version: 1\ncluster: x\npod: {ipus: 64, hosts: 'n[1-4]', ipus_per_host: 16}\n",
     "broken.yaml": "version: 1\ncluster: x\n  pod: [\n",
     # A Pod of a few zeros too many (render ran for minutes, or a MemoryError), and
     # a 200 KB value (echoed whole on the error line)
@@ -46,7 +46,7 @@ def here(tmp_path):
     (["render", "{d}/longhosts.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/longhosts.yaml:4: pod.hosts='n[1-"
      + "9" * 35 + "...(200006 characters): hostlist 'n[1-" + "9" * 35 + "...(200006 characters): unbalanced '['"),
     (["render", "{d}/nohost.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/nohost.yaml:1: vipu.host must be set (the "
-     "V-IPU controller's address (vipu --api-host))"),
+     "V-IPU controller's address (vipu --api-host); required unless controllers: names each)"),
     (["render", "{d}/broken.yaml", "--out", "{d}/out"], "slurm-ipu: {d}/broken.yaml:3: not valid YAML: mapping "
      "values are not allowed here"),
     (["render", "{d}/none.yaml", "--out", "{d}/out"], "slurm-ipu: site description {d}/none.yaml: No such file or "

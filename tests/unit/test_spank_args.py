@@ -160,3 +160,44 @@ def test_a_misspelt_ipu_gres_gets_the_same_word_from_the_plugin_and_job_submit(d
     lua.write_text(render.render("job_submit/job_submit.lua", values(64)))
     rc, _lic, _nodes, msg = run_lua(str(lua), {"tres_per_node": ",".join(f"gres/{g}" for g in gres.split(","))})
     assert (rc == GRES_REFUSED and said in msg) if said else "names no GRES" not in msg, msg
+
+
+HOSTLISTS = ["node[1-4]", "node[01-10],gpu7", "ipu-host[1-2,5,8-9]", "a1,a2,b[3-4]", "rack2-n[08-11]",
+             "n[1-3],m[10-12]"]
+CANDIDATES = ["node1", "node4", "node5", "node01", "node10", "node001", "gpu7", "gpu", "ipu-host5", "ipu-host3",
+              "ipu-host9", "a1", "a3", "b3", "b4x", "b5", "rack2-n08", "rack2-n8", "rack2-n11", "m11", "n0", "n2",
+              "node", "node1a", ""]
+
+
+@pytest.mark.parametrize("hostlist", HOSTLISTS)
+def test_the_plugin_s_hostlist_match_is_slurm_s_hostlist(driver, hostlist):
+    """A task's controller is its node's: the plugin matches the node's name against each
+    controller's hostlist without expanding it. It must name exactly the hosts Python's hostlist
+    (Slurm's grammar, which render compresses to) expands the list to."""
+    from slurm_ipu.slurm.hostlist import expand
+
+    names = set(expand(hostlist))
+    out = run(driver, "has", hostlist, *[c for c in CANDIDATES if c])
+    seen = dict(line.split() for line in out.splitlines())
+    assert {n for n, v in seen.items() if v == "1"} == names & set(seen)
+    out = run(driver, "has", hostlist, *sorted(names))
+    assert all(line.endswith(" 1") for line in out.splitlines())
+
+
+def test_each_task_is_given_its_node_s_controller(driver):
+    out = run(driver, "controller", "vipu_host=first", "controller=node[1-2]@10.0.0.1:8090",
+              "controller=node[3-4],spare9@fe80::2:18091", "--", "node1", "node4", "spare9", "login1")
+    assert out.splitlines() == ["rc=0 controllers=2", "node1 10.0.0.1:8090", "node4 fe80::2:18091",
+                                "spare9 fe80::2:18091", "login1 -"]
+
+
+@pytest.mark.parametrize("arg,said", [
+    ("controller=node1", "controller='node1' is not HOSTS@HOST:PORT"),
+    ("controller=node1@h", "controller='node1@h' is not HOSTS@HOST:PORT"),
+    ("controller=node1@h:99999", "controller='99999' is not a port"),
+    ("controller=no de@h:1", "its hosts have character ' '"),
+    ("controller=n1@h$x:1", "controller='h$x' has character '$'"),
+])
+def test_a_bad_controller_argument_is_refused_naming_it(driver, arg, said):
+    out = run(driver, "controller", "vipu_host=h", arg, "--")
+    assert "rc=-1" in out and said in out, out

@@ -45,7 +45,7 @@ def hook(tmp_path, cfg, hook_binary):
 @pytest.fixture
 def listener(cfg, fake):
     service = Service(cfg, cfg.vipu_client(), FakeSlurm())
-    lis = transport.Listener(cfg, service.client, service.slurm, service.wake.set)
+    lis = transport.Listener(cfg, service.clients, service.slurm, service.wake.set)
     yield lis, service
     lis.close()
 
