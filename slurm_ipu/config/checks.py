@@ -87,7 +87,9 @@ def _controllers(site: Site, pods: list[str]) -> None:
     entries = [_controller_entry(where, k, item) for k, item in enumerate(raw)]
     owner: dict[str, str] = {}
     for entry in entries:
-        entry["allocation"] = entry["allocation"] or entry["name"]
+        # its Pods' allocation: a one-Pod controller's is its Pod's (a vPOD is the whole controller)
+        one = entry["pods"][0] if len(entry["pods"]) == 1 else None
+        entry["allocation"] = entry["allocation"] or one or entry["name"]
         for pod in entry["pods"]:
             if pod not in pods or pod in owner:
                 raise ConfigError(f"{where}: controller {entry['name']}: Pod {shown(pod)} is "
@@ -105,7 +107,8 @@ def _controllers(site: Site, pods: list[str]) -> None:
                           "pods")
     for key in ("name", "allocation"):
         values = [e[key] for e in entries]
-        clash = next((v for v in values if values.count(v) > 1 or (v in pods)), None)
+        clash = next((e[key] for e in entries if values.count(e[key]) > 1 or
+                      (e[key] in pods and e[key] != e["pods"][0]) or (e[key] in pods and len(e["pods"]) > 1)), None)
         if clash is not None:
             raise ConfigError(f"{where}: controller {key} {clash} is taken (by another controller, or a Pod); "
                               "controllers and their allocations need names of their own")

@@ -65,7 +65,9 @@ def controller_context(site: Site) -> list[dict]:
         return []
     tops = top_switches(site)
     out = [{"name": c.name, "allocation": c.allocation, "ipuof_host": c.ipuof_host, "ipuof_port": c.ipuof_port,
-            "tops": [t for t in tops if t in c.pods or set(site.groups.get(t, ())) & set(c.pods)],
+            # its Pods' switches under one of its own; a one-Pod controller's Pod is its island's top
+            "tops": [t for t in tops if (t in c.pods or set(site.groups.get(t, ())) & set(c.pods))
+                     and t != c.allocation],
             # compressed anew: one bracket per item, the form the SPANK plugin matches (spank/args.c)
             "hostlist": compress([h for p in site.pods if p.name in c.pods for h in p.hosts])}
            for c in site.controllers]

@@ -132,13 +132,15 @@ def _attach(site: Site, tops: list[str], switches: list[Switch], parents: dict[s
         return
     if len(site.controllers) > 1:  # each controller's Pods an island: Slurm never joins two in a job
         for controller in site.controllers:
-            mine = [t for t in tops if t in controller.pods or set(site.groups.get(t, ())) & set(controller.pods)]
+            mine = [t for t in tops if (t in controller.pods or set(site.groups.get(t, ())) & set(controller.pods))
+                    and t != controller.allocation]  # a one-Pod controller's Pod is its island's top
+            if not mine:
+                continue
             if any(s.name == controller.allocation for s in switches):
                 raise ConfigError(f"render: {merged.path}: a switch is named {controller.allocation} (controller "
                                   f"{controller.name}'s allocation), the top switch slurm-ipu adds over its Pods: "
                                   "rename it")
-            if mine:
-                merged.added.append(f"SwitchName={controller.allocation} Switches={','.join(mine)}")
+            merged.added.append(f"SwitchName={controller.allocation} Switches={','.join(mine)}")
         return
     roots = [s for s in switches if s.name not in parents]
     top = site.vipu.allocation

@@ -26,7 +26,7 @@ def site():
 def test_each_pod_has_its_controller_and_each_job_its_pods(site):
     a, b = site.controllers
     assert (a.name, a.host, a.port, a.cli_config, a.allocation) == \
-        ("tenant-a", "vipu-a.example.org", 8090, "/etc/slurm-ipu/vipu-tenant-a.hcl", "tenant-a")
+        ("tenant-a", "vipu-a.example.org", 8090, "/etc/slurm-ipu/vipu-tenant-a.hcl", "vpoda")  # its vPOD's
     assert site.controller_of(["ipu-host3", "ipu-host4"]) is b and site.controller_of(["ipu-host1"]) is a
     with pytest.raises(ConfigError, match="under V-IPU controllers tenant-a, tenant-b; a job gets IPUs of one"):
         site.controller_of(["ipu-host2", "ipu-host3"])
@@ -45,8 +45,8 @@ def test_each_pod_has_its_controller_and_each_job_its_pods(site):
 def test_slurm_never_joins_two_controllers_and_tasks_get_their_node_s(site):
     texts = fragments.texts(site)
     topology = [ln for ln in texts["topology.conf"].splitlines() if ln.startswith("SwitchName")]
-    assert topology == ["SwitchName=vpoda Nodes=ipu-host[1-2]", "SwitchName=vpodb Nodes=ipu-host[3-4]",
-                        "SwitchName=tenant-a Switches=vpoda", "SwitchName=tenant-b Switches=vpodb"]
+    # each vPOD its own island: no switch above them
+    assert topology == ["SwitchName=vpoda Nodes=ipu-host[1-2]", "SwitchName=vpodb Nodes=ipu-host[3-4]"]
     line = next(ln for ln in texts["plugstack-ipu.conf"].splitlines() if ln.startswith("required"))
     assert line.endswith(" controller=ipu-host[1-2]@vipu-a.example.org:8090 "
                          "controller=ipu-host[3-4]@vipu-b.example.org:8090")
@@ -60,7 +60,7 @@ def test_each_controller_s_emulator_holds_its_own_machines_alone(site):
     for name, pod in (("tenant-a", "vpoda"), ("tenant-b", "vpodb")):
         doc = yaml.safe_load(fragments.emulator_cluster(site, name))
         assert (doc["ilds"], doc["agents_per_ild"]) == (1, 4)
-        assert doc["allocations"] == {name: "all", pod: ["ag0", "ag1", "ag2", "ag3"]}
+        assert doc["allocations"] == {pod: ["ag0", "ag1", "ag2", "ag3"]} and doc["grants"] == {pod: ["slurm"]}
     with pytest.raises(ConfigError, match="several V-IPU controllers"):
         fragments.emulator_cluster(site)
 
@@ -96,6 +96,22 @@ def test_a_vpod_has_a_controller_of_its_own(tmp_path):
     with pytest.raises(ConfigError, match="Pod a is a vPOD of part of an ILD .ipus:.; such a Pod has a V-IPU "
                                           "controller of its own"):
         config.load(path)
+
+
+def test_a_controller_of_several_pods_has_a_switch_above_them_and_none_above_it(tmp_path):
+    path = tmp_path / "site.yaml"
+    path.write_text("version: 1\ncluster: c\npod: {ipus_per_host: 16}\npods:\n"
+                    "  - {name: a1, hosts: 'n[1-4]'}\n  - {name: a2, hosts: 'n[5-8]'}\n"
+                    "  - {name: b1, hosts: 'm[1-4]'}\ncontrollers:\n  - {name: east, host: ve, pods: [a1, a2]}\n"
+                    "  - {name: west, host: vw, pods: [b1]}\n")
+    site = config.load(path)
+    assert [c.allocation for c in site.controllers] == ["east", "b1"]
+    topology = [ln for ln in fragments.texts(site)["topology.conf"].splitlines() if ln.startswith("SwitchName")]
+    assert topology == ["SwitchName=a1 Nodes=n[1-4]", "SwitchName=a2 Nodes=n[5-8]", "SwitchName=b1 Nodes=m[1-4]",
+                        "SwitchName=east Switches=a1,a2"]
+    lua = fragments.texts(site)["job_submit.lua"]
+    assert "local POD_IPUS = 128\n" in lua and "local CLASS_PODS = 2 " in lua  # east's two Pods
+    assert site.ild_ids() == {"a1": [0], "a2": [1], "b1": [0]}
 
 
 def test_render_refuses_a_site_of_several_controllers_without_pods_in_one_line(tmp_path):
