@@ -135,6 +135,10 @@ def build_parser():
     lab.add_argument("--backup", action="store_true",
                      help="a backup controller: slurmctld ctl1 (127.0.0.1) and ctl2 (127.0.0.2), each in namespaces of "
                           "its own, sharing the state directory (kill ctl1 and ctl2 takes over)")
+    lab.add_argument("--controllers", type=int, default=1,
+                     help="several V-IPU controllers: the nodes split into this many vPODs (or Pods), each with an "
+                          "emulator of its own (on --vipu-port and the ports after it) and a Slurm partition "
+                          "ctla, ctlb, ... of its hosts (e.g. --nodes 4 --ipus-per-node 8 --controllers 2)")
     lab.add_argument("--configless", action="store_true",
                      help="a configless cluster: slurmd fetches its configuration from slurmctld (--conf-server) "
                           "and sees no slurm.conf of its own")
@@ -386,7 +390,7 @@ def cmd_lab(args) -> int:
                        vipu_port=args.vipu_port, prefix=args.prefix, accounting=args.accounting,
                        dbd_port=args.dbd_port, db_port=args.db_port, own_conf=args.own_conf,
                        configless=args.configless, poprun=args.poprun, backup=args.backup,
-                       model=args.model)
+                       model=args.model, controllers=args.controllers)
     if args.action == "site":
         lab.check_spec(spec)
         print(lab.site_description(spec), end="")

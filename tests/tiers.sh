@@ -65,7 +65,8 @@ side_by_side() {
 # modules of their own labs: that side waits on apt and Slurm less than the host side does, so the
 # pair ends about together. Each side has half of pytest's range. Then the two release chroots,
 # each with half of pytest's range.
-BESIDE=(tests/slurm/test_licence_fuzz.py tests/slurm/test_backup_controller.py tests/slurm/test_mixed_hosts.py)
+BESIDE=(tests/slurm/test_licence_fuzz.py tests/slurm/test_backup_controller.py tests/slurm/test_mixed_hosts.py
+        tests/slurm/test_controllers.py)
 # shellcheck disable=SC2086  # PYTEST_ARGS is a list of words
 host() {
   local skip=() f

@@ -82,10 +82,16 @@ def gather(site: Site, runner=None, days: float = 7.0, now: float | None = None)
 
     from ..hooks.reap import job_objects
 
-    try:
-        partitions = job_objects(site, site.vipu_client(), time.monotonic() + 20)
-    except SlurmIpuError as exc:
-        partitions, errors["vipu"] = None, str(exc)
+    partitions, down = [], []
+    for controller in site.controllers:  # each in turn: one down leaves the others' shown
+        try:
+            partitions += job_objects(site, site.vipu_client(controller), time.monotonic() + 20)
+        except SlurmIpuError as exc:
+            down.append(str(exc))
+    if down:
+        errors["vipu"] = "; ".join(down)  # on a site of several, each names its controller
+        if len(down) == len(site.controllers):
+            partitions = None
     text = slurm("squeue", "--json")
     try:
         jobs = parse_jobs(text) if text else {}

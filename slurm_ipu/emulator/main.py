@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=_port, default=VIPU_PORT, help="0 picks a free port (see STATE/server.json)")
     s.add_argument("--state-dir", default=os.path.expanduser("~/.local/state/vipu-emu"))
     s.add_argument("--cluster", default="pod64", help="preset (pod16, pod64, pod256) or YAML path")
+    s.add_argument("--socket-dir", help="where the API socket api-PORT.sock goes (default: the state directory); "
+                   "a directory only the server's owner can write (the lab's controllers share one)")
     s.add_argument("-v", "--verbose", action="store_true")
 
     sub.add_parser("cli", help="the vipu-compatible command line", add_help=False)

@@ -24,13 +24,15 @@ class EmulatorProcess:
 
     @classmethod
     def start(cls, state_dir: Path, cluster: str = "pod64", port: int = 0, host: str = "127.0.0.1",
-              log_path: Path | None = None, timeout: float = 15.0, detach: bool = False) -> EmulatorProcess:
+              log_path: Path | None = None, timeout: float = 15.0, detach: bool = False,
+              socket_dir: Path | None = None) -> EmulatorProcess:
         state_dir.mkdir(parents=True, exist_ok=True)
         info_path = state_dir / "server.json"
         info_path.unlink(missing_ok=True)
         log = open(log_path or state_dir / "server.log", "ab")
         argv = [sys.executable, "-m", "slurm_ipu.emulator.main", "serve", "--state-dir", str(state_dir),
-                "--cluster", cluster, "--host", host, "--port", str(port)]
+                "--cluster", cluster, "--host", host, "--port", str(port),
+                *(["--socket-dir", str(socket_dir)] if socket_dir else [])]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                 start_new_session=detach)
         log.close()

@@ -417,9 +417,14 @@ def check_loopback(host: str) -> None:
         raise ConfigError(f"--host {host} is not a loopback address; the emulator serves loopback only (use 127.0.0.1)")
 
 
-def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int = VIPU_PORT) -> None:
-    """Run until SIGTERM/SIGINT. Writes state_dir/server.json once both listeners are up."""
+def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int = VIPU_PORT,
+          socket_dir: Path | None = None) -> None:
+    """Run until SIGTERM/SIGINT. Writes state_dir/server.json once both listeners are up.
+    socket_dir: where the API socket api-PORT.sock goes, if not the state directory (the lab's
+    several controllers share one, so clients find each by its port alone)."""
     check_loopback(host)
+    if socket_dir is not None:
+        _check_socket_dir(socket_dir)
     # Its files are its own (0600 in a 0711 directory: others may reach the API socket in it by
     # name, and neither list, read nor create anything there): partitions' owners and hosts are
     # shown to whom the API shows them, not to anyone who can read a database file.
@@ -438,8 +443,8 @@ def serve(state_dir: Path, cluster: Cluster, host: str = "127.0.0.1", port: int 
         raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}; choose another --port") from None
     stop = threading.Event()
     named = _NamedSocket(app, stop)
-    own_path = server_socket(str(state_dir), app.port)
-    Path(own_path).unlink(missing_ok=True)  # ours: nobody else can create anything in state_dir
+    own_path = server_socket(str(socket_dir or state_dir), app.port)
+    Path(own_path).unlink(missing_ok=True)  # ours: nobody else can create anything there
     own = _listen_unix(own_path, app, admin=False)
     os.chmod(own_path, 0o666)  # every user connects; the server knows each one from the kernel
     admin_path = state_dir / "admin.sock"
@@ -531,6 +536,18 @@ def _holder(path: str) -> dict | None:
     return {"pid": pid, "uid": uid}
 
 
+def _check_socket_dir(path: Path) -> None:
+    """A socket directory only the server's owner can write: nobody else may put a socket of
+    theirs under the name clients dial."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ConfigError(f"--socket-dir {path}: {exc.strerror}; give a directory of the server's owner") from None
+    if not os.path.isdir(path) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise ConfigError(f"--socket-dir {path} must be a directory of uid {os.geteuid()} that no one else can "
+                          f"write (chmod go-w {path})")
+
+
 def _lock_state_dir(state_dir: Path) -> int:
     return try_lock(state_dir / "lock",
                     f"another server already uses state directory {state_dir}; stop it or pick another --state-dir")
@@ -551,7 +568,8 @@ def _check_cluster(store, cluster: Cluster) -> None:
 def main_serve(args) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s vipu-emu %(levelname)s %(message)s")
-    serve(Path(args.state_dir), load_cluster(args.cluster), args.host, args.port)
+    serve(Path(args.state_dir), load_cluster(args.cluster), args.host, args.port,
+          Path(args.socket_dir) if args.socket_dir else None)
     return 0
 
 

@@ -148,14 +148,20 @@ def start_munge(spec: LabSpec, pids: dict) -> None:
 
 
 def start_emulator(spec: LabSpec, pids: dict) -> None:
+    """The V-IPU emulator, or one per controller (--controllers): each its own state directory,
+    all their API sockets in the first's (clients find each by its port alone)."""
     from ..emulator.process import EmulatorProcess
 
-    if _running(pids.get("vipu-emu")):
-        return
-    say(f"starting the V-IPU emulator on 127.0.0.1:{spec.vipu_port}")
-    emu = EmulatorProcess.start(spec.path("vipu-emu"), cluster=str(spec.path("etc", "vipu-emu.yaml")),
-                                port=spec.vipu_port, log_path=spec.path("log", "vipu-emu.log"), detach=True)
-    pids["vipu-emu"] = _record(emu.pid)
+    for k, port in enumerate(spec.controller_ports):
+        key = spec.emulator_key(k)
+        if _running(pids.get(key)):
+            continue
+        say(f"starting the V-IPU emulator{f' of controller {spec.controller_names[k]}' if k else ''} on "
+            f"127.0.0.1:{port}")
+        emu = EmulatorProcess.start(spec.path(key), cluster=str(spec.path("etc", f"{key}.yaml")), port=port,
+                                    log_path=spec.path("log", f"{key}.log"), detach=True,
+                                    socket_dir=spec.path("vipu-emu") if k else None)
+        pids[key] = _record(emu.pid)
     _say_squatter(spec)
 
 
@@ -422,7 +428,8 @@ def cancel_all(spec: LabSpec, timeout: float = 60.0) -> None:
 def _stop_all(pids: dict, keys: list[str]) -> None:
     """Stop the recorded processes named in keys, slurmd first, munged last."""
     order = [k for k in pids if k.startswith("slurmd-")] + ["slurmctld", BACKUP, "slurmdbd", "mariadb", SUPERVISOR,
-                                                             "service", "vipu-emu", "munged"]
+                                                             "service", "vipu-emu",
+                                                             *(k for k in pids if k.startswith("vipu-emu-")), "munged"]
     for key in order:
         rec = pids.get(key)
         if key in keys and _running(rec):

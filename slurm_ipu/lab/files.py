@@ -81,7 +81,11 @@ def _twin_gres(spec: LabSpec) -> str:
 
 
 def _model_partitions(spec: LabSpec) -> list[dict]:
-    """--model mixed: a Slurm partition of each model's hosts (Pod a: allocation; the rest)."""
+    """--model mixed: a Slurm partition of each model's hosts (Pod a: allocation; the rest).
+    --controllers: a Slurm partition of each controller's hosts, named like it (a tenant's)."""
+    if spec.controllers > 1:
+        return [{"name": name, "nodes": pod["hosts"]} for name, pod in zip(spec.controller_names, _pods(spec),
+                                                                             strict=True)]
     if spec.model != "mixed":
         return []
     pods = _pods(spec)
@@ -115,6 +119,11 @@ def site_description(spec: LabSpec) -> str:
     if spec.pods > 1:
         doc["pods"] = _pods(spec)
         doc["vipu"]["allocation"] = "all"
+    if spec.controllers > 1:  # each Pod its controller (an emulator of its own)
+        del doc["vipu"]["host"], doc["vipu"]["allocation"]
+        doc["controllers"] = [{"name": name, "host": "127.0.0.1", "port": port, "pods": [pod["name"]]}
+                              for name, port, pod in zip(spec.controller_names, spec.controller_ports, doc["pods"],
+                                                         strict=True)]
     if spec.model == "mixed":
         doc["pods"][0]["model"] = "allocation"
     if spec.pods > 2 and spec.pods % 2 == 0:  # a POD256 as two pairs: podab and podcd
@@ -154,8 +163,9 @@ def _pods(spec: LabSpec) -> list[dict]:
                  "ipus_per_host": rules.IPUS_PER_ILD // count}
                 for k, (first, count) in enumerate(zip(starts, spec.pod_hosts, strict=True))]
     per = spec.nodes // spec.pods
-    ilds = spec.pod_ipus // spec.pods // rules.IPUS_PER_ILD
-    return [{"name": f"pod{chr(ord('a') + k)}", "hosts": _hostlist(k * per + 1, per), "ilds": ilds}
+    ipus = spec.pod_ipus // spec.pods
+    size = {"ilds": ipus // rules.IPUS_PER_ILD} if ipus >= rules.IPUS_PER_ILD else {"ipus": ipus}  # a vPOD
+    return [{"name": f"pod{chr(ord('a') + k)}", "hosts": _hostlist(k * per + 1, per), **size}
             for k in range(spec.pods)]
 
 
@@ -302,7 +312,11 @@ def _write_slurm(spec: LabSpec) -> None:
     desc = install_site(spec)
     from ..deploy import fragments
 
-    atomic_write(spec.path("etc", "vipu-emu.yaml"), fragments.emulator_cluster(desc))
+    if spec.controllers > 1:  # an emulator per controller, each with its own Pods' machines
+        for k, name in enumerate(spec.controller_names):
+            atomic_write(spec.path("etc", f"{spec.emulator_key(k)}.yaml"), fragments.emulator_cluster(desc, name))
+    else:
+        atomic_write(spec.path("etc", "vipu-emu.yaml"), fragments.emulator_cluster(desc))
 
 
 def _write_bin(spec: LabSpec) -> None:

@@ -78,6 +78,28 @@ class LabSpec:
     # UTS and mount namespace of its own (its hostname, its pid file and log), sharing the state
     # directory, as two SlurmctldHost lines on two machines do (lab/daemons.py, docs/admin.md)
     backup: bool = False
+    # Several V-IPU controllers: the nodes split into this many Pods (--pods), each a vPOD (or POD64s)
+    # with an emulator of its own on a port of its own: the first on vipu_port, the others on
+    # vipu_ports (by default the ports after vipu_port). Each has a Slurm partition of its hosts.
+    controllers: int = 1
+    vipu_ports: tuple[int, ...] = ()
+
+    def __post_init__(self):
+        if self.controllers > 1 and self.pods == 1:  # a Pod per controller unless told otherwise
+            object.__setattr__(self, "pods", self.controllers)
+
+    @property
+    def controller_names(self) -> list[str]:
+        return [f"ctl{chr(ord('a') + k)}" for k in range(self.controllers)]
+
+    @property
+    def controller_ports(self) -> list[int]:
+        return [self.vipu_port, *(self.vipu_ports or range(self.vipu_port + 1, self.vipu_port + self.controllers))]
+
+    def emulator_key(self, k: int) -> str:
+        """The pids record (and state directory) of controller k's emulator: the first is the lab's
+        one emulator of old, vipu-emu."""
+        return "vipu-emu" if k == 0 else f"vipu-emu-{self.controller_names[k]}"
 
     @property
     def pod_ipus(self) -> int:
@@ -112,6 +134,8 @@ def check_spec(spec: LabSpec) -> None:
     if spec.nodes < 1 or spec.ipus_per_node < 1:
         raise LabError(f"--nodes {spec.nodes} and --ipus-per-node {spec.ipus_per_node} must be positive")
     ports = {"--ctld-port": spec.ctld_port, "--node-port": spec.node_port, "--vipu-port": spec.vipu_port}
+    ports.update({f"controller {name}'s port": port for name, port in
+                  zip(spec.controller_names[1:], spec.controller_ports[1:], strict=True)})
     if spec.accounting:
         ports.update({"--dbd-port": spec.dbd_port, "--db-port": spec.db_port})
     for option, port in ports.items():
@@ -126,7 +150,9 @@ def check_spec(spec: LabSpec) -> None:
     if spec.pod_hosts:
         _check_pod_hosts(spec)
     total = spec.pod_ipus
-    if spec.pods > 1 and not spec.pod_hosts and (spec.nodes % spec.pods or total % (spec.pods * rules.IPUS_PER_ILD)):
+    if spec.controllers > 1:
+        _check_controllers(spec)
+    elif spec.pods > 1 and not spec.pod_hosts and (spec.nodes % spec.pods or total % (spec.pods * rules.IPUS_PER_ILD)):
         raise LabError(f"--pods {spec.pods}: {spec.nodes} nodes x {spec.ipus_per_node} IPUs do not split into "
                        f"{spec.pods} Pods of whole ILDs (64 IPUs); e.g. --nodes 8 --ipus-per-node 16 --pods 2")
     if spec.own_conf and (spec.accounting or spec.prefix or spec.pods > 1):
@@ -147,6 +173,21 @@ def check_spec(spec: LabSpec) -> None:
     if not rules.is_valid_allocation(total):
         raise LabError(f"{spec.nodes} nodes x {spec.ipus_per_node} IPUs = {total} IPUs is not a Pod: use 4, 8, 16, 32, "
                        "64 or a multiple of 64 (e.g. --nodes 4 --ipus-per-node 16)")
+
+
+def _check_controllers(spec: LabSpec) -> None:
+    """--controllers N: N Pods of equal nodes, each a vPOD (4 to 32 IPUs) or whole ILDs."""
+    n = spec.controllers
+    if spec.pods != n or spec.pod_hosts or spec.own_conf or spec.model == "mixed":
+        raise LabError(f"--controllers {n} gives each controller one Pod of the nodes: leave --pods (or give {n}), "
+                       "--pod-hosts, --own-conf and --model mixed out")
+    if len(spec.vipu_ports) not in (0, n - 1):
+        raise LabError(f"--controllers {n}: give the other controllers' {n - 1} port(s), or none")
+    per = spec.pod_ipus // n
+    if spec.nodes % n or not (per in (4, 8, 16, 32) or per % rules.IPUS_PER_ILD == 0):
+        raise LabError(f"--controllers {n}: {spec.nodes} nodes x {spec.ipus_per_node} IPUs do not split into {n} "
+                       "vPODs of 4, 8, 16 or 32 IPUs or Pods of whole ILDs; e.g. --nodes 4 --ipus-per-node 8 "
+                       "--controllers 2")
 
 
 def _check_pod_hosts(spec: LabSpec) -> None:

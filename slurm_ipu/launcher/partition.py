@@ -126,10 +126,14 @@ def locate(opts, env: dict, inside: bool) -> Target:
         target = Target(name or rules.job_name(prefix, env["SLURM_JOB_ID"]), host, port, given or ["vipu"])
         target.unknown = None if host else path  # nothing says where V-IPU is
         return target
+    from ..slurm.hostlist import expand
+
     site = config.load(path, environ=env)
     name = name or rules.job_name(site.partition.prefix, env["SLURM_JOB_ID"])
-    # the site's vipu, without the hooks' credentials file (root's): a user's own vipu config applies
-    return Target(name, host or site.vipu.host, port or site.vipu.port, given or [site.vipu.command])
+    # the site's vipu, without the hooks' credentials file (root's): a user's own vipu config
+    # applies; on the controller of the job's nodes (a site may have several)
+    controller = site.controller_of(expand(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or ""))
+    return Target(name, host or controller.host, port or controller.port, given or [site.vipu.command])
 
 
 def requested_shape(extra: list[str]) -> Shape:

@@ -164,11 +164,13 @@ def _quiet_client_log() -> None:
     logging.getLogger("slurm_ipu.vipu").addHandler(logging.NullHandler())
 
 
-def user_client(site):
-    """The user's own vipu (a user's vipu config applies; never the hooks' credentials)."""
+def user_client(site, nodes=()):
+    """The user's own vipu (a user's vipu config applies; never the hooks' credentials), on the
+    controller of the job's `nodes` (a site may have several)."""
     from ..vipu import VipuClient
 
-    return VipuClient(command=[site.vipu.command], host=site.vipu.host, port=site.vipu.port,
+    controller = site.controller_of(nodes)
+    return VipuClient(command=[site.vipu.command], host=controller.host, port=controller.port,
                       timeout=site.vipu.timeout, emulator_flags=site.vipu.emulator)
 
 
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         path, _ = config.locate(os.environ)
         site = config.load(path, environ=os.environ)
         _quiet_client_log()
-        reply = decide(step, site, user_client(site), os.environ, time.monotonic() + site.prolog.deadline)
+        reply = decide(step, site, user_client(site, step.nodes), os.environ, time.monotonic() + site.prolog.deadline)
         if reply:
             print(reply, flush=True)
         return 0

@@ -38,23 +38,27 @@ def _as_user(name: str) -> list[str]:
     return [setpriv, f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups", "--"]
 
 
-def canary(site: Site) -> str:
+def canary(site: Site, controller=None) -> str:
     """What a job start does at V-IPU, done once: as the hooks' user (slurm.user), with the hooks'
     vipu command, credentials and flags, a 1-IPU partition for a job's user (uid 65534) on the
-    first host, in the allocation a job there gets, created and removed. "ok", or why not."""
+    first host, in the allocation a job there gets, created and removed (on `controller`, by
+    default the site's only one). "ok", or why not."""
     from ...vipu import VipuClient
 
+    controller = controller or site.controllers[0]
     who = _as_user(site.slurm.user)
-    client = VipuClient(command=[*who, *site.vipu_command], host=site.vipu.host,
-                        port=site.vipu.port, timeout=site.vipu.timeout, retries=1,
-                        emulator_flags=site.vipu.emulator, admin_command=[*who, *site.vipu_admin_command])
+    client = VipuClient(command=[*who, *site.command_for(controller)], host=controller.host,
+                        port=controller.port, timeout=site.vipu.timeout, retries=1,
+                        emulator_flags=site.vipu.emulator, admin_command=[*who, *site.command_for(controller, True)])
     deadline = time.monotonic() + 3 * site.vipu.timeout
-    if "allocation" in site.models:
-        found = _canary_allocation(site, client, deadline)
-        if found != "ok" or "partition" not in site.models:
+    mine = [p for p in site.pods if p.name in controller.pods]
+    models = {site.model_for(p.hosts) for p in mine} or site.models
+    if "allocation" in models:
+        found = _canary_allocation(site, client, deadline, mine)
+        if found != "ok" or "partition" not in models:
             return found
-    pod = (site.pods_of_model("partition") or site.pods or [None])[0]
-    allocation, hosts = (pod.name, list(pod.hosts)) if pod else (site.vipu.allocation, site.hosts)
+    pod = ([p for p in site.pods_of_model("partition") if p in mine] or mine or [None])[0]
+    allocation, hosts = (pod.name, list(pod.hosts)) if pod else (controller.allocation, site.hosts)
     with _quiet():  # the finding carries the error: one line per item
         try:
             client.ensure_partition(CANARY_NAME, 1, deadline, allocation=allocation, hosts=hosts[:1],
@@ -74,16 +78,18 @@ class NotTried(SlurmIpuError):
     """The canary had nothing it could try without touching a job's (every IPU-Machine is taken)."""
 
 
-def _canary_allocation(site: Site, client, deadline: float) -> str:
+def _canary_allocation(site: Site, client, deadline: float, pods=()) -> str:
     """The allocation model's job start: an allocation of one IPU-Machine no job holds, granted to
-    a job's user, created and removed with vipu.admin_command as the hooks' user."""
+    a job's user, created and removed with vipu.admin_command as the hooks' user (among `pods`'
+    machines when given: one controller's)."""
     from ...hooks.reap import job_of
 
     with _quiet():
         try:
             held = {a for name, agents in client.list_allocations(deadline).items()
                     if job_of(name, site.allocation.prefix) is not None for a in agents}
-            hosts = [h for p in site.pods_of_model("allocation") for h in p.hosts] or site.hosts
+            hosts = [h for p in site.pods_of_model("allocation") if not pods or p in pods for h in p.hosts] or \
+                site.hosts
             free = [a for a in site.agents_of(hosts) if a not in held]
             if not free:
                 raise NotTried("every IPU-Machine of the Pod is in a job's allocation; not tried")
@@ -113,7 +119,7 @@ def _quiet():
         log.disabled = was
 
 
-def try_as_job_user(site: Site, hooks) -> str | None:
+def try_as_job_user(site: Site, hooks, controller=None) -> str | None:
     """What a job's user gets by asking V-IPU for a 1-IPU partition in the site's allocation
     directly, with the site's vipu command and none of the hooks' credentials: 'refused' (V-IPU
     only through Slurm), 'created' (then removed again with the hooks' client), or why it could
@@ -128,11 +134,13 @@ def try_as_job_user(site: Site, hooks) -> str | None:
         return None
     user = VipuClient(command=[setpriv, f"--reuid={PROBE_UID}", f"--regid={PROBE_UID}", "--clear-groups", "--",
                                *site.vipu.command.split()],
-                      host=site.vipu.host, port=site.vipu.port, timeout=site.vipu.timeout, retries=1)
+                      host=(controller or site.controllers[0]).host, port=(controller or site.controllers[0]).port,
+                      timeout=site.vipu.timeout, retries=1)
     deadline = time.monotonic() + 2 * site.vipu.timeout
     try:
         with _quiet():  # a refusal is the answer hoped for, not an error to log
-            user.create_partition(PROBE_NAME, 1, deadline=deadline, allocation=site.vipu.allocation)
+            user.create_partition(PROBE_NAME, 1, deadline=deadline,
+                                  allocation=(controller or site.controllers[0]).allocation)
     except PermissionDenied:
         return "refused"
     except SlurmIpuError as exc:

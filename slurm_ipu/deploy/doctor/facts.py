@@ -12,7 +12,7 @@ from ...errors import SlurmError, SlurmIpuError
 from ...slurm import slurmconf
 from ...slurm.conf import parse_show_config
 from ..render import PROBE_NAME
-from .canaries import ENDING, NotTried, canary, try_as_job_user
+from .canaries import ENDING, NotTried, _quiet, canary, try_as_job_user
 from .findings import Charge, Facts
 
 
@@ -76,16 +76,20 @@ def gather(site: Site, runner=None, charge: Charge | None = None) -> Facts:
         # The journal before the listing and the jobs after it: a partition on its way out (its job
         # ended, the slurm-ipu service removing it) is never taken for an orphan (check_orphans).
         facts.queued = _queued_names(site)
-        facts.partitions = job_objects(site, site.vipu_client(), time.monotonic() + 20)
+        if len(site.controllers) > 1:
+            _each_controller(site, facts, job_objects)
+        else:
+            facts.partitions = job_objects(site, site.vipu_client(), time.monotonic() + 20)
         facts.jobs_after = _jobs_again(cli)
-        if os.getuid() == 0:
+        if len(site.controllers) == 1 and os.getuid() == 0:
             try:
                 facts.canary = canary(site)
             except NotTried as exc:
                 facts.errors["canary"] = str(exc)
-        else:
+        elif os.getuid() != 0:
             facts.errors["canary"] = f"needs root (it acts as slurm.user {site.slurm.user})"
-        facts.user_create = try_as_job_user(site, site.vipu_client())
+        if len(site.controllers) == 1:
+            facts.user_create = try_as_job_user(site, site.vipu_client())
     except SlurmIpuError as exc:
         facts.errors["vipu"] = str(exc)
     except Exception as exc:  # doctor reports; it does not crash on one broken part
@@ -180,6 +184,37 @@ def _jobs_again(cli) -> dict[int, str] | None:
         return job_states(text) if text is not None else None
     except SlurmIpuError:
         return None
+
+
+def _each_controller(site, facts: Facts, job_objects) -> None:
+    """A site of several V-IPU controllers: each one's job objects, canary and job user's create,
+    one controller at a time; one that does not answer is named (facts.down) and the others are
+    still checked. The findings say the first controller that failed each check."""
+    facts.partitions, facts.down = [], {}
+    creates = []
+    for controller in site.controllers:
+        client = site.vipu_client(controller)
+        try:
+            with _quiet():  # the finding names the controller and says why: one line
+                facts.partitions += job_objects(site, client, time.monotonic() + 20)
+        except SlurmIpuError as exc:
+            facts.down[controller.name] = str(exc)
+            continue
+        if os.getuid() == 0:
+            try:
+                found = canary(site, controller)
+            except NotTried as exc:
+                found = None
+                facts.errors.setdefault("canary", f"V-IPU controller {controller.name}: {exc}")
+            if found is not None and (facts.canary in (None, "ok")):
+                facts.canary = found if found == "ok" else f"V-IPU controller {controller.name}: {found}"
+        creates.append(try_as_job_user(site, client, controller))
+    if facts.down:
+        facts.errors["vipu"] = "; ".join(f"V-IPU controller {n}: {e}" for n, e in facts.down.items())
+        if len(facts.down) == len(site.controllers):
+            facts.partitions = None
+    creates = [c for c in creates if c is not None]
+    facts.user_create = next((c for c in creates if c != "refused"), "refused" if creates else None)
 
 
 def _queued_names(site: Site) -> list[str] | None:

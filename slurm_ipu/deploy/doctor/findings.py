@@ -59,6 +59,7 @@ class Facts:
     jobs_after: dict[int, str] | None = None  # the same, read again after V-IPU's listing
     queued: list[str] | None = None  # the journal's removals, read just before V-IPU's listing
     partitions: list | None = None
+    down: dict[str, str] = field(default_factory=dict)  # several controllers: those that did not answer, why
     clusters: list[str] | None = None  # what slurmdbd knows (accounting only)
     topology: dict[str, list[str]] | None = None  # multi-Pod sites: host -> its leaf switches, as Slurm sees them
     user_create: str | None = None  # a job user's own create in the site's allocation: refused/created/why

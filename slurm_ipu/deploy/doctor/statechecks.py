@@ -18,6 +18,8 @@ from .slurmchecks import _apply
 
 
 def check_vipu(site: Site, facts: Facts) -> Finding:
+    if len(site.controllers) > 1:
+        return _check_controllers(site, facts)
     creds = site.vipu.cli_config
     if creds:
         try:
@@ -37,6 +39,32 @@ def check_vipu(site: Site, facts: Facts) -> Finding:
                        "pod.ipus must be the IPUs of this controller's allocation")
     return Finding("vipu", True, f"{site.vipu.host}:{site.vipu.port} answers: {len(facts.partitions)} "
                    f"partition(s), {used} of {site.pod.ipus} IPUs in use")
+
+
+def _check_controllers(site: Site, facts: Facts) -> Finding:
+    """A site of several controllers: each one's credentials and answer, the failures named."""
+    for c in site.controllers:
+        if not c.cli_config:
+            continue
+        try:
+            mode = Path(c.cli_config).stat().st_mode
+        except OSError as exc:
+            return Finding("vipu", False, f"controller {c.name}'s cli_config {c.cli_config}: {exc.strerror}",
+                           "write the hooks' vipu CLI config there (vipu-admin create user prints it)")
+        if mode & 0o004:
+            return Finding("vipu", False, f"{c.cli_config} holds controller {c.name}'s V-IPU credentials and is "
+                           "world-readable", f"chmod 600 {c.cli_config} (owned by {site.slurm.user})")
+    if facts.down:
+        down = [c for c in site.controllers if c.name in facts.down]
+        return Finding("vipu", False, "; ".join(f"V-IPU controller {c.name} ({c.host}:{c.port}) does not answer: "
+                                                f"{facts.down[c.name].removeprefix(f'V-IPU controller {c.name}: ')}"
+                                                for c in down),
+                       f"check the controller{'s' if len(down) > 1 else ''} at "
+                       f"{', '.join(f'{c.host}:{c.port}' for c in down)} (its jobs wait meanwhile; the others' run)")
+    used = sum(p.size for p in facts.partitions or [])
+    return Finding("vipu", True, f"{len(site.controllers)} controllers answer "
+                   f"({', '.join(c.name for c in site.controllers)}): {len(facts.partitions or [])} partition(s), "
+                   f"{used} of {site.pod.ipus} IPUs in use")
 
 
 def check_canary(site: Site, facts: Facts) -> Finding:
@@ -86,7 +114,8 @@ def check_queue(site: Site, facts: Facts) -> Finding:
 def check_grants(site: Site, facts: Facts) -> Finding:
     """V-IPU only through Slurm: a job's user cannot make partitions in the allocation Slurm
     schedules (docs/admin.md)."""
-    where = f"allocation {site.vipu.allocation or '(the default)'}"
+    where = f"allocation {site.vipu.allocation or '(the default)'}" if len(site.controllers) == 1 else \
+        f"allocations {', '.join(c.allocation for c in site.controllers)} (each controller's)"
     tried = facts.user_create
     if tried is None:
         return Finding("grants", True, f"a create in {where} as a job's user: needs root (it acts as another user)",
