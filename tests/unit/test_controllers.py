@@ -140,3 +140,39 @@ def test_a_request_no_single_controller_can_hold_is_refused_at_submit(site, tmp_
     assert rc != 0 and words in msg, msg
     rc, licence, _, msg = run(str(path), {"tres_per_node": "gres:ipu:8", "min_nodes": 2})  # one vPOD: runs
     assert (rc, licence, msg) == (0, "ipu:16", "")
+
+
+def test_metrics_say_which_controller_is_down_and_keep_the_other_s_series(site):
+    """gather over two controllers, one of which does not answer (a fake `vipu` at the subprocess
+    boundary): its controller_up is 0, the other's IPUs are still counted, per Pod, by its own
+    machines' names (both controllers have an ag0)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from slurm_ipu.deploy import metrics
+    from slurm_ipu.hooks.controllers import Clients
+    from slurm_ipu.vipu import VipuClient
+
+    from ..fake_slurm import FakeSlurm
+
+    def runner(host_ok: str):
+        def run(argv, **kwargs):
+            host = argv[argv.index("--api-host") + 1]
+            if host != host_ok:
+                return subprocess.CompletedProcess(argv, 1, "", "unable to connect to VIRM/V-IPU Controller")
+            if "partitions" in argv:
+                out = ('[{"partition": {"id": "slurm_9", "spec": {"size": 8, "ipus": [0,1,2,3,4,5,6,7]}, '
+                       '"status": {"state": "PS_ACTIVE"}}}]')
+            else:
+                out = '[' + ",".join(f'{{"id": "ag{k}", "status": "Up"}}' for k in range(4)) + ']'
+            return subprocess.CompletedProcess(argv, 0, out, "")
+        return run
+
+    made = {c.name: VipuClient(command=["vipu"], host=c.host, port=c.port, retries=0, controller=c.name,
+                               runner=runner("vipu-b.example.org")) for c in site.controllers}
+    facts = metrics.gather(site, Clients(site, made), FakeSlurm())
+    seen = {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(metrics.render(metrics.families(site, facts)))
+            for s in fam.samples}
+    assert seen[("slurm_ipu_controller_up", (("controller", "tenant-a"),))] == 0
+    assert seen[("slurm_ipu_controller_up", (("controller", "tenant-b"),))] == 1
+    assert seen[("slurm_ipu_ipus", (("pod", "vpodb"), ("state", "allocated")))] == 8
