@@ -233,14 +233,19 @@ def _ipus(site, facts: dict) -> list[Family]:
                    "unavailable (on a failed IPU-Machine, not allocated), idle.")
     lost = _lost(facts["agents"])
     held = _held_ipus(site, facts["vipu"], facts.get("owners"))
+    # several controllers: each Pod's series carry its controller, and a controller that did not
+    # answer leaves its Pods' states missing (never shown idle)
+    under = {pod: c.name for c in site.controllers for pod in c.pods} if len(site.controllers) > 1 else {}
+    answered = facts.get("controllers") or {}
     for name, ipus, agents in pods(site):
-        capacity.add(ipus, pod=name)
-        if facts["vipu"] is None or facts["agents"] is None:
+        labels = {"pod": name, **({"controller": under[name]} if name in under else {})}
+        capacity.add(ipus, **labels)
+        if facts["vipu"] is None or facts["agents"] is None or answered.get(under.get(name, ""), True) is False:
             continue
         allocated = held.get(name, 0)
         unavailable = min(sum(lost.get(a, 0) for a in agents), ipus - allocated)
-        state.add(allocated, pod=name, state="allocated").add(max(unavailable, 0), pod=name, state="unavailable")
-        state.add(max(ipus - allocated - max(unavailable, 0), 0), pod=name, state="idle")
+        state.add(allocated, **labels, state="allocated").add(max(unavailable, 0), **labels, state="unavailable")
+        state.add(max(ipus - allocated - max(unavailable, 0), 0), **labels, state="idle")
     return [capacity, state]
 
 

@@ -175,4 +175,6 @@ def test_metrics_say_which_controller_is_down_and_keep_the_other_s_series(site):
             for s in fam.samples}
     assert seen[("slurm_ipu_controller_up", (("controller", "tenant-a"),))] == 0
     assert seen[("slurm_ipu_controller_up", (("controller", "tenant-b"),))] == 1
-    assert seen[("slurm_ipu_ipus", (("pod", "vpodb"), ("state", "allocated")))] == 8
+    assert seen[("slurm_ipu_ipus", (("controller", "tenant-b"), ("pod", "vpodb"), ("state", "allocated")))] == 8
+    assert seen[("slurm_ipu_pod_ipus", (("controller", "tenant-a"), ("pod", "vpoda")))] == 16
+    assert not [k for k in seen if k[0] == "slurm_ipu_ipus" and ("pod", "vpoda") in k[1]]  # missing, not idle
