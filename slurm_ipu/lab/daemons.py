@@ -400,8 +400,9 @@ def wait_idle(spec: LabSpec, pids: dict, timeout: float = 90.0) -> None:
         if line != last:
             say(f"nodes: {line}")
             last = line
-        # idle, or running jobs (a restart of a partly dead lab keeps them)
-        if all(states.get(n, "").startswith(("idle", "mixed", "alloc")) for n in spec.node_names):
+        # idle, or running jobs (a restart of a partly dead lab keeps them), or from 24.11 planned
+        # (up, kept for a pending job the scheduler will start there)
+        if all(states.get(n, "").startswith(("idle", "mixed", "alloc", "planned")) for n in spec.node_names):
             return
         bad = [n for n in spec.node_names if states.get(n, "").startswith(("down", "drain"))]
         if bad and not resumed:

@@ -55,7 +55,7 @@ def context(spec: LabSpec) -> dict:
                    "features": features.get(n, [])}
                   for i, n in enumerate(spec.node_names)],
         "partition_name": "ipu",
-        "model_partitions": _model_partitions(spec),
+        "model_partitions": _model_partitions(spec), "tenants": spec.controllers > 1,
         # A munged of the lab's own: no lab, test run or benchmark can stop another's.
         "munge_socket": str(spec.path("run", "munge.socket")),
         # A requeued job waits cred_expire (120 s by default) before it may start again: the lab's
