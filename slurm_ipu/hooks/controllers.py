@@ -15,6 +15,7 @@ from ..vipu import VipuClient
 class Clients:
     def __init__(self, site, made: dict[str, VipuClient] | None = None):
         self.site = site
+        self.several = len(site.controllers) > 1
         self.by_name = made if made is not None else {c.name: site.vipu_client(c) for c in site.controllers}
 
     def __len__(self) -> int:
@@ -26,25 +27,27 @@ class Clients:
 
     def of(self, hosts) -> VipuClient:
         """The client of the controller of a job on `hosts` (ConfigError: they span two, or none)."""
-        if len(self.by_name) == 1:
+        if not self.several:
             return next(iter(self.by_name.values()))
         return self.by_name[self.site.controller_of(hosts).name]
 
-    def of_record(self, record: dict | None) -> VipuClient | None:
-        """The client of a creation record's job (its hosts), or None when the record cannot say
-        (an older record without hosts on a site of several controllers)."""
-        if len(self.by_name) == 1:
-            return next(iter(self.by_name.values()))
+    def owner(self, record: dict | None) -> str | None:
+        """The controller of a creation record's job (its hosts): the site's only one, or None
+        when the record cannot say (an older record without hosts on a site of several)."""
+        if not self.several:
+            return self.site.controllers[0].name
         hosts = (record or {}).get("hosts")
         if not isinstance(hosts, list) or not hosts:
             return None
         try:
-            return self.by_name.get(self.site.controller_of(hosts).name)
+            return self.site.controller_of(hosts).name
         except ConfigError:
             return None
 
-    def name_of(self, client: VipuClient) -> str:
-        return next((name for name, c in self.by_name.items() if c is client), "?")
+    def of_record(self, record: dict | None) -> VipuClient | None:
+        """The client of a creation record's job; None when the record cannot say, or its
+        controller is not among these clients (a prolog making room has its own alone)."""
+        return self.by_name.get(self.owner(record) or "")
 
     def set_observer(self, observer) -> None:
         for client in self.by_name.values():

@@ -196,7 +196,7 @@ def _of_controllers(clients, ledger: Ledger, names: set[str], down: set[str]) ->
     """Of `names`, those whose creation record puts them under a controller in `down`."""
     if not down:
         return set()
-    return {n for n in names if (one := clients.of_record(ledger.get(n))) is None or clients.name_of(one) in down}
+    return {n for n in names if (owner := clients.owner(ledger.get(n))) is None or owner in down}
 
 
 def _remove(cfg, client, name: str, job: int, state: str, dry_run: bool, out, deadline: float) -> bool:

@@ -109,9 +109,9 @@ def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotoni
     for name in names:
         if clock() >= deadline:
             break
-        one = clients.of_record(ledger.get(name)) if len(cfg.controllers) > 1 else None
-        owner = clients.name_of(one) if one is not None else ""
-        if one is None and len(cfg.controllers) > 1 and ledger.get(name) is not None:
+        record = ledger.get(name) if clients.several else None
+        owner = clients.owner(record) if clients.several else ""
+        if record is not None and owner not in clients.by_name:
             continue  # another controller's, which this remover was not given (a prolog making room)
         if owner in down:
             failed[name] = down[owner]
@@ -123,7 +123,7 @@ def work_off(cfg, client, names: list[str], deadline: float, clock=time.monotoni
         except SlurmIpuError as exc:
             failed[name] = exc
             if not entry_only(exc):
-                if len(cfg.controllers) == 1:
+                if not clients.several:
                     break
                 down[owner] = exc  # that controller's other entries wait; the others' go on
             continue

@@ -178,3 +178,16 @@ def test_metrics_say_which_controller_is_down_and_keep_the_other_s_series(site):
     assert seen[("slurm_ipu_ipus", (("controller", "tenant-b"), ("pod", "vpodb"), ("state", "allocated")))] == 8
     assert seen[("slurm_ipu_pod_ipus", (("controller", "tenant-a"), ("pod", "vpoda")))] == 16
     assert not [k for k in seen if k[0] == "slurm_ipu_ipus" and ("pod", "vpoda") in k[1]]  # missing, not idle
+
+
+def test_a_remover_given_one_controller_s_client_takes_only_that_controller_s_records(site):
+    """A prolog short of IPUs works the journal off with its own job's client: another
+    controller's entries are not its to try (on its controller they would read as already gone,
+    and their records be dropped while their partitions stay)."""
+    from slurm_ipu.hooks.controllers import clients_of
+
+    mine = site.client_for(["ipu-host1"])
+    clients = clients_of(site, mine)
+    assert clients.of_record({"hosts": ["ipu-host2"]}) is mine
+    assert clients.of_record({"hosts": ["ipu-host3"]}) is None and clients.owner({"hosts": ["ipu-host3"]}) == "tenant-b"
+    assert clients.owner({"job_id": 7}) is None  # a record that cannot say
